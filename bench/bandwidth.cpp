@@ -1,0 +1,113 @@
+#include "bandwidth.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+#include "report.hpp"
+#include "timer.hpp"
+
+namespace kvc_bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void *p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
+
+Buffer allocate(size_t bytes) {
+  void *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) throw Error("bandwidth: cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memset(p, 1, bytes);  // touch every page so faults stay out of the timing
+  return Buffer(static_cast<unsigned char *>(p));
+}
+
+// Sums 64-bit words with independent accumulators, so the loop is bound by loads.
+uint64_t sum_words(const unsigned char *p, size_t bytes) {
+  const auto *w = reinterpret_cast<const uint64_t *>(p);
+  const size_t n = bytes / sizeof(uint64_t);
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a0 += w[i];
+    a1 += w[i + 1];
+    a2 += w[i + 2];
+    a3 += w[i + 3];
+    a4 += w[i + 4];
+    a5 += w[i + 5];
+    a6 += w[i + 6];
+    a7 += w[i + 7];
+  }
+  for (; i < n; ++i) a0 += w[i];
+  return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+// Runs fn(thread_index, begin, end) over @p threads equal slices of [0, bytes) and returns the seconds the
+// slowest took, measured from one common start.
+template <typename Fn>
+double run_split(size_t bytes, int threads, Fn fn) {
+  const size_t slice = (bytes / static_cast<size_t>(threads)) / 64 * 64;
+  if (threads == 1) {
+    Timer t;
+    fn(0, size_t{0}, bytes);
+    return t.seconds();
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
+  Timer t;
+  for (int i = 0; i < threads; ++i) {
+    const size_t begin = static_cast<size_t>(i) * slice;
+    const size_t end = i + 1 == threads ? bytes : begin + slice;
+    pool.emplace_back([=] { fn(i, begin, end); });
+  }
+  for (auto &th : pool) th.join();
+  return t.seconds();
+}
+
+}  // namespace
+
+Bandwidth measure_bandwidth(size_t buffer_bytes, int threads, int reps) {
+  threads = std::max(threads, 1);
+  reps = std::max(reps, 1);
+  buffer_bytes = std::max<size_t>(buffer_bytes / 64 * 64, 64 * static_cast<size_t>(threads));
+  Buffer src = allocate(buffer_bytes);
+  Buffer dst = allocate(buffer_bytes);
+  unsigned char *s = src.get();
+  unsigned char *d = dst.get();
+
+  double best_copy = 1e300;
+  double best_read = 1e300;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);  // one cache line each
+  for (int r = 0; r < reps; ++r) {
+    best_copy = std::min(best_copy, run_split(buffer_bytes, threads, [&](int, size_t b, size_t e) {
+                           std::memcpy(d + b, s + b, e - b);
+                           clobber_memory(d + b);
+                         }));
+    best_read = std::min(best_read, run_split(buffer_bytes, threads, [&](int i, size_t b, size_t e) {
+                           sums[static_cast<size_t>(i) * 8] += sum_words(s + b, e - b);
+                         }));
+  }
+  uint64_t total = 0;
+  for (uint64_t v : sums) total += v;
+  clobber_memory(&total);
+
+  Bandwidth bw;
+  bw.memcpy_bytes_per_s = static_cast<double>(buffer_bytes) / best_copy;
+  bw.read_bytes_per_s = static_cast<double>(buffer_bytes) / best_read;
+  bw.buffer_bytes = buffer_bytes;
+  bw.threads = threads;
+  return bw;
+}
+
+void report_bandwidth(const Bandwidth &bw) {
+  report("bandwidth_threads", bw.threads);
+  report("memcpy_gbps", bw.memcpy_bytes_per_s / 1e9);
+  report("read_gbps", bw.read_bytes_per_s / 1e9);
+}
+
+}  // namespace kvc_bench

@@ -1,0 +1,79 @@
+// kvc-bench: `kvc-bench <subcommand> [--key=value ...]`. Each subcommand prints `name=value`
+// lines on stdout; errors go to stderr with exit status 1, bad usage with exit status 2.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "options.hpp"
+#include "subcommands.hpp"
+
+namespace {
+
+using namespace kvc_bench;
+
+struct Subcommand {
+  const char *name;
+  const char *summary;
+  const char *help;  // option list, printed by `kvc-bench <name> --help`
+  RunFn run;
+};
+
+// One row per subcommand.
+const Subcommand kSubcommands[] = {
+    {"growth", "append tokens one at a time: contiguous and paged vs re-allocating each step",
+     kGrowthHelp, run_growth},
+};
+
+void print_usage(std::FILE *out) {
+  std::fprintf(out, "usage: kvc-bench <subcommand> [--key=value ...]\n"
+                    "       kvc-bench <subcommand> --help\n\nsubcommands:\n");
+  for (const Subcommand &sc : kSubcommands) {
+    std::fprintf(out, "  %-12s %s\n", sc.name, sc.summary);
+  }
+}
+
+void print_help(std::FILE *out, const Subcommand &sc) {
+  std::fprintf(out, "usage: kvc-bench %s [--key=value ...]\n%s\n\noptions:\n%s", sc.name,
+               sc.summary, sc.help);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  const Subcommand *sc = nullptr;
+  for (const Subcommand &s : kSubcommands) {
+    if (name == s.name) sc = &s;
+  }
+  if (sc == nullptr) {
+    std::fprintf(stderr, "kvc-bench: unknown subcommand '%s'\n\n", name.c_str());
+    print_usage(stderr);
+    return 2;
+  }
+  try {
+    Options opts(std::vector<std::string>(argv + 2, argv + argc));
+    if (opts.help()) {
+      print_help(stdout, *sc);
+      return 0;
+    }
+    return sc->run(opts);
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "kvc-bench %s: %s\n\n", sc->name, e.what());
+    print_help(stderr, *sc);
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "kvc-bench %s: error: %s\n", sc->name, e.what());
+    return 1;
+  }
+}

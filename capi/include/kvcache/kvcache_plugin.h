@@ -1,0 +1,195 @@
+/**
+ * @file kvcache_plugin.h
+ * @brief The plugin ABI: what a policy or backend shared library exports, and the host API
+ * kvcache hands it. C only; plugins never link libkvcache.
+ *
+ * A plugin library exports one C function, `kvc_plugin_entry` (::kvc_plugin_entry_fn). The
+ * host calls it once after loading, passing its ::kvc_host_api; the function returns an array
+ * of descriptors (one library may export several plugins). Descriptors, their names and
+ * vtables must stay valid while the library is loaded; the host keeps the library loaded for
+ * the lifetime of the context, and the ::kvc_host_api it passes is valid for that long too.
+ *
+ * Versioning: `abi_version` is KVC_PLUGIN_ABI_MAJOR << 16 | KVC_PLUGIN_ABI_MINOR. The host
+ * refuses a different major. Structs start with `struct_size`; the host refuses a descriptor
+ * or vtable larger than it knows (it would hold entries the host cannot honour) and treats
+ * missing trailing entries of a smaller one as NULL.
+ *
+ * Errors: plugin functions return a ::kvc_status_code and, on failure, write a message into
+ * the ::kvc_plugin_error they are given. No C++ exception may leave a plugin function.
+ *
+ * Threading: the host may call the functions of one backend instance from several threads
+ * at once, on disjoint memory.
+ */
+#ifndef KVCACHE_KVCACHE_PLUGIN_H
+#define KVCACHE_KVCACHE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache/kvcache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_PLUGIN_ABI_MAJOR 1
+#define KVC_PLUGIN_ABI_MINOR 0
+#define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
+/** @brief Name of the symbol every plugin library exports. */
+#define KVC_PLUGIN_ENTRY_SYMBOL "kvc_plugin_entry"
+
+/** @brief Room for an error message written by a plugin (UTF-8, NUL-terminated). */
+typedef struct kvc_plugin_error {
+  char message[512];
+} kvc_plugin_error;
+
+/** @brief A body run by kvc_host_api::parallel_for over the index range [begin, end). */
+typedef void (*kvc_range_fn)(void *user_data, size_t begin, size_t end);
+
+/**
+ * @brief Services the host gives plugins. Valid for the context's lifetime; every function
+ * is thread-safe.
+ */
+typedef struct kvc_host_api {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  void *host; /**< pass back as the first argument of every function below */
+  /** Writes a message to the context's logger. */
+  void (*log)(void *host, kvc_log_level level, const char *message);
+  /** Runs body over [0, n) in parallel chunks of at least @p grain on the context's arena;
+   * returns when every chunk is done. */
+  void (*parallel_for)(void *host, size_t n, size_t grain, kvc_range_fn body, void *user_data);
+  /** Aligned host memory (NULL on failure) and its release. */
+  void *(*alloc)(void *host, size_t bytes, size_t alignment);
+  void (*free)(void *host, void *ptr);
+} kvc_host_api;
+
+/** @brief What one plugin is; returned by the entry point. */
+typedef struct kvc_plugin_descriptor {
+  uint32_t struct_size;
+  uint32_t abi_version;  /**< KVC_PLUGIN_ABI_VERSION the plugin was built against */
+  kvc_plugin_kind kind;
+  const char *name;      /**< unique per kind, used in YAML */
+  uint32_t version;      /**< the plugin's own version */
+  const void *vtable;    /**< a ::kvc_backend_vtable or a policy vtable, by kind */
+} kvc_plugin_descriptor;
+
+/**
+ * @brief The one exported entry point: stores an array of @p *out_count descriptors in
+ * @p *out_descriptors and returns KVC_OK, or an error code with a message in @p error.
+ */
+typedef int32_t (*kvc_plugin_entry_fn)(const kvc_host_api *host,
+                                       const kvc_plugin_descriptor **out_descriptors,
+                                       size_t *out_count, kvc_plugin_error *error);
+
+/* --------------------------------------------------------------- backends */
+
+/** @brief A run of stored tokens of one (sequence, layer, KV head), in backend memory. */
+typedef struct kvc_segment {
+  const void *k;         /**< [count, head_dim] of the storage dtype */
+  const void *v;         /**< [count, head_dim] of the storage dtype */
+  const int32_t *pos;    /**< [count] absolute positions */
+  int32_t count;
+} kvc_segment;
+
+/** @brief Copy @p n_tokens new tokens of one KV head into one run of storage. */
+typedef struct kvc_append_job {
+  const void *src_k;         /**< first token's head row; tokens are src_stride elements apart */
+  const void *src_v;
+  const int32_t *src_pos;    /**< [n_tokens], host memory */
+  size_t src_k_stride;
+  size_t src_v_stride;
+  kvc_dtype src_dtype;       /**< f32 or the storage dtype */
+  kvc_device src_device;
+  void *dst_k;               /**< [n_tokens, head_dim] of the storage dtype */
+  void *dst_v;
+  int32_t *dst_pos;          /**< [n_tokens] */
+  int32_t n_tokens;
+} kvc_append_job;
+
+/** @brief Attention of some query tokens of one sequence and one KV head's query group. */
+typedef struct kvc_attend_job {
+  const void *q;             /**< first query token, first head of the group */
+  size_t q_stride;           /**< elements between query tokens */
+  kvc_dtype q_dtype;         /**< f32 or the storage dtype */
+  const int32_t *q_pos;      /**< [n_queries] absolute positions, host memory */
+  int32_t n_queries;
+  float *out;                /**< first output token, first head of the group; f32 */
+  size_t out_stride;         /**< elements between output tokens */
+  const kvc_segment *segments; /**< the stored tokens, in storage order; host array */
+  int32_t n_segments;
+} kvc_attend_job;
+
+/** @brief Shape and options shared by all jobs of one attention call. */
+typedef struct kvc_attend_config {
+  uint32_t struct_size;
+  int32_t head_dim;
+  int32_t group_size;        /**< query heads per KV head; their rows are adjacent in q/out */
+  kvc_dtype storage_dtype;
+  float scale;
+  int32_t sliding_window;    /**< > 0: keys at positions (p - window, p] */
+  float softcap;             /**< > 0: softcap * tanh(logit / softcap) */
+} kvc_attend_config;
+
+/** @brief Kinds of copy for kvc_backend_vtable::copy. */
+typedef enum kvc_copy_kind {
+  KVC_COPY_HOST_TO_DEVICE = 0,
+  KVC_COPY_DEVICE_TO_HOST = 1,
+  KVC_COPY_DEVICE_TO_DEVICE = 2
+} kvc_copy_kind;
+
+/**
+ * @brief A compute backend. `create` makes an instance for one cache; every other function
+ * takes that instance. Functions returning int32_t return a ::kvc_status_code.
+ */
+typedef struct kvc_backend_vtable {
+  uint32_t struct_size;
+  int32_t (*create)(const kvc_host_api *host, void **out_instance, kvc_plugin_error *error);
+  void (*destroy)(void *instance);
+  /** Device memory; NULL when exhausted. Alignment is at least 64 bytes. */
+  void *(*alloc)(void *instance, size_t bytes);
+  void (*free)(void *instance, void *ptr);
+  int32_t (*copy)(void *instance, void *dst, const void *src, size_t bytes, kvc_copy_kind kind,
+                  kvc_plugin_error *error);
+  /** Runs every job; jobs write disjoint memory. */
+  int32_t (*append)(void *instance, const kvc_append_job *jobs, size_t n_jobs, int32_t head_dim,
+                    kvc_dtype storage_dtype, kvc_plugin_error *error);
+  /** Runs every job; jobs write disjoint output rows. */
+  int32_t (*attend)(void *instance, const kvc_attend_job *jobs, size_t n_jobs,
+                    const kvc_attend_config *config, kvc_plugin_error *error);
+} kvc_backend_vtable;
+
+/* --------------------------------------------------------------- policies */
+
+/**
+ * @brief An eviction policy. `create` receives the policy's parameters as key/value strings
+ * from YAML; `score` writes one score per stored token (higher is kept first).
+ */
+typedef struct kvc_policy_param {
+  const char *key;
+  const char *value;
+} kvc_policy_param;
+
+/** @brief Tokens of one (sequence, layer, KV head) for a policy to score, host memory. */
+typedef struct kvc_score_job {
+  int32_t layer;
+  int32_t kv_head;
+  int32_t n_tokens;
+  const int32_t *pos;        /**< [n_tokens] */
+  float *scores;             /**< [n_tokens], written by the policy */
+} kvc_score_job;
+
+typedef struct kvc_policy_vtable {
+  uint32_t struct_size;
+  int32_t (*create)(const kvc_host_api *host, const kvc_policy_param *params, size_t n_params,
+                    void **out_instance, kvc_plugin_error *error);
+  void (*destroy)(void *instance);
+  int32_t (*score)(void *instance, const kvc_score_job *jobs, size_t n_jobs,
+                   kvc_plugin_error *error);
+} kvc_policy_vtable;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_KVCACHE_PLUGIN_H */

@@ -1,0 +1,71 @@
+#include <fstream>
+#include <sstream>
+
+#include "handles.hpp"
+
+namespace {
+
+kvc_status* create_context(const std::string& yaml, const std::string& source,
+                           kvc_context** out_context) {
+  return kvc::guarded([&] {
+    kvc::require(out_context != nullptr, "out_context is NULL");
+    auto context = std::make_unique<kvc_context>();
+    context->impl = std::make_unique<kvc::Context>(kvc::parse_config(yaml, source));
+    *out_context = context.release();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+kvc_status* kvc_context_create(const char* yaml_text, kvc_context** out_context) {
+  return create_context(yaml_text ? yaml_text : "", "<yaml>", out_context);
+}
+
+kvc_status* kvc_context_create_from_file(const char* path, kvc_context** out_context) {
+  if (!path) return kvc::make_status(KVC_ERR_INVALID_ARGUMENT, "path is NULL");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return kvc::make_status(KVC_ERR_NOT_FOUND, std::string("cannot open config file '") + path + "'");
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  return create_context(text.str(), path, out_context);
+}
+
+void kvc_context_destroy(kvc_context* context) { delete context; }
+
+void kvc_context_set_logger(kvc_context* context, kvc_log_fn fn, void* user_data,
+                            kvc_log_level min_level) {
+  if (context) context->impl->logger().set_sink(fn, user_data, min_level);
+}
+
+kvc_status* kvc_context_load_plugin(kvc_context* context, const char* path) {
+  return kvc::guarded([&] {
+    kvc::require(context != nullptr, "context is NULL");
+    kvc::require(path != nullptr, "path is NULL");
+    context->impl->plugins().load_library(path);
+  });
+}
+
+size_t kvc_context_plugin_count(const kvc_context* context) {
+  return context ? context->impl->plugins().count() : 0;
+}
+
+kvc_status* kvc_context_plugin_info(const kvc_context* context, size_t index,
+                                    kvc_plugin_info* out_info) {
+  return kvc::guarded([&] {
+    kvc::require(context != nullptr, "context is NULL");
+    const kvc::LoadedPlugin& plugin = context->impl->plugins().at(index);
+    kvc_plugin_info info{};
+    info.struct_size = sizeof(info);
+    info.kind = plugin.kind;
+    info.name = plugin.name.c_str();
+    info.version = plugin.version;
+    info.path = plugin.path.c_str();
+    kvc::write_versioned(out_info, info);
+  });
+}
+
+}  // extern "C"

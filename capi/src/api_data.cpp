@@ -1,0 +1,73 @@
+#include "handles.hpp"
+
+namespace {
+
+kvc_batch read_batch(const kvc_batch* batch) {
+  return kvc::read_versioned(batch, kvc_batch{}, "batch is NULL");
+}
+
+kvc_attention_params read_attention(const kvc_attention_params* params) {
+  kvc_attention_params defaults{};
+  kvc_attention_params_init(&defaults);
+  return params ? kvc::read_versioned(params, defaults, "params is NULL") : defaults;
+}
+
+const kvc_tensor& deref(const kvc_tensor* t, const char* what) {
+  kvc::require(t != nullptr, what);
+  return *t;
+}
+
+}  // namespace
+
+extern "C" {
+
+void kvc_batch_init(kvc_batch* batch, int32_t n_seqs, const int32_t* seq_ids,
+                    const int32_t* n_tokens, const int32_t* positions) {
+  if (!batch) return;
+  batch->struct_size = sizeof(*batch);
+  batch->n_seqs = n_seqs;
+  batch->seq_ids = seq_ids;
+  batch->n_tokens = n_tokens;
+  batch->positions = positions;
+}
+
+void kvc_attention_params_init(kvc_attention_params* params) {
+  if (!params) return;
+  params->struct_size = sizeof(*params);
+  params->scale = 0.0f;
+  params->sliding_window = 0;
+  params->softcap = 0.0f;
+}
+
+kvc_status* kvc_append(kvc_cache* cache, int32_t layer, const kvc_batch* batch,
+                       const kvc_tensor* k, const kvc_tensor* v) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    cache->impl->append(layer, read_batch(batch), deref(k, "k is NULL"), deref(v, "v is NULL"));
+  });
+}
+
+kvc_status* kvc_attend(kvc_cache* cache, int32_t layer, const kvc_batch* batch,
+                       const kvc_tensor* q, const kvc_attention_params* params,
+                       kvc_tensor_mut* out) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out != nullptr, "out is NULL");
+    cache->impl->attend(layer, read_batch(batch), deref(q, "q is NULL"), read_attention(params),
+                        *out);
+  });
+}
+
+kvc_status* kvc_append_attend(kvc_cache* cache, int32_t layer, const kvc_batch* batch,
+                              const kvc_tensor* q, const kvc_tensor* k, const kvc_tensor* v,
+                              const kvc_attention_params* params, kvc_tensor_mut* out) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out != nullptr, "out is NULL");
+    cache->impl->append_attend(layer, read_batch(batch), deref(q, "q is NULL"),
+                               deref(k, "k is NULL"), deref(v, "v is NULL"),
+                               read_attention(params), *out);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,14 @@
+# kvc_add_plugin(<target> SOURCES ...): a plugin shared library that libkvcache loads at run
+# time. It links only the public headers (never libkvcache) and exports only its entry point.
+function(kvc_add_plugin target)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  add_library(${target} MODULE ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE kvcache_headers)
+  set_target_properties(${target} PROPERTIES
+    PREFIX "lib"
+    LIBRARY_OUTPUT_DIRECTORY ${KVC_PLUGIN_OUTPUT_DIRECTORY}
+    CXX_VISIBILITY_PRESET hidden
+    C_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/${KVC_PLUGIN_SUBDIR})
+endfunction()

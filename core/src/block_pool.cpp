@@ -1,0 +1,96 @@
+#include "block_pool.hpp"
+
+#include <algorithm>
+
+#include "error.hpp"
+
+namespace kvc {
+
+BlockPool::BlockPool(Backend& backend, size_t memory_limit, size_t block_bytes)
+    : backend_(backend), limit_(memory_limit), block_bytes_(block_bytes) {}
+
+BlockPool::~BlockPool() {
+  for (void* block : free_blocks_) backend_.free(block);
+}
+
+void BlockPool::throw_out_of_memory(size_t requested) const {
+  throw Error(KVC_ERR_OUT_OF_MEMORY,
+              "memory limit reached: " + std::to_string(requested) + " more bytes needed, " +
+                  std::to_string(counters_.bytes_used) + " of " + std::to_string(limit_) +
+                  " bytes in use");
+}
+
+void BlockPool::note_used(size_t bytes) {
+  counters_.bytes_used += bytes;
+  counters_.bytes_peak = std::max(counters_.bytes_peak, counters_.bytes_used);
+}
+
+std::vector<void*> BlockPool::take_blocks(size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t bytes = count * block_bytes_;
+  if (bytes > limit_ - counters_.bytes_used) throw_out_of_memory(bytes);
+  std::vector<void*> blocks;
+  blocks.reserve(count);
+  size_t from_free_list = std::min(count, free_blocks_.size());
+  blocks.assign(free_blocks_.end() - static_cast<std::ptrdiff_t>(from_free_list), free_blocks_.end());
+  size_t fresh = 0;
+  for (; blocks.size() < count; ++fresh) {
+    void* block = backend_.alloc(block_bytes_);
+    if (!block) {
+      for (size_t i = from_free_list; i < blocks.size(); ++i) backend_.free(blocks[i]);
+      throw Error(KVC_ERR_OUT_OF_MEMORY, "backend '" + backend_.name() + "' is out of memory");
+    }
+    blocks.push_back(block);
+  }
+  free_blocks_.resize(free_blocks_.size() - from_free_list);
+  counters_.bytes_reserved += fresh * block_bytes_;
+  counters_.blocks_used += count;
+  note_used(bytes);
+  return blocks;
+}
+
+void BlockPool::give_back_block(void* block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_blocks_.push_back(block);
+  counters_.blocks_used -= 1;
+  counters_.bytes_used -= block_bytes_;
+}
+
+std::vector<void*> BlockPool::allocate(const std::vector<size_t>& sizes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t total = 0;
+  for (size_t size : sizes) total += size;
+  if (total > limit_ - counters_.bytes_used) throw_out_of_memory(total);
+  std::vector<void*> allocations;
+  allocations.reserve(sizes.size());
+  for (size_t size : sizes) {
+    void* ptr = backend_.alloc(size);
+    if (!ptr) {
+      for (void* done : allocations) backend_.free(done);
+      throw Error(KVC_ERR_OUT_OF_MEMORY, "backend '" + backend_.name() + "' is out of memory");
+    }
+    allocations.push_back(ptr);
+  }
+  counters_.bytes_reserved += total;
+  note_used(total);
+  return allocations;
+}
+
+void BlockPool::release(void* ptr, size_t bytes) {
+  backend_.free(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.bytes_reserved -= bytes;
+  counters_.bytes_used -= bytes;
+}
+
+PoolCounters BlockPool::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+size_t BlockPool::blocks_available() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return block_bytes_ == 0 ? 0 : (limit_ - counters_.bytes_used) / block_bytes_;
+}
+
+}  // namespace kvc

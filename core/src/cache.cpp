@@ -1,0 +1,405 @@
+#include "cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <unordered_set>
+
+#include "error.hpp"
+#include "kvc/half.hpp"
+
+namespace kvc {
+namespace {
+
+// Query tokens per attention job: enough work per job to amortise the pass over K/V, small
+// enough that a long prefill chunk still spreads over the cores.
+constexpr int32_t kQueryTile = 32;
+
+Error invalid(const std::string& message) { return Error(KVC_ERR_INVALID_ARGUMENT, message); }
+
+const LoadedPlugin& find_backend(Context& context, const std::string& name) {
+  const LoadedPlugin* plugin = context.plugins().find(KVC_PLUGIN_BACKEND, name);
+  if (!plugin) {
+    throw Error(KVC_ERR_NOT_FOUND, "backend '" + name + "' is not loaded (loaded backends: " +
+                                       context.plugins().names_of(KVC_PLUGIN_BACKEND) + ")");
+  }
+  return *plugin;
+}
+
+Geometry make_geometry(const CacheConfig& c) {
+  return Geometry{c.layout,
+                  c.head_dim,
+                  c.dtype,
+                  static_cast<size_t>(c.head_dim) * dtype_size(c.dtype),
+                  c.block_tokens,
+                  c.growth_factor};
+}
+
+const char* dtype_name(kvc_dtype dtype) {
+  switch (dtype) {
+    case KVC_DTYPE_F32: return "f32";
+    case KVC_DTYPE_F16: return "f16";
+    case KVC_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void validate_cache_config(const CacheConfig& c) {
+  if (c.layers < 1) throw invalid("layers must be >= 1, got " + std::to_string(c.layers));
+  if (c.kv_heads < 1) throw invalid("kv_heads must be >= 1, got " + std::to_string(c.kv_heads));
+  if (c.q_heads < 1 || c.q_heads % c.kv_heads != 0) {
+    throw invalid("q_heads must be a positive multiple of kv_heads (" +
+                  std::to_string(c.kv_heads) + "), got " + std::to_string(c.q_heads));
+  }
+  if (c.head_dim < 1 || c.head_dim > 1024) {
+    throw invalid("head_dim must be in 1..1024, got " + std::to_string(c.head_dim));
+  }
+  if (c.dtype != KVC_DTYPE_F32 && c.dtype != KVC_DTYPE_F16 && c.dtype != KVC_DTYPE_BF16) {
+    throw invalid("dtype " + std::to_string(static_cast<int>(c.dtype)) + " is not a dtype");
+  }
+  if (c.layout != KVC_LAYOUT_PAGED && c.layout != KVC_LAYOUT_CONTIGUOUS) {
+    throw invalid("layout " + std::to_string(static_cast<int>(c.layout)) + " is not a layout");
+  }
+  if (c.block_tokens < 1 || c.block_tokens > 65536) {
+    throw invalid("block_tokens must be in 1..65536, got " + std::to_string(c.block_tokens));
+  }
+  if (!(c.growth_factor > 1.0) || !std::isfinite(c.growth_factor)) {
+    throw invalid("growth_factor must be > 1, got " + std::to_string(c.growth_factor));
+  }
+  if (c.memory_limit == 0) throw invalid("memory_limit must be > 0");
+}
+
+Cache::Cache(Context& context, const CacheConfig& config)
+    : context_(context),
+      config_((validate_cache_config(config), config)),
+      geometry_(make_geometry(config_)),
+      backend_(find_backend(context, config_.backend), context.host().api()),
+      pool_(backend_, config_.memory_limit,
+            config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0) {}
+
+Cache::~Cache() {
+  for (auto& entry : sequences_) {
+    for (HeadStore& head : entry.second->heads) head.release_all(pool_, geometry_);
+  }
+}
+
+Sequence& Cache::find(int32_t seq_id) const {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end()) {
+    throw Error(KVC_ERR_NOT_FOUND, "sequence " + std::to_string(seq_id) + " does not exist");
+  }
+  return *it->second;
+}
+
+void Cache::create_sequence(int32_t seq_id) {
+  if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
+  auto sequence = std::make_unique<Sequence>();
+  sequence->heads.resize(static_cast<size_t>(config_.layers) * config_.kv_heads);
+  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
+  if (!sequences_.emplace(seq_id, std::move(sequence)).second) {
+    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
+  }
+}
+
+void Cache::remove_sequence(int32_t seq_id) {
+  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
+  Sequence& sequence = find(seq_id);
+  for (HeadStore& head : sequence.heads) {
+    tokens_stored_ -= static_cast<uint64_t>(head.length());
+    head.release_all(pool_, geometry_);
+  }
+  sequences_.erase(seq_id);
+}
+
+void Cache::reserve(int32_t seq_id, int32_t tokens) {
+  if (tokens < 0) throw invalid("reserve: tokens must be >= 0, got " + std::to_string(tokens));
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  Sequence& sequence = find(seq_id);
+  std::vector<HeadStore*> stores;
+  std::vector<int32_t> extra;
+  for (HeadStore& head : sequence.heads) {
+    stores.push_back(&head);
+    extra.push_back(std::max(0, tokens - head.length()));
+  }
+  ensure_room(stores, extra, true);
+}
+
+int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
+  if (layer < 0 || layer >= config_.layers) {
+    throw invalid("layer " + std::to_string(layer) + " is out of range 0.." +
+                  std::to_string(config_.layers - 1));
+  }
+  if (kv_head < 0 || kv_head >= config_.kv_heads) {
+    throw invalid("kv_head " + std::to_string(kv_head) + " is out of range 0.." +
+                  std::to_string(config_.kv_heads - 1));
+  }
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  return store(find(seq_id), layer, kv_head).length();
+}
+
+void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
+                        bool exact) {
+  if (geometry_.layout == KVC_LAYOUT_PAGED) {
+    std::vector<size_t> needed(stores.size());
+    size_t total = 0;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      needed[i] = stores[i]->blocks_needed(extra[i], geometry_);
+      total += needed[i];
+    }
+    if (total == 0) return;
+    std::vector<void*> blocks = pool_.take_blocks(total);
+    size_t next = 0;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      stores[i]->add_blocks(blocks.data() + next, needed[i], geometry_);
+      next += needed[i];
+    }
+    return;
+  }
+  auto plan = [&](bool exact_growth) {
+    std::vector<int32_t> capacities(stores.size());
+    std::vector<size_t> sizes;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      capacities[i] = stores[i]->capacity_for(extra[i], geometry_, exact_growth);
+      if (capacities[i] > 0) sizes.push_back(geometry_.bytes_for(capacities[i]));
+    }
+    return std::make_pair(capacities, sizes);
+  };
+  auto [capacities, sizes] = plan(exact);
+  if (sizes.empty()) return;
+  std::vector<void*> memory;
+  try {
+    memory = pool_.allocate(sizes);
+  } catch (const Error& e) {
+    if (exact || e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
+    // Growth by the factor does not fit: grow only as much as needed.
+    std::tie(capacities, sizes) = plan(true);
+    memory = pool_.allocate(sizes);
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    if (capacities[i] == 0) continue;
+    bytes_copied_ += stores[i]->move_to(memory[next++], capacities[i], backend_, pool_, geometry_);
+  }
+}
+
+Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
+  if (layer < 0 || layer >= config_.layers) {
+    throw invalid("layer " + std::to_string(layer) + " is out of range 0.." +
+                  std::to_string(config_.layers - 1));
+  }
+  if (batch.n_seqs < 1) throw invalid("batch.n_seqs must be >= 1, got " + std::to_string(batch.n_seqs));
+  if (!batch.seq_ids || !batch.n_tokens || !batch.positions) {
+    throw invalid("batch.seq_ids, batch.n_tokens and batch.positions must not be NULL");
+  }
+  ResolvedBatch resolved;
+  std::unordered_set<int32_t> seen;
+  int64_t total = 0;
+  for (int32_t i = 0; i < batch.n_seqs; ++i) {
+    int32_t id = batch.seq_ids[i];
+    if (!seen.insert(id).second) {
+      throw invalid("sequence " + std::to_string(id) + " appears twice in the batch");
+    }
+    if (batch.n_tokens[i] < 1) {
+      throw invalid("batch.n_tokens[" + std::to_string(i) + "] must be >= 1, got " +
+                    std::to_string(batch.n_tokens[i]));
+    }
+    resolved.sequences.push_back(&find(id));
+    resolved.offsets.push_back(static_cast<int32_t>(total));
+    total += batch.n_tokens[i];
+    if (total > INT32_MAX) throw invalid("batch has more than 2^31 tokens");
+  }
+  resolved.total_tokens = static_cast<int32_t>(total);
+  for (int32_t t = 0; t < resolved.total_tokens; ++t) {
+    if (batch.positions[t] < 0) {
+      throw invalid("batch.positions[" + std::to_string(t) + "] must be >= 0, got " +
+                    std::to_string(batch.positions[t]));
+    }
+  }
+  return resolved;
+}
+
+void Cache::check_input(const kvc_tensor& t, int32_t heads, const char* what) const {
+  if (!t.data) throw invalid(std::string(what) + ": data is NULL");
+  if (t.dtype != KVC_DTYPE_F32 && t.dtype != config_.dtype) {
+    throw invalid(std::string(what) + ": dtype must be f32 or the storage dtype " +
+                  dtype_name(config_.dtype) + ", got " + std::to_string(static_cast<int>(t.dtype)));
+  }
+  if (t.device != KVC_DEVICE_HOST && t.device != KVC_DEVICE_BACKEND) {
+    throw invalid(std::string(what) + ": unknown device " + std::to_string(static_cast<int>(t.device)));
+  }
+  size_t row = static_cast<size_t>(heads) * config_.head_dim;
+  if (t.row_stride != 0 && t.row_stride < row) {
+    throw invalid(std::string(what) + ": row_stride " + std::to_string(t.row_stride) +
+                  " is shorter than a row of " + std::to_string(row) + " elements");
+  }
+}
+
+void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const {
+  check_input(k, config_.kv_heads, "k");
+  check_input(v, config_.kv_heads, "v");
+  if (k.dtype != v.dtype) throw invalid("k and v must have the same dtype");
+}
+
+void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
+                   const kvc_tensor& v) {
+  check_kv_inputs(k, v);
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  append_locked(layer, batch, resolve(layer, batch), k, v);
+}
+
+void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
+                          const kvc_tensor& k, const kvc_tensor& v) {
+  const int32_t heads = config_.kv_heads;
+  std::vector<HeadStore*> stores;
+  std::vector<int32_t> extra;
+  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
+    for (int32_t h = 0; h < heads; ++h) {
+      stores.push_back(&store(*resolved.sequences[i], layer, h));
+      extra.push_back(batch.n_tokens[i]);
+    }
+  }
+  ensure_room(stores, extra, false);
+
+  size_t row = static_cast<size_t>(heads) * config_.head_dim;
+  size_t k_stride = k.row_stride ? k.row_stride : row;
+  size_t v_stride = v.row_stride ? v.row_stride : row;
+  std::vector<kvc_append_job> jobs;
+  jobs.reserve(stores.size() * 2);
+  for (size_t s = 0; s < stores.size(); ++s) {
+    size_t i = s / static_cast<size_t>(heads);
+    size_t h = s % static_cast<size_t>(heads);
+    size_t first = static_cast<size_t>(resolved.offsets[i]);
+    size_t head_offset = h * static_cast<size_t>(config_.head_dim);
+    AppendSource source{
+        static_cast<const unsigned char*>(k.data) + (first * k_stride + head_offset) * dtype_size(k.dtype),
+        static_cast<const unsigned char*>(v.data) + (first * v_stride + head_offset) * dtype_size(v.dtype),
+        k_stride, v_stride, dtype_size(k.dtype), k.dtype, k.device,
+        batch.positions + first};
+    stores[s]->plan_append(extra[s], source, geometry_, jobs);
+  }
+  try {
+    backend_.append(jobs, config_.head_dim, config_.dtype);
+  } catch (...) {
+    for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);
+    throw;
+  }
+  for (size_t s = 0; s < stores.size(); ++s) {
+    stores[s]->commit_append(extra[s], geometry_);
+    tokens_stored_ += static_cast<uint64_t>(extra[s]);
+  }
+}
+
+void Cache::attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
+                   const kvc_attention_params& params, const kvc_tensor_mut& out) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  attend_locked(layer, batch, resolve(layer, batch), q, params, out);
+}
+
+void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
+                          const kvc_tensor& q, const kvc_attention_params& params,
+                          const kvc_tensor_mut& out) {
+  const int32_t kv_heads = config_.kv_heads;
+  const int32_t group = config_.q_heads / kv_heads;
+  const size_t d = static_cast<size_t>(config_.head_dim);
+  check_input(q, config_.q_heads, "q");
+  if (!out.data) throw invalid("out: data is NULL");
+  if (out.dtype != KVC_DTYPE_F32) throw invalid("out: dtype must be f32");
+  size_t row = static_cast<size_t>(config_.q_heads) * d;
+  if (out.row_stride != 0 && out.row_stride < row) {
+    throw invalid("out: row_stride " + std::to_string(out.row_stride) +
+                  " is shorter than a row of " + std::to_string(row) + " elements");
+  }
+  if (params.sliding_window < 0) throw invalid("sliding_window must be >= 0");
+  if (!(params.softcap >= 0.0f) || !(params.scale >= 0.0f)) {
+    throw invalid("scale and softcap must be >= 0");
+  }
+  size_t q_stride = q.row_stride ? q.row_stride : row;
+  size_t out_stride = out.row_stride ? out.row_stride : row;
+
+  size_t total_segments = 0;
+  for (Sequence* seq : resolved.sequences) {
+    for (int32_t h = 0; h < kv_heads; ++h) total_segments += store(*seq, layer, h).segments().size();
+  }
+  std::vector<kvc_segment> segments;
+  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
+  std::vector<kvc_attend_job> jobs;
+  const size_t q_element = dtype_size(q.dtype);
+  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
+    for (int32_t h = 0; h < kv_heads; ++h) {
+      size_t first_segment = segments.size();
+      store(*resolved.sequences[i], layer, h).gather(segments, geometry_);
+      size_t head_offset = static_cast<size_t>(h) * group * d;
+      for (int32_t t0 = 0; t0 < batch.n_tokens[i]; t0 += kQueryTile) {
+        size_t token = static_cast<size_t>(resolved.offsets[i] + t0);
+        kvc_attend_job job{};
+        job.q = static_cast<const unsigned char*>(q.data) + (token * q_stride + head_offset) * q_element;
+        job.q_stride = q_stride;
+        job.q_dtype = q.dtype;
+        job.q_pos = batch.positions + token;
+        job.n_queries = std::min(kQueryTile, batch.n_tokens[i] - t0);
+        job.out = static_cast<float*>(out.data) + token * out_stride + head_offset;
+        job.out_stride = out_stride;
+        job.segments = segments.data() + first_segment;
+        job.n_segments = static_cast<int32_t>(segments.size() - first_segment);
+        jobs.push_back(job);
+      }
+    }
+  }
+  kvc_attend_config config{};
+  config.struct_size = sizeof(config);
+  config.head_dim = config_.head_dim;
+  config.group_size = group;
+  config.storage_dtype = config_.dtype;
+  config.scale = params.scale > 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  config.sliding_window = params.sliding_window;
+  config.softcap = params.softcap;
+  backend_.attend(jobs, config);
+}
+
+void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
+                          const kvc_tensor& k, const kvc_tensor& v,
+                          const kvc_attention_params& params, const kvc_tensor_mut& out) {
+  check_kv_inputs(k, v);
+  check_input(q, config_.q_heads, "q");
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  ResolvedBatch resolved = resolve(layer, batch);
+  std::vector<std::pair<HeadStore*, int32_t>> lengths;
+  for (Sequence* seq : resolved.sequences) {
+    for (int32_t h = 0; h < config_.kv_heads; ++h) {
+      HeadStore& head = store(*seq, layer, h);
+      lengths.emplace_back(&head, head.length());
+    }
+  }
+  append_locked(layer, batch, resolved, k, v);
+  try {
+    attend_locked(layer, batch, resolved, q, params, out);
+  } catch (...) {
+    for (auto& [head, length] : lengths) {
+      tokens_stored_ -= static_cast<uint64_t>(head->length() - length);
+      head->truncate(length, pool_, geometry_);
+    }
+    throw;
+  }
+}
+
+kvc_cache_stats Cache::stats() const {
+  PoolCounters counters = pool_.counters();
+  kvc_cache_stats s{};
+  s.struct_size = sizeof(s);
+  s.bytes_used = counters.bytes_used;
+  s.bytes_peak = counters.bytes_peak;
+  s.bytes_limit = pool_.memory_limit();
+  s.bytes_reserved = counters.bytes_reserved;
+  s.tokens_stored = tokens_stored_.load();
+  s.tokens_evicted = tokens_evicted_.load();
+  s.bytes_copied = bytes_copied_.load();
+  s.blocks_used = counters.blocks_used;
+  s.blocks_free = pool_.blocks_available();
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  s.sequences = static_cast<int32_t>(sequences_.size());
+  return s;
+}
+
+}  // namespace kvc

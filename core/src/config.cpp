@@ -1,0 +1,489 @@
+#include "config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+
+namespace kvc {
+namespace {
+
+static_assert(sizeof(size_t) >= 8, "byte sizes up to TiB need a 64-bit size_t");
+
+// ------------------------------------------------------------------ byte sizes
+
+struct ByteUnit {
+  const char* name;
+  size_t multiplier;
+};
+
+constexpr ByteUnit kByteUnits[] = {
+    {"B", 1},
+    {"KB", 1000},
+    {"MB", 1000 * 1000},
+    {"GB", 1000 * 1000 * 1000},
+    {"KiB", size_t{1} << 10},
+    {"MiB", size_t{1} << 20},
+    {"GiB", size_t{1} << 30},
+    {"TiB", size_t{1} << 40},
+};
+
+constexpr size_t kMaxSize = std::numeric_limits<size_t>::max();
+
+[[noreturn]] void throw_bad_byte_size(const std::string& text, const std::string& reason) {
+  throw std::invalid_argument("invalid byte size '" + text + "': " + reason);
+}
+
+std::string byte_unit_names() {
+  std::string names;
+  for (const ByteUnit& unit : kByteUnits) {
+    names += names.empty() ? "" : ", ";
+    names += unit.name;
+  }
+  return names;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+bool all_digits(std::string_view text) {
+  for (char c : text) {
+    if (!is_digit(c)) return false;
+  }
+  return !text.empty();
+}
+
+// "1.5 GiB" is split into whole "1", fraction "5" and unit "GiB".
+struct ByteSizeParts {
+  std::string_view whole;
+  bool has_point = false;
+  std::string_view fraction;
+  std::string_view unit;
+};
+
+ByteSizeParts split_byte_size(std::string_view text) {
+  ByteSizeParts parts;
+  const size_t number_end = std::min(text.find_first_not_of("0123456789."), text.size());
+  const std::string_view number = text.substr(0, number_end);
+  const size_t point = number.find('.');
+  parts.has_point = point != std::string_view::npos;
+  parts.whole = number.substr(0, point);
+  parts.fraction = parts.has_point ? number.substr(point + 1) : std::string_view{};
+  const size_t unit_begin = std::min(text.find_first_not_of(" \t", number_end), text.size());
+  parts.unit = text.substr(unit_begin);
+  return parts;
+}
+
+size_t byte_unit_multiplier(std::string_view unit, const std::string& text) {
+  if (unit.empty()) return 1;
+  for (const ByteUnit& known : kByteUnits) {
+    if (unit == known.name) return known.multiplier;
+  }
+  throw_bad_byte_size(
+      text, "unknown unit '" + std::string(unit) + "', expected one of " + byte_unit_names());
+}
+
+// floor(0.<digits> * multiplier), exactly: each step divides by ten what the digits to its
+// right contributed, and nested floors of integer divisions equal the floor of the whole.
+size_t scaled_fraction(std::string_view digits, size_t multiplier) {
+  size_t scaled = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    scaled = (static_cast<size_t>(*it - '0') * multiplier + scaled) / 10;
+  }
+  return scaled;
+}
+
+size_t scaled_byte_size(const ByteSizeParts& parts, size_t multiplier, const std::string& text) {
+  size_t whole = 0;
+  const auto [end, error] =
+      std::from_chars(parts.whole.data(), parts.whole.data() + parts.whole.size(), whole);
+  if (error != std::errc{} || whole > kMaxSize / multiplier) throw_bad_byte_size(text, "too large");
+  const size_t whole_bytes = whole * multiplier;
+  const size_t fraction_bytes = scaled_fraction(parts.fraction, multiplier);
+  if (fraction_bytes > kMaxSize - whole_bytes) throw_bad_byte_size(text, "too large");
+  return whole_bytes + fraction_bytes;
+}
+
+// ------------------------------------------------------------------ YAML reading
+
+// A value in the document together with where it came from, for error messages.
+struct Field {
+  std::string path;     // dotted key path; empty for the document itself
+  YAML::Mark key_mark;  // where the key is (the document start for the document itself)
+  YAML::Node value;
+};
+
+struct KeyReader {
+  const char* key;
+  std::function<void(const Field&)> read;
+};
+
+struct IntRange {
+  int64_t min;
+  int64_t max;
+};
+
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+constexpr IntRange kPositive{1, kIntMax};
+constexpr IntRange kNonNegative{0, kIntMax};
+
+template <typename T>
+using Choices = std::vector<std::pair<const char*, T>>;
+
+const Choices<kvc_dtype> kDtypes{
+    {"f32", KVC_DTYPE_F32}, {"f16", KVC_DTYPE_F16}, {"bf16", KVC_DTYPE_BF16}};
+const Choices<kvc_layout> kLayouts{{"paged", KVC_LAYOUT_PAGED},
+                                   {"contiguous", KVC_LAYOUT_CONTIGUOUS}};
+const Choices<PrefillCompression> kPrefillModes{{"none", PrefillCompression::none},
+                                                {"per_chunk", PrefillCompression::per_chunk},
+                                                {"once", PrefillCompression::once}};
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "null";
+  }
+}
+
+std::string describe(const IntRange& range) {
+  if (range.max == kIntMax) return "an integer >= " + std::to_string(range.min);
+  return "an integer in " + std::to_string(range.min) + ".." + std::to_string(range.max);
+}
+
+template <typename T>
+std::string describe(const Choices<T>& choices) {
+  std::string names;
+  for (const auto& choice : choices) {
+    names += names.empty() ? "one of " : ", ";
+    names += choice.first;
+  }
+  return names;
+}
+
+std::string describe(const std::vector<KeyReader>& readers) {
+  std::string names;
+  for (const KeyReader& reader : readers) {
+    names += names.empty() ? "one of " : ", ";
+    names += reader.key;
+  }
+  return names;
+}
+
+std::string child_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// Decimal integers as YAML's core schema writes them: an optional sign, then digits.
+std::optional<int64_t> parse_integer(std::string_view text) {
+  const bool negative = !text.empty() && text.front() == '-';
+  if (!text.empty() && (negative || text.front() == '+')) text.remove_prefix(1);
+  if (!all_digits(text)) return std::nullopt;
+  int64_t magnitude = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), magnitude);
+  if (error != std::errc{}) return std::nullopt;
+  return negative ? -magnitude : magnitude;
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-') text.remove_prefix(1);
+  double value = 0.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+class ConfigReader {
+ public:
+  explicit ConfigReader(std::string source_name) : source_(std::move(source_name)) {}
+
+  Config read(const std::string& yaml_text) const {
+    Config config;
+    const Field document = load_document(yaml_text);
+    if (document.value.IsNull()) return config;  // empty, only comments, or an explicit null
+    if (!document.value.IsMap()) {
+      fail_value(document, "expected a mapping, got " + describe(document.value));
+    }
+    const std::vector<KeyReader> keys{
+        int_key("threads", config.threads, kNonNegative),
+        {"plugins", [&](const Field& f) { config.plugin_paths = read_plugins(f); }},
+        {"backend", [&](const Field& f) { config.cache.backend = read_name(f); }},
+        {"cache", [&](const Field& f) { read_cache(f, config.cache); }},
+        {"policy", [&](const Field& f) { config.policy = read_policy(f); }},
+    };
+    read_section(document, keys);
+    return config;
+  }
+
+ private:
+  std::string source_;
+
+  [[noreturn]] void fail(const YAML::Mark& mark, const std::string& path,
+                         const std::string& problem) const {
+    const std::string where = source_ + ":" + std::to_string(mark.line + 1) + ": ";
+    throw Error(KVC_ERR_CONFIG, where + (path.empty() ? "top level" : path) + ": " + problem);
+  }
+
+  // An empty value ("key:" then a new line) has its mark on the next line, so use the key's.
+  [[noreturn]] void fail_value(const Field& field, const std::string& problem) const {
+    fail(field.value.IsNull() ? field.key_mark : field.value.Mark(), field.path, problem);
+  }
+
+  Field load_document(const std::string& yaml_text) const {
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(yaml_text);
+    } catch (const YAML::Exception& e) {
+      throw Error(KVC_ERR_CONFIG, source_ + ":" + std::to_string(e.mark.line + 1) +
+                                      ": YAML syntax error: " + e.msg);
+    }
+    if (documents.empty()) return Field{"", YAML::Mark{}, YAML::Node{}};
+    if (documents.size() > 1) {
+      fail(documents[1].Mark(), "",
+           "expected a single YAML document, got " + std::to_string(documents.size()));
+    }
+    return Field{"", documents[0].Mark(), documents[0]};
+  }
+
+  using EntryVisitor = std::function<void(const std::string& key, const Field&)>;
+
+  // Calls visit for each entry of a mapping section, after checking its key is a unique name.
+  // An empty section ("cache:" with nothing under it) has no entries.
+  void for_each_entry(const Field& section, const EntryVisitor& visit) const {
+    if (section.value.IsNull()) return;
+    if (!section.value.IsMap()) {
+      fail_value(section, "expected a mapping, got " + describe(section.value));
+    }
+    std::map<std::string, int> first_line_of_key;
+    for (const auto& entry : section.value) {
+      const YAML::Node& key = entry.first;
+      if (!key.IsScalar()) {
+        fail(key.Mark(), section.path, "expected a key name, got " + describe(key));
+      }
+      const Field field{child_path(section.path, key.Scalar()), key.Mark(), entry.second};
+      const auto [first, inserted] = first_line_of_key.emplace(key.Scalar(), key.Mark().line + 1);
+      if (!inserted) {
+        fail(key.Mark(), field.path,
+             "duplicate key (first at line " + std::to_string(first->second) + ")");
+      }
+      visit(key.Scalar(), field);
+    }
+  }
+
+  void read_section(const Field& section, const std::vector<KeyReader>& readers) const {
+    for_each_entry(section, [&](const std::string& key, const Field& field) {
+      for (const KeyReader& reader : readers) {
+        if (key == reader.key) return reader.read(field);
+      }
+      fail(field.key_mark, field.path, "unknown key, expected " + describe(readers));
+    });
+  }
+
+  KeyReader int_key(const char* key, int32_t& target, IntRange range) const {
+    return {key, [this, &target, range](const Field& f) { target = read_int(f, range); }};
+  }
+
+  template <typename T>
+  KeyReader choice_key(const char* key, T& target, const Choices<T>& choices) const {
+    return {key, [this, &target, &choices](const Field& f) { target = read_choice(f, choices); }};
+  }
+
+  std::string read_scalar(const Field& field, const std::string& expected) const {
+    if (!field.value.IsScalar()) {
+      fail_value(field, "expected " + expected + ", got " + describe(field.value));
+    }
+    return field.value.Scalar();
+  }
+
+  std::string read_name(const Field& field) const {
+    const std::string name = read_scalar(field, "a name");
+    if (name.empty()) fail_value(field, "expected a name, got ''");
+    return name;
+  }
+
+  int32_t read_int(const Field& field, IntRange range) const {
+    const std::string text = read_scalar(field, describe(range));
+    const std::optional<int64_t> value = parse_integer(text);
+    if (!value || *value < range.min || *value > range.max) {
+      fail_value(field, "expected " + describe(range) + ", got '" + text + "'");
+    }
+    return static_cast<int32_t>(*value);
+  }
+
+  template <typename T>
+  T read_choice(const Field& field, const Choices<T>& choices) const {
+    const std::string text = read_scalar(field, describe(choices));
+    for (const auto& [name, value] : choices) {
+      if (text == name) return value;
+    }
+    fail_value(field, "expected " + describe(choices) + ", got '" + text + "'");
+  }
+
+  double read_growth_factor(const Field& field) const {
+    const std::string expected = "a number > 1";
+    const std::string text = read_scalar(field, expected);
+    const std::optional<double> value = parse_number(text);
+    if (!value || !(*value > 1.0)) {
+      fail_value(field, "expected " + expected + ", got '" + text + "'");
+    }
+    return *value;
+  }
+
+  size_t read_memory_limit(const Field& field) const {
+    const std::string text = read_scalar(field, "a byte size such as 2GiB");
+    size_t bytes = 0;
+    try {
+      bytes = parse_byte_size(text);
+    } catch (const std::invalid_argument& e) {
+      fail_value(field, e.what());
+    }
+    if (bytes == 0) fail_value(field, "expected a byte size > 0, got '" + text + "'");
+    return bytes;
+  }
+
+  std::vector<std::string> read_plugins(const Field& section) const {
+    std::vector<std::string> paths;
+    read_section(section, {{"paths", [&](const Field& f) { paths = read_path_list(f); }}});
+    return paths;
+  }
+
+  std::vector<std::string> read_path_list(const Field& field) const {
+    std::vector<std::string> paths;
+    if (field.value.IsNull()) return paths;
+    if (!field.value.IsSequence()) {
+      fail_value(field, "expected a sequence of paths, got " + describe(field.value));
+    }
+    for (size_t i = 0; i < field.value.size(); ++i) {
+      const Field item{field.path + "[" + std::to_string(i) + "]", field.key_mark, field.value[i]};
+      const std::string path = read_scalar(item, "a path");
+      if (path.empty()) fail_value(item, "expected a path, got ''");
+      paths.push_back(path);
+    }
+    return paths;
+  }
+
+  void read_cache(const Field& section, CacheConfig& cache) const {
+    std::optional<Field> q_heads;
+    const std::vector<KeyReader> keys{
+        int_key("layers", cache.layers, kPositive),
+        int_key("kv_heads", cache.kv_heads, kPositive),
+        {"q_heads",
+         [&](const Field& f) {
+           cache.q_heads = read_int(f, kPositive);
+           q_heads = f;
+         }},
+        int_key("head_dim", cache.head_dim, {1, 1024}),
+        choice_key("dtype", cache.dtype, kDtypes),
+        choice_key("layout", cache.layout, kLayouts),
+        int_key("block_tokens", cache.block_tokens, {1, 65536}),
+        {"growth_factor", [&](const Field& f) { cache.growth_factor = read_growth_factor(f); }},
+        {"memory_limit", [&](const Field& f) { cache.memory_limit = read_memory_limit(f); }},
+    };
+    read_section(section, keys);
+    if (!q_heads) {
+      cache.q_heads = cache.kv_heads;
+    } else if (cache.q_heads % cache.kv_heads != 0) {
+      fail_value(*q_heads, "expected a multiple of kv_heads (" + std::to_string(cache.kv_heads) +
+                               "), got '" + std::to_string(cache.q_heads) + "'");
+    }
+  }
+
+  PolicyConfig read_policy(const Field& section) const {
+    PolicyConfig policy;
+    bool has_name = false;
+    const std::vector<KeyReader> keys{
+        {"name",
+         [&](const Field& f) {
+           policy.name = read_name(f);
+           has_name = true;
+         }},
+        {"budget", [&](const Field& f) { read_budget(f, policy); }},
+        int_key("sinks", policy.sinks, kNonNegative),
+        int_key("recent", policy.recent, kNonNegative),
+        {"params", [&](const Field& f) { policy.params = read_params(f); }},
+        {"compress", [&](const Field& f) { read_compress(f, policy); }},
+    };
+    read_section(section, keys);
+    if (!has_name) {
+      fail(section.key_mark, child_path(section.path, "name"),
+           "missing, a policy section needs a name");
+    }
+    return policy;
+  }
+
+  // An integer is a token count; a fraction is a share of each sequence's tokens.
+  void read_budget(const Field& field, PolicyConfig& policy) const {
+    const std::string expected = "an integer >= 1 (tokens) or a number in (0, 1] (ratio)";
+    const std::string text = read_scalar(field, expected);
+    if (const std::optional<int64_t> tokens = parse_integer(text)) {
+      if (*tokens >= 1 && *tokens <= kIntMax) {
+        policy.budget_tokens = static_cast<int32_t>(*tokens);
+        return;
+      }
+    } else if (const std::optional<double> ratio = parse_number(text)) {
+      if (*ratio > 0.0 && *ratio <= 1.0) {
+        policy.budget_ratio = *ratio;
+        return;
+      }
+    }
+    fail_value(field, "expected " + expected + ", got '" + text + "'");
+  }
+
+  std::vector<std::pair<std::string, std::string>> read_params(const Field& section) const {
+    std::vector<std::pair<std::string, std::string>> params;
+    for_each_entry(section, [&](const std::string& key, const Field& field) {
+      params.emplace_back(key, read_scalar(field, "a scalar value"));
+    });
+    return params;
+  }
+
+  void read_compress(const Field& section, PolicyConfig& policy) const {
+    const std::vector<KeyReader> keys{
+        choice_key("prefill", policy.prefill, kPrefillModes),
+        int_key("decode_every", policy.decode_every, kNonNegative),
+        int_key("decode_slack", policy.decode_slack, kNonNegative),
+    };
+    read_section(section, keys);
+  }
+};
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name) {
+  return ConfigReader(source_name).read(yaml_text);
+}
+
+size_t parse_byte_size(const std::string& text) {
+  if (text.empty()) throw_bad_byte_size(text, "empty");
+  if (text.front() == '-') throw_bad_byte_size(text, "negative");
+  const ByteSizeParts parts = split_byte_size(text);
+  if (!all_digits(parts.whole) || (parts.has_point && !all_digits(parts.fraction))) {
+    throw_bad_byte_size(
+        text, "expected a number followed by an optional unit (" + byte_unit_names() + ")");
+  }
+  if (parts.has_point && parts.unit.empty()) {
+    throw_bad_byte_size(text, "a number of bytes without a unit must be whole");
+  }
+  return scaled_byte_size(parts, byte_unit_multiplier(parts.unit, text), text);
+}
+
+}  // namespace kvc

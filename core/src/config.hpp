@@ -1,0 +1,57 @@
+// YAML configuration (docs/config.md): parsed into plain structs, validated on the way in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+
+namespace kvc {
+
+struct CacheConfig {
+  int32_t layers = 1;
+  int32_t kv_heads = 1;
+  int32_t q_heads = 1;
+  int32_t head_dim = 64;
+  kvc_dtype dtype = KVC_DTYPE_F16;
+  kvc_layout layout = KVC_LAYOUT_PAGED;
+  int32_t block_tokens = 16;
+  double growth_factor = 2.0;
+  size_t memory_limit = size_t{1} << 30;
+  std::string backend = "cpu";
+};
+
+enum class PrefillCompression { none, per_chunk, once };
+
+struct PolicyConfig {
+  std::string name = "full";
+  int32_t budget_tokens = 0;   // used when budget_ratio == 0
+  double budget_ratio = 0.0;   // in (0, 1] when the budget is a ratio
+  int32_t sinks = 0;
+  int32_t recent = 0;
+  std::vector<std::pair<std::string, std::string>> params;  // scalar values as written
+  PrefillCompression prefill = PrefillCompression::none;
+  int32_t decode_every = 0;    // 0: never by step count
+  int32_t decode_slack = 0;    // > 0: compress when a sequence exceeds budget + slack
+};
+
+struct Config {
+  int32_t threads = 0;  // 0: all cores
+  std::vector<std::string> plugin_paths;
+  CacheConfig cache;
+  std::optional<PolicyConfig> policy;
+};
+
+// Parses a whole configuration document. Empty text gives the defaults. Errors are
+// kvc::Error with KVC_ERR_CONFIG and a message "<source>:<line>: <key path>: <problem>",
+// e.g. "config.yaml:7: cache.head_dim: must be a positive integer, got 'abc'".
+Config parse_config(const std::string& yaml_text, const std::string& source_name);
+
+// Parses "2GiB", "512MiB", "64KiB", "1GB", "1000" (bytes) into bytes; throws std::invalid_argument.
+size_t parse_byte_size(const std::string& text);
+
+}  // namespace kvc

@@ -1,0 +1,39 @@
+// A kvc_context: configuration, logger, TBB arena, host API and plugin registry.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <tbb/task_arena.h>
+
+#include "config.hpp"
+#include "host_api.hpp"
+#include "logger.hpp"
+#include "plugin_registry.hpp"
+
+namespace kvc {
+
+class Context {
+ public:
+  explicit Context(Config config);
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Config& config() const { return config_; }
+  Logger& logger() { return logger_; }
+  const HostServices& host() const { return *host_; }
+  PluginRegistry& plugins() { return *plugins_; }
+
+ private:
+  void load_default_plugins();
+
+  Config config_;
+  Logger logger_;
+  tbb::task_arena arena_;
+  std::unique_ptr<HostServices> host_;
+  std::unique_ptr<PluginRegistry> plugins_;
+};
+
+// The folder next to libkvcache where built-in plugins live: "<libdir>/kvcache/plugins".
+std::string default_plugin_folder();
+
+}  // namespace kvc

@@ -1,0 +1,198 @@
+#include "plugin_registry.hpp"
+
+#include <algorithm>
+#include <boost/filesystem.hpp>
+#include <cstring>
+#include <type_traits>
+
+#include "error.hpp"
+
+namespace kvc {
+namespace {
+
+using EntryFunction = std::remove_pointer_t<kvc_plugin_entry_fn>;
+
+Error plugin_error(const std::string& path, const std::string& problem) {
+  return Error(KVC_ERR_PLUGIN, "plugin '" + path + "': " + problem);
+}
+
+std::string abi_text(uint32_t abi) {
+  return std::to_string(abi >> 16) + "." + std::to_string(abi & 0xffffu);
+}
+
+// Copies a vtable of `declared_size` bytes into a zeroed full-size one, refusing a larger one.
+template <typename VTable>
+VTable copy_vtable(const std::string& path, const std::string& name, const void* vtable) {
+  if (!vtable) throw plugin_error(path, "plugin '" + name + "' has no vtable");
+  uint32_t declared_size = *static_cast<const uint32_t*>(vtable);
+  if (declared_size > sizeof(VTable)) {
+    throw plugin_error(path, "plugin '" + name + "' has a vtable of " +
+                                 std::to_string(declared_size) + " bytes, larger than the " +
+                                 std::to_string(sizeof(VTable)) +
+                                 " this kvcache knows: built for a newer ABI minor");
+  }
+  VTable copy{};
+  std::memcpy(&copy, vtable, std::max<uint32_t>(declared_size, sizeof(uint32_t)));
+  return copy;
+}
+
+void require(bool present, const std::string& path, const std::string& name,
+             const char* function) {
+  if (!present) {
+    throw plugin_error(path, "plugin '" + name + "' lacks required function '" + function + "'");
+  }
+}
+
+void check_backend(const std::string& path, const std::string& name, const kvc_backend_vtable& v) {
+  require(v.create, path, name, "create");
+  require(v.destroy, path, name, "destroy");
+  require(v.alloc, path, name, "alloc");
+  require(v.free, path, name, "free");
+  require(v.copy, path, name, "copy");
+  require(v.append, path, name, "append");
+  require(v.attend, path, name, "attend");
+}
+
+void check_policy(const std::string& path, const std::string& name, const kvc_policy_vtable& v) {
+  require(v.create, path, name, "create");
+  require(v.destroy, path, name, "destroy");
+  require(v.score, path, name, "score");
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry(const kvc_host_api* host, Logger& logger)
+    : host_(host), logger_(logger) {}
+
+std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
+    const std::string& path, const kvc_plugin_descriptor* descriptors, size_t count) const {
+  if (count > 0 && !descriptors) throw plugin_error(path, "entry point returned no descriptors");
+  std::vector<LoadedPlugin> result;
+  const auto* cursor = reinterpret_cast<const unsigned char*>(descriptors);
+  for (size_t i = 0; i < count; ++i) {
+    const auto* d = reinterpret_cast<const kvc_plugin_descriptor*>(cursor);
+    uint32_t abi_major = d->abi_version >> 16;
+    if (abi_major != KVC_PLUGIN_ABI_MAJOR) {
+      throw plugin_error(path, "built for plugin ABI " + abi_text(d->abi_version) +
+                                   ", this kvcache speaks ABI " +
+                                   abi_text(KVC_PLUGIN_ABI_VERSION) + " (major must match)");
+    }
+    if (d->struct_size > sizeof(kvc_plugin_descriptor)) {
+      throw plugin_error(path, "descriptor of " + std::to_string(d->struct_size) +
+                                   " bytes is larger than the " +
+                                   std::to_string(sizeof(kvc_plugin_descriptor)) +
+                                   " this kvcache knows");
+    }
+    if (d->struct_size < sizeof(kvc_plugin_descriptor)) {
+      throw plugin_error(path, "descriptor of " + std::to_string(d->struct_size) +
+                                   " bytes is smaller than ABI 1.0's");
+    }
+    if (!d->name || !*d->name) throw plugin_error(path, "a descriptor has no name");
+    LoadedPlugin plugin{d->kind, d->name, d->version, path, {}, {}};
+    if (d->kind == KVC_PLUGIN_BACKEND) {
+      plugin.backend = copy_vtable<kvc_backend_vtable>(path, plugin.name, d->vtable);
+      check_backend(path, plugin.name, plugin.backend);
+    } else if (d->kind == KVC_PLUGIN_POLICY) {
+      plugin.policy = copy_vtable<kvc_policy_vtable>(path, plugin.name, d->vtable);
+      check_policy(path, plugin.name, plugin.policy);
+    } else {
+      throw plugin_error(path, "plugin '" + plugin.name + "' has unknown kind " +
+                                   std::to_string(static_cast<int>(d->kind)));
+    }
+    result.push_back(std::move(plugin));
+    cursor += d->struct_size;
+  }
+  return result;
+}
+
+void PluginRegistry::load_library(const std::string& path) {
+  boost::system::error_code ec;
+  if (!boost::filesystem::exists(path, ec)) throw plugin_error(path, "no such file");
+  boost::dll::shared_library library;
+  library.load(path, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  if (ec) throw plugin_error(path, "cannot be loaded: " + ec.message());
+  if (!library.has(KVC_PLUGIN_ENTRY_SYMBOL)) {
+    throw plugin_error(path, std::string("does not export the entry point '") +
+                                 KVC_PLUGIN_ENTRY_SYMBOL + "'");
+  }
+  auto& entry = library.get<EntryFunction>(KVC_PLUGIN_ENTRY_SYMBOL);
+  const kvc_plugin_descriptor* descriptors = nullptr;
+  size_t count = 0;
+  kvc_plugin_error error{};
+  int32_t code = entry(host_, &descriptors, &count, &error);
+  if (code != KVC_OK) {
+    error.message[sizeof(error.message) - 1] = '\0';
+    throw plugin_error(path, std::string("entry point failed: ") + error.message);
+  }
+  std::vector<LoadedPlugin> loaded = read_descriptors(path, descriptors, count);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const LoadedPlugin& plugin : loaded) {
+    for (const LoadedPlugin& existing : plugins_) {
+      if (existing.kind == plugin.kind && existing.name == plugin.name) {
+        throw Error(KVC_ERR_ALREADY_EXISTS, "plugin '" + path + "': a plugin named '" +
+                                                plugin.name + "' is already loaded from '" +
+                                                existing.path + "'");
+      }
+    }
+  }
+  for (LoadedPlugin& plugin : loaded) plugins_.push_back(std::move(plugin));
+  libraries_.push_back(std::move(library));
+}
+
+void PluginRegistry::load_folder(const std::string& folder) {
+  namespace fs = boost::filesystem;
+  boost::system::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    logger_.log(KVC_LOG_DEBUG, "plugin folder '" + folder + "' does not exist");
+    return;
+  }
+  std::vector<std::string> files;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".so") files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    try {
+      load_library(file);
+    } catch (const Error& e) {
+      logger_.log(KVC_LOG_WARN, std::string("skipped: ") + e.what());
+    }
+  }
+}
+
+const LoadedPlugin* PluginRegistry::find(kvc_plugin_kind kind, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const LoadedPlugin& plugin : plugins_) {
+    if (plugin.kind == kind && plugin.name == name) return &plugin;
+  }
+  return nullptr;
+}
+
+size_t PluginRegistry::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return plugins_.size();
+}
+
+const LoadedPlugin& PluginRegistry::at(size_t index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index >= plugins_.size()) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT, "plugin index " + std::to_string(index) +
+                                              " is out of range (" +
+                                              std::to_string(plugins_.size()) + " loaded)");
+  }
+  return plugins_[index];
+}
+
+std::string PluginRegistry::names_of(kvc_plugin_kind kind) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string names;
+  for (const LoadedPlugin& plugin : plugins_) {
+    if (plugin.kind != kind) continue;
+    if (!names.empty()) names += ", ";
+    names += plugin.name;
+  }
+  return names.empty() ? "none" : names;
+}
+
+}  // namespace kvc

@@ -1,0 +1,85 @@
+#include "append_kernel.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kvc/half.hpp"
+#include "parallel.hpp"
+#include "plugin_error.hpp"
+#include "row_convert.hpp"
+
+namespace kvc::cpu {
+namespace {
+
+// Jobs are often a single decode token; batching them keeps the arena's per-chunk cost small.
+constexpr size_t kMinChunkBytes = size_t{64} << 10;
+
+void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
+              kvc_dtype storage_dtype) {
+  if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
+  if (dtype_size(storage_dtype) == 0)
+    fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
+  if (n_jobs > 0 && jobs == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "append jobs are NULL");
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const kvc_append_job& job = jobs[j];
+    if (job.src_dtype != storage_dtype && job.src_dtype != KVC_DTYPE_F32)
+      fail(KVC_ERR_INVALID_ARGUMENT,
+           "append job %zu: source dtype %d is neither f32 nor the storage dtype", j,
+           int(job.src_dtype));
+    if (job.n_tokens < 0)
+      fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: negative n_tokens %d", j, job.n_tokens);
+  }
+}
+
+void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
+               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens) {
+  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
+  auto* dst_bytes = static_cast<char*>(dst);
+  if (src_dtype == storage_dtype) {
+    const size_t src_row_bytes = src_stride * dtype_size(src_dtype);
+    if (src_stride == head_dim) {
+      std::memcpy(dst, src, n_tokens * dst_row_bytes);
+      return;
+    }
+    const auto* src_bytes = static_cast<const char*>(src);
+    for (size_t t = 0; t < n_tokens; ++t)
+      std::memcpy(dst_bytes + t * dst_row_bytes, src_bytes + t * src_row_bytes, dst_row_bytes);
+    return;
+  }
+  const auto* src_f32 = static_cast<const float*>(src);
+  for (size_t t = 0; t < n_tokens; ++t)
+    store_row_f32(src_f32 + t * src_stride, dst_bytes + t * dst_row_bytes, storage_dtype,
+                  head_dim);
+}
+
+void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype) {
+  if (job.n_tokens == 0) return;
+  const size_t n = size_t(job.n_tokens);
+  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
+  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
+  std::memcpy(job.dst_pos, job.src_pos, n * sizeof(int32_t));
+}
+
+size_t grain_for(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
+                 kvc_dtype storage_dtype) {
+  size_t tokens = 0;
+  for (size_t j = 0; j < n_jobs; ++j) tokens += size_t(jobs[j].n_tokens);
+  const size_t bytes_per_token = 2 * head_dim * dtype_size(storage_dtype) + sizeof(int32_t);
+  const size_t bytes_per_job = std::max<size_t>(1, tokens * bytes_per_token / n_jobs);
+  return std::max<size_t>(1, kMinChunkBytes / bytes_per_job);
+}
+
+}  // namespace
+
+void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
+                int32_t head_dim, kvc_dtype storage_dtype) {
+  validate(jobs, n_jobs, head_dim, storage_dtype);
+  if (n_jobs == 0) return;
+  const size_t dim = size_t(head_dim);
+  parallel_for(host, n_jobs, grain_for(jobs, n_jobs, dim, storage_dtype),
+               [&](size_t begin, size_t end) {
+                 for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype);
+               });
+}
+
+}  // namespace kvc::cpu

@@ -1,0 +1,15 @@
+// Scatter of new tokens' K/V rows (and positions) into storage runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvcache/kvcache_plugin.h"
+
+namespace kvc::cpu {
+
+// Runs every job on the host's arena; throws PluginError on an invalid job or dtype.
+void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
+                int32_t head_dim, kvc_dtype storage_dtype);
+
+}  // namespace kvc::cpu

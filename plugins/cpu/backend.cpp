@@ -1,0 +1,88 @@
+#include "backend.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "append_kernel.hpp"
+#include "attention_kernel.hpp"
+#include "plugin_error.hpp"
+
+namespace kvc::cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+struct Instance {
+  const kvc_host_api* host;
+};
+
+const kvc_host_api& host_of(void* instance) {
+  if (instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "backend instance is NULL");
+  return *static_cast<Instance*>(instance)->host;
+}
+
+void check_host(const kvc_host_api* host) {
+  if (host == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "host API is NULL");
+  const unsigned major = host->abi_version >> 16;
+  if (major != KVC_PLUGIN_ABI_MAJOR)
+    fail(KVC_ERR_PLUGIN, "host plugin ABI major %u, built for %d", major, KVC_PLUGIN_ABI_MAJOR);
+  if (host->struct_size < offsetof(kvc_host_api, parallel_for) + sizeof host->parallel_for ||
+      host->parallel_for == nullptr)
+    fail(KVC_ERR_PLUGIN, "host API lacks parallel_for");
+}
+
+int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
+    check_host(host);
+    *out_instance = new Instance{host};
+  });
+}
+
+void destroy(void* instance) noexcept { delete static_cast<Instance*>(instance); }
+
+void* alloc(void*, size_t bytes) noexcept {
+  if (bytes > SIZE_MAX - kAlignment) return nullptr;
+  // aligned_alloc wants a size that is a multiple of the alignment; 0 still gets a block.
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  return std::aligned_alloc(kAlignment, rounded);
+}
+
+void free_memory(void*, void* ptr) noexcept { std::free(ptr); }
+
+int32_t copy(void*, void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
+             kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    if (kind != KVC_COPY_HOST_TO_DEVICE && kind != KVC_COPY_DEVICE_TO_HOST &&
+        kind != KVC_COPY_DEVICE_TO_DEVICE)
+      fail(KVC_ERR_INVALID_ARGUMENT, "unknown copy kind %d", int(kind));
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
+    std::memcpy(dst, src, bytes);
+  });
+}
+
+int32_t append(void* instance, const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
+               kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
+  return report_errors(error,
+                       [&] { run_append(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+}
+
+int32_t attend(void* instance, const kvc_attend_job* jobs, size_t n_jobs,
+               const kvc_attend_config* config, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    if (config == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "attention config is NULL");
+    run_attend(host_of(instance), jobs, n_jobs, *config);
+  });
+}
+
+}  // namespace
+
+const kvc_backend_vtable backend_vtable = {
+    sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
+};
+
+}  // namespace kvc::cpu

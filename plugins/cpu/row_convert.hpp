@@ -1,0 +1,48 @@
+// Conversion of one row of head_dim values between f32 and a storage dtype.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kvc/half.hpp"
+
+namespace kvc::cpu {
+
+inline void load_row_f32(const void* src, kvc_dtype dtype, float* __restrict dst, size_t n) {
+  switch (dtype) {
+    case KVC_DTYPE_F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KVC_DTYPE_F16: {
+      const auto* __restrict h = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+      return;
+    }
+    case KVC_DTYPE_BF16: {
+      const auto* __restrict b = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(b[i]);
+      return;
+    }
+  }
+}
+
+inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtype, size_t n) {
+  switch (dtype) {
+    case KVC_DTYPE_F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KVC_DTYPE_F16: {
+      auto* __restrict h = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case KVC_DTYPE_BF16: {
+      auto* __restrict b = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(src[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace kvc::cpu
