@@ -16,20 +16,20 @@ namespace kvc_bench {
 namespace {
 
 struct FreeDeleter {
-  void operator()(void *p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
 Buffer allocate(size_t bytes) {
-  void *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (p == nullptr) throw Error("bandwidth: cannot allocate " + std::to_string(bytes) + " bytes");
   std::memset(p, 1, bytes);  // touch every page so faults stay out of the timing
-  return Buffer(static_cast<unsigned char *>(p));
+  return Buffer(static_cast<unsigned char*>(p));
 }
 
 // Sums 64-bit words with independent accumulators, so the loop is bound by loads.
-uint64_t sum_words(const unsigned char *p, size_t bytes) {
-  const auto *w = reinterpret_cast<const uint64_t *>(p);
+uint64_t sum_words(const unsigned char* p, size_t bytes) {
+  const auto* w = reinterpret_cast<const uint64_t*>(p);
   const size_t n = bytes / sizeof(uint64_t);
   uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
   size_t i = 0;
@@ -47,8 +47,8 @@ uint64_t sum_words(const unsigned char *p, size_t bytes) {
   return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
-// Runs fn(thread_index, begin, end) over @p threads equal slices of [0, bytes) and returns the seconds the
-// slowest took, measured from one common start.
+// Runs fn(thread_index, begin, end) over @p threads equal slices of [0, bytes) and returns the
+// seconds the slowest took, measured from one common start.
 template <typename Fn>
 double run_split(size_t bytes, int threads, Fn fn) {
   const size_t slice = (bytes / static_cast<size_t>(threads)) / 64 * 64;
@@ -65,7 +65,7 @@ double run_split(size_t bytes, int threads, Fn fn) {
     const size_t end = i + 1 == threads ? bytes : begin + slice;
     pool.emplace_back([=] { fn(i, begin, end); });
   }
-  for (auto &th : pool) th.join();
+  for (auto& th : pool) th.join();
   return t.seconds();
 }
 
@@ -77,8 +77,8 @@ Bandwidth measure_bandwidth(size_t buffer_bytes, int threads, int reps) {
   buffer_bytes = std::max<size_t>(buffer_bytes / 64 * 64, 64 * static_cast<size_t>(threads));
   Buffer src = allocate(buffer_bytes);
   Buffer dst = allocate(buffer_bytes);
-  unsigned char *s = src.get();
-  unsigned char *d = dst.get();
+  unsigned char* s = src.get();
+  unsigned char* d = dst.get();
 
   double best_copy = 1e300;
   double best_read = 1e300;
@@ -88,9 +88,10 @@ Bandwidth measure_bandwidth(size_t buffer_bytes, int threads, int reps) {
                            std::memcpy(d + b, s + b, e - b);
                            clobber_memory(d + b);
                          }));
-    best_read = std::min(best_read, run_split(buffer_bytes, threads, [&](int i, size_t b, size_t e) {
-                           sums[static_cast<size_t>(i) * 8] += sum_words(s + b, e - b);
-                         }));
+    best_read =
+        std::min(best_read, run_split(buffer_bytes, threads, [&](int i, size_t b, size_t e) {
+                   sums[static_cast<size_t>(i) * 8] += sum_words(s + b, e - b);
+                 }));
   }
   uint64_t total = 0;
   for (uint64_t v : sums) total += v;
@@ -104,7 +105,7 @@ Bandwidth measure_bandwidth(size_t buffer_bytes, int threads, int reps) {
   return bw;
 }
 
-void report_bandwidth(const Bandwidth &bw) {
+void report_bandwidth(const Bandwidth& bw) {
   report("bandwidth_threads", bw.threads);
   report("memcpy_gbps", bw.memcpy_bytes_per_s / 1e9);
   report("read_gbps", bw.read_bytes_per_s / 1e9);

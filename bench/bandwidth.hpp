@@ -17,11 +17,9 @@ struct Bandwidth {
 
 /// Measures memcpy and read bandwidth over buffers of @p buffer_bytes (pick one well past the
 /// last-level cache), split across @p threads threads; the best of @p reps passes each.
-Bandwidth measure_bandwidth(size_t buffer_bytes = size_t{256} << 20, int threads = 1,
-                            int reps = 5);
+Bandwidth measure_bandwidth(size_t buffer_bytes = size_t{256} << 20, int threads = 1, int reps = 5);
 
 /// Reports memcpy_gbps and read_gbps (10^9 bytes/s), plus bandwidth_threads.
-void report_bandwidth(const Bandwidth &bw);
+void report_bandwidth(const Bandwidth& bw);
 
 }  // namespace kvc_bench
-

@@ -22,33 +22,34 @@ struct UsageError : std::runtime_error {
 };
 
 /// Throws Error("<what>: <CODE>: <message>") for a non-NULL status, which it frees.
-inline void check(kvc_status *status, const char *what) {
+inline void check(kvc_status* status, const char* what) {
   if (status == nullptr) return;
-  std::string msg = std::string(what) + ": " +
-                    kvc_status_code_name(kvc_status_get_code(status)) + ": " +
-                    kvc_status_message(status);
+  std::string msg = std::string(what) + ": " + kvc_status_code_name(kvc_status_get_code(status)) +
+                    ": " + kvc_status_message(status);
   kvc_status_free(status);
   throw Error(msg);
 }
 
 inline size_t dtype_size(kvc_dtype dtype) { return dtype == KVC_DTYPE_F32 ? 4 : 2; }
 
-inline const char *dtype_name(kvc_dtype dtype) {
+inline const char* dtype_name(kvc_dtype dtype) {
   switch (dtype) {
-    case KVC_DTYPE_F32: return "f32";
-    case KVC_DTYPE_F16: return "f16";
-    case KVC_DTYPE_BF16: return "bf16";
+    case KVC_DTYPE_F32:
+      return "f32";
+    case KVC_DTYPE_F16:
+      return "f16";
+    case KVC_DTYPE_BF16:
+      return "bf16";
   }
   return "?";
 }
 
 /// Parses "f32", "f16" or "bf16"; throws UsageError naming @p option otherwise.
-inline kvc_dtype parse_dtype(const std::string &text, const char *option) {
+inline kvc_dtype parse_dtype(const std::string& text, const char* option) {
   if (text == "f32") return KVC_DTYPE_F32;
   if (text == "f16") return KVC_DTYPE_F16;
   if (text == "bf16") return KVC_DTYPE_BF16;
-  throw UsageError(std::string("--") + option + ": expected f32, f16 or bf16, got '" + text +
-                   "'");
+  throw UsageError(std::string("--") + option + ": expected f32, f16 or bf16, got '" + text + "'");
 }
 
 /// IEEE binary16 bits of @p f, rounded to nearest even (overflow gives infinity).
@@ -86,12 +87,12 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 /// Converts @p n floats to @p dtype at @p dst.
-inline void convert_from_f32(const float *src, void *dst, size_t n, kvc_dtype dtype) {
+inline void convert_from_f32(const float* src, void* dst, size_t n, kvc_dtype dtype) {
   if (dtype == KVC_DTYPE_F32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  auto *out = static_cast<uint16_t *>(dst);
+  auto* out = static_cast<uint16_t*>(dst);
   if (dtype == KVC_DTYPE_F16) {
     for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(src[i]);
   } else {
@@ -100,4 +101,3 @@ inline void convert_from_f32(const float *src, void *dst, size_t n, kvc_dtype dt
 }
 
 }  // namespace kvc_bench
-

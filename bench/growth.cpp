@@ -24,7 +24,7 @@
 
 namespace kvc_bench {
 
-const char *const kGrowthHelp =
+const char* const kGrowthHelp =
     "  --tokens=N            tokens appended one at a time (default 4096)\n"
     "  --layers=N            layers (default 4)\n"
     "  --kv_heads=N          KV heads (default 8)\n"
@@ -69,7 +69,7 @@ struct Config {
 // K and V of every (token, layer), `[kv_heads, head_dim]` each, in the input dtype.
 class Inputs {
  public:
-  explicit Inputs(const Config &cfg)
+  explicit Inputs(const Config& cfg)
       : row_elems_(static_cast<size_t>(cfg.kv_heads) * static_cast<size_t>(cfg.head_dim)),
         row_bytes_(row_elems_ * dtype_size(cfg.input_dtype)),
         layers_(static_cast<size_t>(cfg.layers)) {
@@ -78,25 +78,25 @@ class Inputs {
     v_.resize(rows * row_bytes_);
     uint64_t state = cfg.seed;
     std::vector<float> tmp(row_elems_);
-    for (std::vector<unsigned char> *dst : {&k_, &v_}) {
+    for (std::vector<unsigned char>* dst : {&k_, &v_}) {
       for (size_t r = 0; r < rows; ++r) {
-        for (float &x : tmp) x = uniform(state);
+        for (float& x : tmp) x = uniform(state);
         convert_from_f32(tmp.data(), dst->data() + r * row_bytes_, row_elems_, cfg.input_dtype);
       }
     }
   }
 
-  const unsigned char *k(int32_t token, int32_t layer) const { return at(k_, token, layer); }
-  const unsigned char *v(int32_t token, int32_t layer) const { return at(v_, token, layer); }
+  const unsigned char* k(int32_t token, int32_t layer) const { return at(k_, token, layer); }
+  const unsigned char* v(int32_t token, int32_t layer) const { return at(v_, token, layer); }
 
  private:
-  const unsigned char *at(const std::vector<unsigned char> &buf, int32_t token,
+  const unsigned char* at(const std::vector<unsigned char>& buf, int32_t token,
                           int32_t layer) const {
     return buf.data() +
            (static_cast<size_t>(token) * layers_ + static_cast<size_t>(layer)) * row_bytes_;
   }
   // splitmix64, mapped to [-1, 1).
-  static float uniform(uint64_t &state) {
+  static float uniform(uint64_t& state) {
     uint64_t z = (state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -117,18 +117,17 @@ struct WayResult {
 };
 
 struct ContextDeleter {
-  void operator()(kvc_context *c) const { kvc_context_destroy(c); }
+  void operator()(kvc_context* c) const { kvc_context_destroy(c); }
 };
 struct CacheDeleter {
-  void operator()(kvc_cache *c) const { kvc_cache_destroy(c); }
+  void operator()(kvc_cache* c) const { kvc_cache_destroy(c); }
 };
 using ContextPtr = std::unique_ptr<kvc_context, ContextDeleter>;
 using CachePtr = std::unique_ptr<kvc_cache, CacheDeleter>;
 
 // ---------------------------------------------------------------- the library
 
-WayResult run_library(kvc_context *ctx, const Config &cfg, kvc_layout layout,
-                      const Inputs &in) {
+WayResult run_library(kvc_context* ctx, const Config& cfg, kvc_layout layout, const Inputs& in) {
   kvc_cache_params params;
   kvc_cache_params_init(&params);
   params.layers = cfg.layers;
@@ -141,7 +140,7 @@ WayResult run_library(kvc_context *ctx, const Config &cfg, kvc_layout layout,
   params.growth_factor = cfg.growth_factor;
   params.memory_limit = cfg.memory_limit;
   params.backend = cfg.backend.empty() ? nullptr : cfg.backend.c_str();
-  kvc_cache *raw = nullptr;
+  kvc_cache* raw = nullptr;
   check(kvc_cache_create(ctx, &params, &raw), "kvc_cache_create");
   CachePtr cache(raw);
   check(kvc_seq_create(cache.get(), 0), "kvc_seq_create");
@@ -160,9 +159,9 @@ WayResult run_library(kvc_context *ctx, const Config &cfg, kvc_layout layout,
     for (int32_t l = 0; l < cfg.layers; ++l) {
       k.data = in.k(t, l);
       v.data = in.v(t, l);
-      if (kvc_status *st = kvc_append(cache.get(), l, &batch, &k, &v)) {
-        check(st, ("kvc_append (token " + std::to_string(t) + ", layer " + std::to_string(l) +
-                   ")").c_str());
+      if (kvc_status* st = kvc_append(cache.get(), l, &batch, &k, &v)) {
+        check(st, ("kvc_append (token " + std::to_string(t) + ", layer " + std::to_string(l) + ")")
+                      .c_str());
       }
     }
   }
@@ -177,17 +176,16 @@ WayResult run_library(kvc_context *ctx, const Config &cfg, kvc_layout layout,
                                  static_cast<uint64_t>(cfg.layers) *
                                  static_cast<uint64_t>(cfg.kv_heads);
   if (stats.tokens_stored != expect_tokens) {
-    throw Error("stats.tokens_stored is " + std::to_string(stats.tokens_stored) +
-                ", expected " + std::to_string(expect_tokens));
+    throw Error("stats.tokens_stored is " + std::to_string(stats.tokens_stored) + ", expected " +
+                std::to_string(expect_tokens));
   }
   for (int32_t l = 0; l < cfg.layers; ++l) {
     for (int32_t h = 0; h < cfg.kv_heads; ++h) {
       int32_t len = -1;
       check(kvc_seq_length(cache.get(), 0, l, h, &len), "kvc_seq_length");
       if (len != cfg.tokens) {
-        throw Error("kvc_seq_length(layer " + std::to_string(l) + ", head " +
-                    std::to_string(h) + ") is " + std::to_string(len) + ", expected " +
-                    std::to_string(cfg.tokens));
+        throw Error("kvc_seq_length(layer " + std::to_string(l) + ", head " + std::to_string(h) +
+                    ") is " + std::to_string(len) + ", expected " + std::to_string(cfg.tokens));
       }
     }
   }
@@ -202,30 +200,30 @@ WayResult run_library(kvc_context *ctx, const Config &cfg, kvc_layout layout,
 struct ReallocBuffers {
   explicit ReallocBuffers(size_t n) : k(n, nullptr), v(n, nullptr) {}
   ~ReallocBuffers() {
-    for (unsigned char *p : k) std::free(p);
-    for (unsigned char *p : v) std::free(p);
+    for (unsigned char* p : k) std::free(p);
+    for (unsigned char* p : v) std::free(p);
   }
-  ReallocBuffers(const ReallocBuffers &) = delete;
-  ReallocBuffers &operator=(const ReallocBuffers &) = delete;
-  std::vector<unsigned char *> k, v;
+  ReallocBuffers(const ReallocBuffers&) = delete;
+  ReallocBuffers& operator=(const ReallocBuffers&) = delete;
+  std::vector<unsigned char*> k, v;
 };
 
 // Writes one head's row of the new token in the storage dtype.
-inline void write_row(unsigned char *dst, const unsigned char *src, const Config &cfg) {
+inline void write_row(unsigned char* dst, const unsigned char* src, const Config& cfg) {
   if (cfg.input_dtype == cfg.dtype) {
     std::memcpy(dst, src, cfg.head_row_bytes());
   } else {  // f32 input, 16-bit storage
-    convert_from_f32(reinterpret_cast<const float *>(src), dst,
-                     static_cast<size_t>(cfg.head_dim), cfg.dtype);
+    convert_from_f32(reinterpret_cast<const float*>(src), dst, static_cast<size_t>(cfg.head_dim),
+                     cfg.dtype);
   }
 }
 
 // Replaces *buf (n tokens) by a new buffer of n + 1 tokens: malloc, copy, write, free.
 // Returns the bytes of old contents copied.
-inline size_t grow_by_one(unsigned char *&buf, size_t n, const unsigned char *src,
-                          const Config &cfg) {
+inline size_t grow_by_one(unsigned char*& buf, size_t n, const unsigned char* src,
+                          const Config& cfg) {
   const size_t row = cfg.head_row_bytes();
-  auto *fresh = static_cast<unsigned char *>(std::malloc((n + 1) * row));
+  auto* fresh = static_cast<unsigned char*>(std::malloc((n + 1) * row));
   if (fresh == nullptr) throw Error("realloc baseline: out of memory");
   if (n != 0) std::memcpy(fresh, buf, n * row);
   write_row(fresh + n * row, src, cfg);
@@ -235,7 +233,7 @@ inline size_t grow_by_one(unsigned char *&buf, size_t n, const unsigned char *sr
   return n * row;
 }
 
-WayResult run_realloc(const Config &cfg, const Inputs &in) {
+WayResult run_realloc(const Config& cfg, const Inputs& in) {
   const size_t heads = static_cast<size_t>(cfg.kv_heads);
   const size_t in_head_bytes = static_cast<size_t>(cfg.head_dim) * dtype_size(cfg.input_dtype);
   ReallocBuffers bufs(static_cast<size_t>(cfg.layers) * heads);
@@ -245,10 +243,10 @@ WayResult run_realloc(const Config &cfg, const Inputs &in) {
   for (int32_t t = 0; t < cfg.tokens; ++t) {
     const size_t n = static_cast<size_t>(t);
     for (int32_t l = 0; l < cfg.layers; ++l) {
-      const unsigned char *k = in.k(t, l);
-      const unsigned char *v = in.v(t, l);
-      unsigned char **kb = bufs.k.data() + static_cast<size_t>(l) * heads;
-      unsigned char **vb = bufs.v.data() + static_cast<size_t>(l) * heads;
+      const unsigned char* k = in.k(t, l);
+      const unsigned char* v = in.v(t, l);
+      unsigned char** kb = bufs.k.data() + static_cast<size_t>(l) * heads;
+      unsigned char** vb = bufs.v.data() + static_cast<size_t>(l) * heads;
       for (size_t h = 0; h < heads; ++h) {
         copied += grow_by_one(kb[h], n, k + h * in_head_bytes, cfg);
         copied += grow_by_one(vb[h], n, v + h * in_head_bytes, cfg);
@@ -280,7 +278,7 @@ WayResult run_realloc(const Config &cfg, const Inputs &in) {
 
 // ------------------------------------------------------------------- options
 
-Config read_config(Options &opts) {
+Config read_config(Options& opts) {
   Config cfg;
   cfg.tokens = static_cast<int32_t>(opts.get_int("tokens", 4096, 1, 1 << 20));
   cfg.layers = static_cast<int32_t>(opts.get_int("layers", 4, 1, 1024));
@@ -314,31 +312,32 @@ Config read_config(Options &opts) {
   return cfg;
 }
 
-void report_way(const char *way, const WayResult &r, const Config &cfg, const Bandwidth &bw,
+void report_way(const char* way, const WayResult& r, const Config& cfg, const Bandwidth& bw,
                 bool library) {
   const std::string w = way;
   const double stored = static_cast<double>(cfg.stored_bytes());
   report(w + "_seconds", r.seconds);
   report(w + "_ns_per_token_append", r.seconds * 1e9 / cfg.tokens);
   report(w + "_bytes_copied_per_stored_byte", static_cast<double>(r.bytes_copied) / stored);
-  if (library) report(w + "_bytes_used_per_stored_byte", static_cast<double>(r.bytes_used) / stored);
+  if (library)
+    report(w + "_bytes_used_per_stored_byte", static_cast<double>(r.bytes_used) / stored);
   report(w + "_append_fraction_of_memcpy", stored / r.seconds / bw.memcpy_bytes_per_s);
 }
 
 }  // namespace
 
-int run_growth(Options &opts) {
+int run_growth(Options& opts) {
   const Config cfg = read_config(opts);
 
   const Bandwidth bw = measure_bandwidth();
   const Inputs inputs(cfg);
-  kvc_context *raw_ctx = nullptr;
+  kvc_context* raw_ctx = nullptr;
   check(kvc_context_create(nullptr, &raw_ctx), "kvc_context_create");
   ContextPtr ctx(raw_ctx);
 
   WayResult best[3];
-  for (WayResult &b : best) b.seconds = 1e300;
-  auto keep = [](WayResult &b, const WayResult &r) {
+  for (WayResult& b : best) b.seconds = 1e300;
+  auto keep = [](WayResult& b, const WayResult& r) {
     b.seconds = std::min(b.seconds, r.seconds);
     b.bytes_copied = std::max(b.bytes_copied, r.bytes_copied);
     b.bytes_used = std::max(b.bytes_used, r.bytes_used);

@@ -15,9 +15,9 @@ namespace {
 using namespace kvc_bench;
 
 struct Subcommand {
-  const char *name;
-  const char *summary;
-  const char *help;  // option list, printed by `kvc-bench <name> --help`
+  const char* name;
+  const char* summary;
+  const char* help;  // option list, printed by `kvc-bench <name> --help`
   RunFn run;
 };
 
@@ -27,22 +27,23 @@ const Subcommand kSubcommands[] = {
      kGrowthHelp, run_growth},
 };
 
-void print_usage(std::FILE *out) {
-  std::fprintf(out, "usage: kvc-bench <subcommand> [--key=value ...]\n"
-                    "       kvc-bench <subcommand> --help\n\nsubcommands:\n");
-  for (const Subcommand &sc : kSubcommands) {
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: kvc-bench <subcommand> [--key=value ...]\n"
+               "       kvc-bench <subcommand> --help\n\nsubcommands:\n");
+  for (const Subcommand& sc : kSubcommands) {
     std::fprintf(out, "  %-12s %s\n", sc.name, sc.summary);
   }
 }
 
-void print_help(std::FILE *out, const Subcommand &sc) {
+void print_help(std::FILE* out, const Subcommand& sc) {
   std::fprintf(out, "usage: kvc-bench %s [--key=value ...]\n%s\n\noptions:\n%s", sc.name,
                sc.summary, sc.help);
 }
 
 }  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stderr);
     return 2;
@@ -52,8 +53,8 @@ int main(int argc, char **argv) {
     print_usage(stdout);
     return 0;
   }
-  const Subcommand *sc = nullptr;
-  for (const Subcommand &s : kSubcommands) {
+  const Subcommand* sc = nullptr;
+  for (const Subcommand& s : kSubcommands) {
     if (name == s.name) sc = &s;
   }
   if (sc == nullptr) {
@@ -68,11 +69,11 @@ int main(int argc, char **argv) {
       return 0;
     }
     return sc->run(opts);
-  } catch (const UsageError &e) {
+  } catch (const UsageError& e) {
     std::fprintf(stderr, "kvc-bench %s: %s\n\n", sc->name, e.what());
     print_help(stderr, *sc);
     return 2;
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "kvc-bench %s: error: %s\n", sc->name, e.what());
     return 1;
   }

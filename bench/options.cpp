@@ -8,8 +8,8 @@
 
 namespace kvc_bench {
 
-Options::Options(const std::vector<std::string> &args) {
-  for (const std::string &arg : args) {
+Options::Options(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
       help_ = true;
       continue;
@@ -26,17 +26,17 @@ Options::Options(const std::vector<std::string> &args) {
   }
 }
 
-const std::string *Options::find(const std::string &key) {
+const std::string* Options::find(const std::string& key) {
   known_.insert(key);
   auto it = values_.find(key);
   return it == values_.end() ? nullptr : &it->second;
 }
 
-int64_t Options::get_int(const std::string &key, int64_t fallback, int64_t min, int64_t max) {
-  const std::string *text = find(key);
+int64_t Options::get_int(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+  const std::string* text = find(key);
   if (text == nullptr) return fallback;
   errno = 0;
-  char *end = nullptr;
+  char* end = nullptr;
   const long long value = std::strtoll(text->c_str(), &end, 10);
   if (text->empty() || *end != '\0' || errno == ERANGE) {
     throw UsageError("--" + key + ": expected an integer, got '" + *text + "'");
@@ -48,11 +48,11 @@ int64_t Options::get_int(const std::string &key, int64_t fallback, int64_t min, 
   return value;
 }
 
-double Options::get_double(const std::string &key, double fallback, double min, double max) {
-  const std::string *text = find(key);
+double Options::get_double(const std::string& key, double fallback, double min, double max) {
+  const std::string* text = find(key);
   if (text == nullptr) return fallback;
   errno = 0;
-  char *end = nullptr;
+  char* end = nullptr;
   const double value = std::strtod(text->c_str(), &end);
   if (text->empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value)) {
     throw UsageError("--" + key + ": expected a number, got '" + *text + "'");
@@ -64,14 +64,14 @@ double Options::get_double(const std::string &key, double fallback, double min, 
   return value;
 }
 
-std::string Options::get_string(const std::string &key, const std::string &fallback) {
-  const std::string *text = find(key);
+std::string Options::get_string(const std::string& key, const std::string& fallback) {
+  const std::string* text = find(key);
   return text == nullptr ? fallback : *text;
 }
 
 void Options::reject_unknown() const {
   std::string unknown;
-  for (const auto &kv : values_) {
+  for (const auto& kv : values_) {
     if (known_.count(kv.first) == 0) unknown += (unknown.empty() ? "--" : ", --") + kv.first;
   }
   if (!unknown.empty()) throw UsageError("unknown option(s): " + unknown);

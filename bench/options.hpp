@@ -15,21 +15,21 @@ namespace kvc_bench {
 class Options {
  public:
   /// Parses "--key=value" (or "--flag", meaning "--flag=1") arguments; throws UsageError.
-  explicit Options(const std::vector<std::string> &args);
+  explicit Options(const std::vector<std::string>& args);
 
-  bool has(const std::string &key) const { return values_.count(key) != 0; }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
   /// "--help" or "-h" was given.
   bool help() const { return help_; }
 
-  int64_t get_int(const std::string &key, int64_t fallback, int64_t min, int64_t max);
-  double get_double(const std::string &key, double fallback, double min, double max);
-  std::string get_string(const std::string &key, const std::string &fallback);
+  int64_t get_int(const std::string& key, int64_t fallback, int64_t min, int64_t max);
+  double get_double(const std::string& key, double fallback, double min, double max);
+  std::string get_string(const std::string& key, const std::string& fallback);
 
   /// Throws UsageError naming every option that no getter asked for.
   void reject_unknown() const;
 
  private:
-  const std::string *find(const std::string &key);
+  const std::string* find(const std::string& key);
 
   std::map<std::string, std::string> values_;
   std::set<std::string> known_;
@@ -37,4 +37,3 @@ class Options {
 };
 
 }  // namespace kvc_bench
-

@@ -1,8 +1,7 @@
 // The kvc-bench subcommands. To add one: declare its run function and help text here,
 // define them in its own .cpp (added to bench/CMakeLists.txt), and add a row to the table
 // in main.cpp.
-#ifndef KVC_BENCH_SUBCOMMANDS_HPP
-#define KVC_BENCH_SUBCOMMANDS_HPP
+#pragma once
 
 #include "options.hpp"
 
@@ -10,12 +9,10 @@ namespace kvc_bench {
 
 /// A subcommand reads its options (then calls opts.reject_unknown()), runs, prints
 /// `name=value` lines and returns the exit status. Errors are thrown as Error/UsageError.
-using RunFn = int (*)(Options &opts);
+using RunFn = int (*)(Options& opts);
 
 /// growth: appending tokens one at a time, contiguous and paged vs re-allocating each step.
-int run_growth(Options &opts);
-extern const char *const kGrowthHelp;
+int run_growth(Options& opts);
+extern const char* const kGrowthHelp;
 
 }  // namespace kvc_bench
-
-#endif  // KVC_BENCH_SUBCOMMANDS_HPP

@@ -1,6 +1,5 @@
 // Wall-clock timing for kvc-bench (steady_clock).
-#ifndef KVC_BENCH_TIMER_HPP
-#define KVC_BENCH_TIMER_HPP
+#pragma once
 
 #include <chrono>
 
@@ -11,9 +10,7 @@ class Timer {
  public:
   Timer() : start_(Clock::now()) {}
   void restart() { start_ = Clock::now(); }
-  double seconds() const {
-    return std::chrono::duration<double>(Clock::now() - start_).count();
-  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -22,8 +19,6 @@ class Timer {
 
 /// Keeps the compiler from proving a pointer's memory unused: the pointed-to bytes are
 /// treated as read and written here, so stores into it and copies out of it must happen.
-inline void clobber_memory(const void *p) { asm volatile("" : : "r"(p) : "memory"); }
+inline void clobber_memory(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
 }  // namespace kvc_bench
-
-#endif  // KVC_BENCH_TIMER_HPP

@@ -106,7 +106,8 @@ policy:
   CHECK(policy.budget_ratio == 0.0);
   CHECK(policy.sinks == 4);
   CHECK(policy.recent == 32);
-  CHECK(policy.params.size() == 2);
+  const std::vector<std::pair<std::string, std::string>> params{{"window", "32"}, {"kernel", "5"}};
+  CHECK(policy.params == params);
   CHECK(policy.prefill == kvc::PrefillCompression::per_chunk);
   CHECK(policy.decode_every == 64);
   CHECK(policy.decode_slack == 8);
@@ -157,15 +158,15 @@ TEST_CASE("config: a budget is a token count or a ratio") {
 }
 
 TEST_CASE("config: policy params keep their file order and their text") {
-  const kvc::PolicyConfig policy = *parse(R"(policy:
+  const kvc::Config config = parse(R"(policy:
   name: custom
   params:
     zeta: 1
     alpha: two words
     mid: 0.5
     flag: true
-)")
-                                        .policy;
+)");
+  const kvc::PolicyConfig& policy = *config.policy;
   const std::vector<std::pair<std::string, std::string>> expected{
       {"zeta", "1"}, {"alpha", "two words"}, {"mid", "0.5"}, {"flag", "true"}};
   CHECK(policy.params == expected);

@@ -1,4 +1,5 @@
 #include <functional>
+#include <optional>
 
 #include "handles.hpp"
 
@@ -17,6 +18,9 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
   p.growth_factor = c.growth_factor;
   p.memory_limit = c.memory_limit;
   p.backend = nullptr;
+  p.policy = nullptr;
+  p.sinks = -1;
+  p.recent = -1;
   return p;
 }
 
@@ -35,13 +39,44 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
   return c;
 }
 
-kvc_status* create_cache(kvc_context* context, const std::function<kvc::CacheConfig()>& config,
+std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {
+  if (!p.policy) return std::nullopt;
+  kvc::PolicyConfig policy;
+  policy.name = p.policy;
+  kvc::require(p.budget >= 0, "budget must be >= 0");
+  kvc::require(p.budget_ratio >= 0.0 && p.budget_ratio <= 1.0, "budget_ratio must be in [0, 1]");
+  policy.budget_tokens = p.budget;
+  policy.budget_ratio = p.budget > 0 ? 0.0 : p.budget_ratio;
+  policy.sinks = p.sinks;
+  policy.recent = p.recent;
+  kvc::require(p.n_policy_params == 0 || p.policy_params, "policy_params is NULL");
+  for (size_t i = 0; i < p.n_policy_params; ++i) {
+    const kvc_key_value& kv = p.policy_params[i];
+    kvc::require(kv.key && kv.value, "a policy parameter has a NULL key or value");
+    policy.params.emplace_back(kv.key, kv.value);
+  }
+  kvc::require(p.prefill >= KVC_PREFILL_NONE && p.prefill <= KVC_PREFILL_ONCE,
+               "prefill is not a kvc_prefill_compression");
+  policy.prefill = p.prefill == KVC_PREFILL_PER_CHUNK ? kvc::PrefillCompression::per_chunk
+                   : p.prefill == KVC_PREFILL_ONCE    ? kvc::PrefillCompression::once
+                                                      : kvc::PrefillCompression::none;
+  kvc::require(p.decode_every >= 0 && p.decode_slack >= 0,
+               "decode_every and decode_slack must be >= 0");
+  policy.decode_every = p.decode_every;
+  policy.decode_slack = p.decode_slack;
+  return policy;
+}
+
+using CacheSetup = std::pair<kvc::CacheConfig, std::optional<kvc::PolicyConfig>>;
+
+kvc_status* create_cache(kvc_context* context, const std::function<CacheSetup()>& setup,
                          kvc_cache** out_cache) {
   return kvc::guarded([&] {
     kvc::require(context != nullptr, "context is NULL");
     kvc::require(out_cache != nullptr, "out_cache is NULL");
+    auto [config, policy] = setup();
     auto cache = std::make_unique<kvc_cache>();
-    cache->impl = std::make_unique<kvc::Cache>(*context->impl, config());
+    cache->impl = std::make_unique<kvc::Cache>(*context->impl, config, policy);
     *out_cache = cache.release();
   });
 }
@@ -59,15 +94,17 @@ kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* param
   return create_cache(context, [&] {
     kvc_cache_params defaults{};
     kvc_cache_params_init(&defaults);
-    return config_from(kvc::read_versioned(params, defaults, "params is NULL"));
+    kvc_cache_params p = kvc::read_versioned(params, defaults, "params is NULL");
+    return CacheSetup{config_from(p), policy_from(p)};
   }, out_cache);
 }
 
 kvc_status* kvc_cache_create_from_yaml(kvc_context* context, const char* yaml_text,
                                        kvc_cache** out_cache) {
   return create_cache(context, [&] {
-    if (!yaml_text) return context->impl->config().cache;
-    return kvc::parse_config(yaml_text, "<cache yaml>").cache;
+    if (!yaml_text) return CacheSetup{context->impl->config().cache, context->impl->config().policy};
+    kvc::Config config = kvc::parse_config(yaml_text, "<cache yaml>");
+    return CacheSetup{config.cache, config.policy};
   }, out_cache);
 }
 
@@ -116,6 +153,37 @@ kvc_status* kvc_seq_length(const kvc_cache* cache, int32_t seq_id, int32_t layer
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(out_length != nullptr, "out_length is NULL");
     *out_length = cache->impl->length(seq_id, layer, kv_head);
+  });
+}
+
+kvc_status* kvc_compress(kvc_cache* cache, int32_t layer, int32_t n_seqs, const int32_t* seq_ids) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(n_seqs >= 0, "n_seqs must be >= 0");
+    kvc::require(n_seqs == 0 || seq_ids != nullptr, "seq_ids is NULL");
+    cache->impl->compress(std::vector<int32_t>(seq_ids, seq_ids + n_seqs), layer);
+  });
+}
+
+kvc_status* kvc_report_stats(kvc_cache* cache, int32_t seq_id, int32_t layer, int32_t kv_head,
+                             kvc_stat_kind kind, const float* values, int32_t n_values) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(kind == KVC_STAT_KIND_ATTN_SUM || kind == KVC_STAT_KIND_ATTN_LAST ||
+                     kind == KVC_STAT_KIND_ATTN_WINDOW,
+                 "kind is not a kvc_stat_kind");
+    cache->impl->report_stats(seq_id, layer, kv_head, static_cast<kvc_stat_flags>(kind), values,
+                              n_values);
+  });
+}
+
+kvc_status* kvc_cache_estimate_peak_bytes(const kvc_cache* cache, int32_t prompt_tokens,
+                                          int32_t chunk_tokens, int32_t new_tokens,
+                                          size_t* out_bytes) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_bytes != nullptr, "out_bytes is NULL");
+    *out_bytes = cache->impl->estimate_peak_bytes(prompt_tokens, chunk_tokens, new_tokens);
   });
 }
 

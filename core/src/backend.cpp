@@ -1,7 +1,5 @@
 #include "backend.hpp"
 
-#include <cstring>
-
 #include "error.hpp"
 
 namespace kvc {
@@ -15,11 +13,7 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host)
 Backend::~Backend() { vtable_.destroy(instance_); }
 
 void Backend::check(int32_t code, const kvc_plugin_error& error, const char* what) const {
-  if (code == KVC_OK) return;
-  std::string message(error.message, strnlen(error.message, sizeof(error.message)));
-  auto status = static_cast<kvc_status_code>(code);
-  if (code < KVC_OK || code > KVC_ERR_INTERNAL) status = KVC_ERR_PLUGIN;
-  throw Error(status, "backend '" + name_ + "' " + what + ": " + message);
+  check_plugin_call(code, error, "backend '" + name_ + "'", what);
 }
 
 void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind) {
@@ -39,6 +33,22 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, const kvc_attend_c
   if (jobs.empty()) return;
   kvc_plugin_error error{};
   check(vtable_.attend(instance_, jobs.data(), jobs.size(), &config, &error), error, "attend");
+}
+
+void Backend::compact(const std::vector<kvc_compact_job>& jobs, int32_t head_dim,
+                      kvc_dtype storage) {
+  if (jobs.empty()) return;
+  kvc_plugin_error error{};
+  check(vtable_.compact(instance_, jobs.data(), jobs.size(), head_dim, storage, &error), error,
+        "compact");
+}
+
+void Backend::read_keys(const std::vector<kvc_segment>& segments, float* out, int32_t head_dim,
+                        kvc_dtype storage) {
+  if (segments.empty()) return;
+  kvc_read_keys_job job{segments.data(), static_cast<int32_t>(segments.size()), out};
+  kvc_plugin_error error{};
+  check(vtable_.read_keys(instance_, &job, 1, head_dim, storage, &error), error, "read_keys");
 }
 
 }  // namespace kvc

@@ -23,6 +23,10 @@ class Backend {
   void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind);
   void append(const std::vector<kvc_append_job>& jobs, int32_t head_dim, kvc_dtype storage);
   void attend(const std::vector<kvc_attend_job>& jobs, const kvc_attend_config& config);
+  void compact(const std::vector<kvc_compact_job>& jobs, int32_t head_dim, kvc_dtype storage);
+  // The keys of one (sequence, layer, KV head) as f32 rows in host memory.
+  void read_keys(const std::vector<kvc_segment>& segments, float* out, int32_t head_dim,
+                 kvc_dtype storage);
 
  private:
   void check(int32_t code, const kvc_plugin_error& error, const char* what) const;

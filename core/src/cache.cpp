@@ -26,13 +26,20 @@ const LoadedPlugin& find_backend(Context& context, const std::string& name) {
   return *plugin;
 }
 
-Geometry make_geometry(const CacheConfig& c) {
+Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
+  constexpr uint32_t attention_stats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
   return Geometry{c.layout,
                   c.head_dim,
                   c.dtype,
                   static_cast<size_t>(c.head_dim) * dtype_size(c.dtype),
                   c.block_tokens,
-                  c.growth_factor};
+                  c.growth_factor,
+                  policy ? policy->stats() & attention_stats : 0u};
+}
+
+std::unique_ptr<Policy> make_policy(Context& context, const std::optional<PolicyConfig>& config) {
+  if (!config) return nullptr;
+  return std::make_unique<Policy>(context.plugins(), context.host().api(), *config);
 }
 
 const char* dtype_name(kvc_dtype dtype) {
@@ -71,10 +78,12 @@ void validate_cache_config(const CacheConfig& c) {
   if (c.memory_limit == 0) throw invalid("memory_limit must be > 0");
 }
 
-Cache::Cache(Context& context, const CacheConfig& config)
+Cache::Cache(Context& context, const CacheConfig& config,
+             const std::optional<PolicyConfig>& policy)
     : context_(context),
       config_((validate_cache_config(config), config)),
-      geometry_(make_geometry(config_)),
+      policy_(make_policy(context, policy)),
+      geometry_(make_geometry(config_, policy_.get())),
       backend_(find_backend(context, config_.backend), context.host().api()),
       pool_(backend_, config_.memory_limit,
             config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0) {}
@@ -97,6 +106,8 @@ void Cache::create_sequence(int32_t seq_id) {
   if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
   auto sequence = std::make_unique<Sequence>();
   sequence->heads.resize(static_cast<size_t>(config_.layers) * config_.kv_heads);
+  sequence->decode_steps.assign(static_cast<size_t>(config_.layers), 0);
+  sequence->prefill_pending.assign(static_cast<size_t>(config_.layers), 0);
   std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
   if (!sequences_.emplace(seq_id, std::move(sequence)).second) {
     throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
@@ -246,7 +257,9 @@ void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
   check_kv_inputs(k, v);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  append_locked(layer, batch, resolve(layer, batch), k, v);
+  ResolvedBatch resolved = resolve(layer, batch);
+  compress_before_append(layer, batch, resolved);
+  append_locked(layer, batch, resolved, k, v);
 }
 
 void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
@@ -322,6 +335,8 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < kv_heads; ++h) total_segments += store(*seq, layer, h).segments().size();
   }
+  // Statistics need every query of a (sequence, head) in one job: jobs must not race on them.
+  const int32_t query_tile = geometry_.stats != 0 ? INT32_MAX : kQueryTile;
   std::vector<kvc_segment> segments;
   segments.reserve(total_segments);  // jobs point into it: it must not reallocate
   std::vector<kvc_attend_job> jobs;
@@ -331,14 +346,14 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
       size_t first_segment = segments.size();
       store(*resolved.sequences[i], layer, h).gather(segments, geometry_);
       size_t head_offset = static_cast<size_t>(h) * group * d;
-      for (int32_t t0 = 0; t0 < batch.n_tokens[i]; t0 += kQueryTile) {
+      for (int32_t t0 = 0; t0 < batch.n_tokens[i]; t0 += query_tile) {
         size_t token = static_cast<size_t>(resolved.offsets[i] + t0);
         kvc_attend_job job{};
         job.q = static_cast<const unsigned char*>(q.data) + (token * q_stride + head_offset) * q_element;
         job.q_stride = q_stride;
         job.q_dtype = q.dtype;
         job.q_pos = batch.positions + token;
-        job.n_queries = std::min(kQueryTile, batch.n_tokens[i] - t0);
+        job.n_queries = std::min(query_tile, batch.n_tokens[i] - t0);
         job.out = static_cast<float*>(out.data) + token * out_stride + head_offset;
         job.out_stride = out_stride;
         job.segments = segments.data() + first_segment;
@@ -355,7 +370,9 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   config.scale = params.scale > 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
   config.sliding_window = params.sliding_window;
   config.softcap = params.softcap;
+  config.observation_window = policy_ ? policy_->observation_window() : 0;
   backend_.attend(jobs, config);
+  compress_after_attend(layer, batch, resolved);
 }
 
 void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
@@ -365,6 +382,7 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   check_input(q, config_.q_heads, "q");
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   ResolvedBatch resolved = resolve(layer, batch);
+  compress_before_append(layer, batch, resolved);
   std::vector<std::pair<HeadStore*, int32_t>> lengths;
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < config_.kv_heads; ++h) {

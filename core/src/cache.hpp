@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 #include <vector>
@@ -13,16 +14,27 @@
 #include "config.hpp"
 #include "context.hpp"
 #include "head_store.hpp"
+#include "policy.hpp"
 
 namespace kvc {
 
+// What one (sequence, layer) keeps after compression: the kept indices of each KV head.
+struct Sequence;
+struct LayerSelection {
+  Sequence* sequence;
+  int32_t layer;
+  std::vector<std::vector<int32_t>> kept;  // [kv_head]
+};
+
 struct Sequence {
-  std::vector<HeadStore> heads;  // [layer * kv_heads + kv_head]
+  std::vector<HeadStore> heads;          // [layer * kv_heads + kv_head]
+  std::vector<int32_t> decode_steps;     // [layer] single-token steps since the last compression
+  std::vector<uint8_t> prefill_pending;  // [layer] a prompt chunk awaits "once" compression
 };
 
 class Cache {
  public:
-  Cache(Context& context, const CacheConfig& config);
+  Cache(Context& context, const CacheConfig& config, const std::optional<PolicyConfig>& policy);
   ~Cache();
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
@@ -40,6 +52,15 @@ class Cache {
   void append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                      const kvc_tensor& k, const kvc_tensor& v, const kvc_attention_params& params,
                      const kvc_tensor_mut& out);
+
+  // Compresses the given sequences on one layer, or on every layer when layer < 0.
+  void compress(const std::vector<int32_t>& seq_ids, int32_t layer);
+  // Statistics of one (sequence, layer, KV head) computed by an engine's own attention.
+  void report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_flags stat,
+                    const float* values, int32_t n_values);
+  // Peak bytes one sequence holds for a prompt processed in chunks, then `new_tokens` decode
+  // steps, under the configured policy.
+  size_t estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, int32_t new_tokens) const;
 
   kvc_cache_stats stats() const;
 
@@ -62,6 +83,17 @@ class Cache {
   // Makes room for n_tokens[i] more tokens in each listed store, all or nothing.
   void ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
                    bool exact);
+  void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
+                       int32_t first_layer, int32_t end_layer);
+  // Automatic compression: before storing (the "once" mode) and after attending.
+  void compress_before_append(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
+  void compress_after_attend(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
+  int32_t configured_budget(const HeadStore& head) const;
+  // Asks the policy what one (sequence, layer) keeps; touches no storage.
+  void select_layer(LayerSelection& selection, int32_t seq_id);
+  template <typename T>
+  void read_rows(const std::vector<kvc_segment>& segments, const T* (*field)(const kvc_segment&),
+                 std::vector<T>& out);
   HeadStore& store(Sequence& seq, int32_t layer, int32_t kv_head) const {
     return seq.heads[static_cast<size_t>(layer) * config_.kv_heads + kv_head];
   }
@@ -69,6 +101,7 @@ class Cache {
 
   Context& context_;
   CacheConfig config_;
+  std::unique_ptr<Policy> policy_;  // NULL: never compresses
   Geometry geometry_;
   Backend backend_;
   BlockPool pool_;

@@ -31,8 +31,8 @@ struct PolicyConfig {
   std::string name = "full";
   int32_t budget_tokens = 0;   // used when budget_ratio == 0
   double budget_ratio = 0.0;   // in (0, 1] when the budget is a ratio
-  int32_t sinks = 0;
-  int32_t recent = 0;
+  int32_t sinks = -1;          // < 0: the policy's default
+  int32_t recent = -1;         // < 0: the policy's default
   std::vector<std::pair<std::string, std::string>> params;  // scalar values as written
   PrefillCompression prefill = PrefillCompression::none;
   int32_t decode_every = 0;    // 0: never by step count

@@ -12,6 +12,22 @@ constexpr int32_t kMinContiguousTokens = 16;
 
 }  // namespace
 
+int32_t Geometry::stat_count() const {
+  int32_t n = 0;
+  for (kvc_stat_flags flag : kStoredStats) n += (stats & flag) ? 1 : 0;
+  return n;
+}
+
+float* segment_stat(const Segment& s, const Geometry& g, kvc_stat_flags which) {
+  if (!(g.stats & which)) return nullptr;
+  auto* region = reinterpret_cast<float*>(segment_pos(s, g) + s.capacity);
+  for (kvc_stat_flags flag : kStoredStats) {
+    if (flag == which) return region;
+    if (g.stats & flag) region += s.capacity;
+  }
+  return nullptr;
+}
+
 int32_t HeadStore::capacity() const {
   int32_t total = 0;
   for (const Segment& s : segments_) total += s.capacity;
@@ -52,15 +68,18 @@ size_t HeadStore::move_to(void* memory, int32_t new_capacity, Backend& backend, 
   size_t copied = 0;
   if (!segments_.empty()) {
     const Segment& old = segments_.front();
-    size_t rows = static_cast<size_t>(old.count) * g.row_bytes;
-    size_t positions = static_cast<size_t>(old.count) * sizeof(int32_t);
-    if (old.count > 0) {
-      backend.copy(segment_k(moved), segment_k(old), rows, KVC_COPY_DEVICE_TO_DEVICE);
-      backend.copy(segment_v(moved, g), segment_v(old, g), rows, KVC_COPY_DEVICE_TO_DEVICE);
-      backend.copy(segment_pos(moved, g), segment_pos(old, g), positions,
-                   KVC_COPY_DEVICE_TO_DEVICE);
+    auto copy = [&](void* to, const void* from, size_t bytes) {
+      if (bytes == 0) return;
+      backend.copy(to, from, bytes, KVC_COPY_DEVICE_TO_DEVICE);
+      copied += bytes;
+    };
+    size_t n = static_cast<size_t>(old.count);
+    copy(segment_k(moved), segment_k(old), n * g.row_bytes);
+    copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes);
+    copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t));
+    for (kvc_stat_flags flag : kStoredStats) {
+      if (g.stats & flag) copy(segment_stat(moved, g, flag), segment_stat(old, g, flag), n * sizeof(float));
     }
-    copied = 2 * rows + positions;
     pool.release(old.base, g.bytes_for(old.capacity));
     segments_.clear();
   }
@@ -88,6 +107,9 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
     job.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.row_bytes;
     job.dst_pos = segment_pos(s, g) + s.count;
     job.n_tokens = take;
+    if (float* sum = segment_stat(s, g, KVC_STAT_ATTN_SUM)) job.dst_attn_sum = sum + s.count;
+    if (float* last = segment_stat(s, g, KVC_STAT_ATTN_LAST)) job.dst_attn_last = last + s.count;
+    if (float* window = segment_stat(s, g, KVC_STAT_ATTN_WINDOW)) job.dst_attn_window = window + s.count;
     jobs.push_back(job);
     written += take;
   }
@@ -102,13 +124,27 @@ void HeadStore::commit_append(int32_t n, const Geometry& g) {
     left -= take;
   }
   length_ += n;
+  seen_ += n;
 }
 
 void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
-    out.push_back(kvc_segment{segment_k(s), segment_v(s, g), segment_pos(s, g), s.count});
+    out.push_back(kvc_segment{segment_k(s), segment_v(s, g), segment_pos(s, g), s.count,
+                              segment_stat(s, g, KVC_STAT_ATTN_SUM),
+                              segment_stat(s, g, KVC_STAT_ATTN_LAST),
+                              segment_stat(s, g, KVC_STAT_ATTN_WINDOW)});
   }
+}
+
+void HeadStore::commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g) {
+  int32_t placed = 0;
+  for (Segment& s : segments_) {
+    s.count = std::min(s.capacity, kept - placed);
+    placed += s.count;
+  }
+  length_ = kept;
+  release_empty_blocks(pool, g);
 }
 
 void HeadStore::truncate(int32_t new_length, BlockPool& pool, const Geometry& g) {

@@ -1,7 +1,8 @@
 // The stored tokens of one (sequence, layer, KV head): a list of segments in storage order.
 // Paged: blocks of block_tokens, every block but the open one full. Contiguous: one segment
-// whose capacity grows by growth_factor. Each segment's memory holds K rows, then V rows,
-// then int32 positions, each region sized for the segment's capacity.
+// whose capacity grows by growth_factor. Each segment's memory holds K rows, V rows, int32
+// positions, then one float per token for each tracked attention statistic, each region
+// sized for the segment's capacity.
 #pragma once
 
 #include <cstddef>
@@ -20,11 +21,18 @@ struct Geometry {
   size_t row_bytes;  // one token's K (or V) row
   int32_t block_tokens;
   double growth_factor;
+  uint32_t stats;  // the attention statistics stored per token (kvc_stat_flags)
 
-  size_t bytes_for(int32_t capacity) const {
-    return static_cast<size_t>(capacity) * (2 * row_bytes + sizeof(int32_t));
+  int32_t stat_count() const;
+  size_t token_bytes() const {
+    return 2 * row_bytes + sizeof(int32_t) + static_cast<size_t>(stat_count()) * sizeof(float);
   }
+  size_t bytes_for(int32_t capacity) const { return static_cast<size_t>(capacity) * token_bytes(); }
 };
+
+// The attention statistics that live in storage, in their order there.
+constexpr kvc_stat_flags kStoredStats[] = {KVC_STAT_ATTN_SUM, KVC_STAT_ATTN_LAST,
+                                           KVC_STAT_ATTN_WINDOW};
 
 struct Segment {
   unsigned char* base;
@@ -47,6 +55,8 @@ struct AppendSource {
 class HeadStore {
  public:
   int32_t length() const { return length_; }
+  // Tokens ever appended (a ratio budget is a ratio of these).
+  int64_t seen() const { return seen_; }
   int32_t capacity() const;
   const std::vector<Segment>& segments() const { return segments_; }
 
@@ -70,6 +80,10 @@ class HeadStore {
 
   void gather(std::vector<kvc_segment>& out, const Geometry& g) const;
 
+  // After the backend moved `kept` tokens to the front: the new counts, and paged blocks left
+  // empty go back to the pool.
+  void commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g);
+
   // Keeps the first `new_length` tokens; paged blocks left empty go back to the pool.
   void truncate(int32_t new_length, BlockPool& pool, const Geometry& g);
   // Paged: returns empty trailing blocks to the pool.
@@ -81,6 +95,7 @@ class HeadStore {
 
   std::vector<Segment> segments_;
   int32_t length_ = 0;
+  int64_t seen_ = 0;
 };
 
 inline unsigned char* segment_k(const Segment& s) { return s.base; }
@@ -90,5 +105,7 @@ inline unsigned char* segment_v(const Segment& s, const Geometry& g) {
 inline int32_t* segment_pos(const Segment& s, const Geometry& g) {
   return reinterpret_cast<int32_t*>(s.base + 2 * static_cast<size_t>(s.capacity) * g.row_bytes);
 }
+// The statistic's floats in a segment, or NULL when it is not tracked.
+float* segment_stat(const Segment& s, const Geometry& g, kvc_stat_flags which);
 
 }  // namespace kvc

@@ -56,10 +56,20 @@ void check_backend(const std::string& path, const std::string& name, const kvc_b
 void check_policy(const std::string& path, const std::string& name, const kvc_policy_vtable& v) {
   require(v.create, path, name, "create");
   require(v.destroy, path, name, "destroy");
-  require(v.score, path, name, "score");
+  require(v.needs, path, name, "needs");
+  require(v.score || v.budgets, path, name, "score or budgets");
 }
 
 }  // namespace
+
+void check_plugin_call(int32_t code, const kvc_plugin_error& error, const std::string& who,
+                       const char* what) {
+  if (code == KVC_OK) return;
+  std::string message(error.message, strnlen(error.message, sizeof(error.message)));
+  auto status = static_cast<kvc_status_code>(code);
+  if (code < KVC_OK || code > KVC_ERR_INTERNAL) status = KVC_ERR_PLUGIN;
+  throw Error(status, who + " " + what + ": " + message);
+}
 
 PluginRegistry::PluginRegistry(const kvc_host_api* host, Logger& logger)
     : host_(host), logger_(logger) {}

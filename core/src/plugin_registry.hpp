@@ -22,6 +22,11 @@ struct LoadedPlugin {
   kvc_policy_vtable policy{};    // filled for policies
 };
 
+// Throws kvc::Error for a plugin function's failure: "<who> <what>: <plugin's message>",
+// keeping the plugin's status code when it is a known one (KVC_ERR_PLUGIN otherwise).
+void check_plugin_call(int32_t code, const kvc_plugin_error& error, const std::string& who,
+                       const char* what);
+
 class PluginRegistry {
  public:
   PluginRegistry(const kvc_host_api* host, Logger& logger);

@@ -152,6 +152,19 @@ typedef enum kvc_layout {
   KVC_LAYOUT_CONTIGUOUS = 1  /**< one segment per (seq, layer, head), grown by growth_factor */
 } kvc_layout;
 
+/** @brief A key and its value, both UTF-8 strings. */
+typedef struct kvc_key_value {
+  const char *key;
+  const char *value;
+} kvc_key_value;
+
+/** @brief When a cache compresses a prompt automatically. */
+typedef enum kvc_prefill_compression {
+  KVC_PREFILL_NONE = 0,      /**< never during prefill */
+  KVC_PREFILL_PER_CHUNK = 1, /**< after the attention of every prompt chunk (Batch-Max) */
+  KVC_PREFILL_ONCE = 2       /**< once, when the first decode token of a sequence arrives */
+} kvc_prefill_compression;
+
 /** @brief Shape and storage of a cache. Fill with kvc_cache_params_init() first. */
 typedef struct kvc_cache_params {
   uint32_t struct_size;
@@ -165,6 +178,17 @@ typedef struct kvc_cache_params {
   double growth_factor;  /**< contiguous: capacity multiplier when full (> 1); default 2 */
   size_t memory_limit;   /**< bytes of K, V and per-token metadata; default 1 GiB */
   const char *backend;   /**< backend plugin name; NULL means "cpu" */
+  /* Compression (docs/policies.md); all strings are copied. */
+  const char *policy;    /**< eviction policy plugin name; NULL: the cache never compresses */
+  int32_t budget;        /**< tokens kept per (sequence, layer, KV head); 0: use budget_ratio */
+  double budget_ratio;   /**< in (0, 1]: budget as a share of the tokens a head has received */
+  int32_t sinks;         /**< first tokens always kept; < 0: the policy's default (default -1) */
+  int32_t recent;        /**< newest tokens always kept; < 0: the policy's default (default -1) */
+  const kvc_key_value *policy_params; /**< policy-specific parameters, as in YAML */
+  size_t n_policy_params;
+  kvc_prefill_compression prefill;    /**< default KVC_PREFILL_NONE */
+  int32_t decode_every;  /**< > 0: compress every this many single-token steps */
+  int32_t decode_slack;  /**< > 0: compress when a head holds more than budget + slack */
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */
@@ -298,6 +322,45 @@ KVC_API kvc_status *kvc_append_attend(kvc_cache *cache, int32_t layer, const kvc
                                       const kvc_tensor *q, const kvc_tensor *k,
                                       const kvc_tensor *v, const kvc_attention_params *params,
                                       kvc_tensor_mut *out);
+
+/* ------------------------------------------------------------ compression */
+
+/**
+ * @brief Compresses sequences now: for each listed sequence, on layer @p layer (or every
+ * layer when it is -1), every (layer, KV head) holding more than its budget keeps its sinks,
+ * its recent tokens and its best-scored tokens up to the budget; freed blocks return to the
+ * pool. A cache without a policy does nothing. If the policy reports an error, the cache is
+ * unchanged.
+ */
+KVC_API kvc_status *kvc_compress(kvc_cache *cache, int32_t layer, int32_t n_seqs,
+                                 const int32_t *seq_ids);
+
+/** @brief Attention statistics an engine computed itself (see kvcache_plugin.h). */
+typedef enum kvc_stat_kind {
+  KVC_STAT_KIND_ATTN_SUM = 1,   /**< added to the accumulated attention mass (H2O) */
+  KVC_STAT_KIND_ATTN_LAST = 2,  /**< replaces the last query's attention (TOVA) */
+  KVC_STAT_KIND_ATTN_WINDOW = 4 /**< replaces the observation window's attention (SnapKV) */
+} kvc_stat_kind;
+
+/**
+ * @brief Reports statistics of one (sequence, layer, KV head) for engines that compute
+ * attention with their own kernels: @p values holds one float per stored token, in storage
+ * order (kvc_seq_length() of them), summed over the query heads of the group. Fails with
+ * INVALID_ARGUMENT when the cache's policy does not use that statistic.
+ */
+KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t layer,
+                                     int32_t kv_head, kvc_stat_kind kind, const float *values,
+                                     int32_t n_values);
+
+/**
+ * @brief Peak bytes one sequence holds, over all layers and KV heads, when its prompt of
+ * @p prompt_tokens arrives in chunks of @p chunk_tokens and @p new_tokens are then decoded
+ * one at a time, under the cache's layout, policy, budget and triggers. An engine divides
+ * the memory limit by it to size its batch.
+ */
+KVC_API kvc_status *kvc_cache_estimate_peak_bytes(const kvc_cache *cache, int32_t prompt_tokens,
+                                                  int32_t chunk_tokens, int32_t new_tokens,
+                                                  size_t *out_bytes);
 
 #ifdef __cplusplus
 }

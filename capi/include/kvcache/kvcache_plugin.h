@@ -90,6 +90,11 @@ typedef struct kvc_segment {
   const void *v;         /**< [count, head_dim] of the storage dtype */
   const int32_t *pos;    /**< [count] absolute positions */
   int32_t count;
+  /** [count] statistics that attention updates, NULL when the policy did not ask for them
+   * (see ::kvc_stat_flags for their meaning). */
+  float *attn_sum;
+  float *attn_last;
+  float *attn_window;
 } kvc_segment;
 
 /** @brief Copy @p n_tokens new tokens of one KV head into one run of storage. */
@@ -105,6 +110,10 @@ typedef struct kvc_append_job {
   void *dst_v;
   int32_t *dst_pos;          /**< [n_tokens] */
   int32_t n_tokens;
+  /** [n_tokens] statistics of the new tokens, set to 0; NULL when not tracked. */
+  float *dst_attn_sum;
+  float *dst_attn_last;
+  float *dst_attn_window;
 } kvc_append_job;
 
 /** @brief Attention of some query tokens of one sequence and one KV head's query group. */
@@ -129,7 +138,30 @@ typedef struct kvc_attend_config {
   float scale;
   int32_t sliding_window;    /**< > 0: keys at positions (p - window, p] */
   float softcap;             /**< > 0: softcap * tanh(logit / softcap) */
+  /** Queries at the end of each job whose attention feeds attn_window (>= 1 when any
+   * segment has attn_window). When statistics are requested, a job holds all the new
+   * queries of its (sequence, KV head). */
+  int32_t observation_window;
 } kvc_attend_config;
+
+/**
+ * @brief Compaction of one (sequence, layer, KV head): moves the tokens at indices keep[0..n_keep)
+ * (increasing, counted across the segments in order) to indices 0..n_keep-1, with their K, V,
+ * position and every non-NULL statistic. The backend writes through the segments' pointers.
+ */
+typedef struct kvc_compact_job {
+  const kvc_segment *segments;
+  int32_t n_segments;
+  const int32_t *keep;       /**< host memory */
+  int32_t n_keep;
+} kvc_compact_job;
+
+/** @brief Reads the keys of one (sequence, layer, KV head) as f32 rows into host memory. */
+typedef struct kvc_read_keys_job {
+  const kvc_segment *segments;
+  int32_t n_segments;
+  float *out;                /**< [sum of counts, head_dim], host memory */
+} kvc_read_keys_job;
 
 /** @brief Kinds of copy for kvc_backend_vtable::copy. */
 typedef enum kvc_copy_kind {
@@ -157,35 +189,96 @@ typedef struct kvc_backend_vtable {
   /** Runs every job; jobs write disjoint output rows. */
   int32_t (*attend)(void *instance, const kvc_attend_job *jobs, size_t n_jobs,
                     const kvc_attend_config *config, kvc_plugin_error *error);
+  /** Runs every job; jobs touch disjoint storage. */
+  int32_t (*compact)(void *instance, const kvc_compact_job *jobs, size_t n_jobs,
+                     int32_t head_dim, kvc_dtype storage_dtype, kvc_plugin_error *error);
+  /** Runs every job; jobs write disjoint output. */
+  int32_t (*read_keys)(void *instance, const kvc_read_keys_job *jobs, size_t n_jobs,
+                       int32_t head_dim, kvc_dtype storage_dtype, kvc_plugin_error *error);
 } kvc_backend_vtable;
 
 /* --------------------------------------------------------------- policies */
 
 /**
- * @brief An eviction policy. `create` receives the policy's parameters as key/value strings
- * from YAML; `score` writes one score per stored token (higher is kept first).
+ * @brief Per-token statistics a policy may ask for. Attention statistics are computed by the
+ * backend's attention in the same pass, per (sequence, layer, KV head), over the softmax
+ * probabilities p(g, i, j) of query head g of the KV head's group, query i, key j:
  */
-typedef struct kvc_policy_param {
-  const char *key;
-  const char *value;
-} kvc_policy_param;
+typedef enum kvc_stat_flags {
+  /** Sum over every query ever attended and over the group's heads of p (H2O). Kept across
+   * calls; a new token starts at 0. */
+  KVC_STAT_ATTN_SUM = 1u << 0,
+  /** Mean over the group's heads of p for the last query of the latest attend (TOVA). */
+  KVC_STAT_ATTN_LAST = 1u << 1,
+  /** Sum over the last W queries of the latest attend and the group's heads of p, W being
+   * the policy's observation window (SnapKV). */
+  KVC_STAT_ATTN_WINDOW = 1u << 2,
+  /** The keys themselves, as f32 rows (K-norm, KeyDiff). Read at compression time. */
+  KVC_STAT_KEYS = 1u << 3
+} kvc_stat_flags;
 
-/** @brief Tokens of one (sequence, layer, KV head) for a policy to score, host memory. */
+/** @brief A policy parameter from YAML (`policy.params`), as written. */
+typedef kvc_key_value kvc_policy_param;
+
+/** @brief What a policy needs from the host. */
+typedef struct kvc_policy_needs {
+  uint32_t struct_size;
+  uint32_t stats;              /**< a mask of ::kvc_stat_flags */
+  int32_t observation_window;  /**< W for KVC_STAT_ATTN_WINDOW */
+  /** NULL: the policy scores tokens itself. Otherwise the name of another policy plugin
+   * whose scores it uses (created with the same parameters, minus `scorer`); this policy
+   * then only sets budgets (Ada-KV, PyramidKV). The string lives as long as the instance. */
+  const char *scorer;
+  int32_t default_sinks;       /**< sinks kept when the configuration sets none */
+  int32_t default_recent;      /**< recent tokens kept when the configuration sets none */
+} kvc_policy_needs;
+
+/** @brief The stored tokens of one (sequence, layer, KV head) for a policy to score. Arrays
+ * are host memory, [n_tokens] in storage (= position) order, valid during the call only. */
 typedef struct kvc_score_job {
+  int32_t seq_id;
   int32_t layer;
   int32_t kv_head;
   int32_t n_tokens;
-  const int32_t *pos;        /**< [n_tokens] */
-  float *scores;             /**< [n_tokens], written by the policy */
+  const int32_t *pos;
+  const float *attn_sum;       /**< NULL unless asked for */
+  const float *attn_last;      /**< NULL unless asked for */
+  const float *attn_window;    /**< NULL unless asked for */
+  const float *keys;           /**< [n_tokens, head_dim] f32, NULL unless asked for */
+  int32_t head_dim;
+  float *scores;               /**< [n_tokens], written by score(): higher is kept first */
 } kvc_score_job;
 
+/** @brief One (sequence, layer) whose per-head budgets a policy may set. */
+typedef struct kvc_budget_request {
+  uint32_t struct_size;
+  int32_t layer;
+  int32_t n_layers;
+  int32_t n_heads;              /**< KV heads; jobs and budgets have this many entries */
+  const int32_t *configured;    /**< [n_heads] the configured budget of each head, tokens */
+  const kvc_score_job *jobs;    /**< [n_heads] with scores filled in */
+} kvc_budget_request;
+
+/**
+ * @brief An eviction policy. The host keeps, per (sequence, layer, KV head), the `sinks`
+ * first and `recent` last tokens and then the highest-scored tokens up to the head's budget,
+ * in position order. Functions returning int32_t return a ::kvc_status_code.
+ */
 typedef struct kvc_policy_vtable {
   uint32_t struct_size;
+  /** Parses parameters; unknown keys and bad values are KVC_ERR_CONFIG naming the key. */
   int32_t (*create)(const kvc_host_api *host, const kvc_policy_param *params, size_t n_params,
                     void **out_instance, kvc_plugin_error *error);
   void (*destroy)(void *instance);
+  /** Fills @p out_needs (struct_size is set by the host). */
+  void (*needs)(void *instance, kvc_policy_needs *out_needs);
+  /** Scores the jobs: all KV heads of one (sequence, layer), one job per head. NULL for a
+   * policy that only sets budgets. May be called concurrently for different sequences. */
   int32_t (*score)(void *instance, const kvc_score_job *jobs, size_t n_jobs,
                    kvc_plugin_error *error);
+  /** Optional: writes the budget of each head to budgets[h]. NULL: the configured ones. */
+  int32_t (*budgets)(void *instance, const kvc_budget_request *request, int32_t *budgets,
+                     kvc_plugin_error *error);
 } kvc_policy_vtable;
 
 #ifdef __cplusplus

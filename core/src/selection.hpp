@@ -1,0 +1,16 @@
+// Which tokens of one (sequence, layer, KV head) survive compression.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvc {
+
+// Indices, increasing, of the tokens to keep out of n: the first `sinks` and the last
+// `recent` always, then the highest-scored others until `budget` are kept in all (ties go
+// to the later token; NaN scores rank lowest). Keeps all n when n <= budget, and only the
+// protected tokens when they alone reach the budget.
+std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget, int32_t sinks,
+                                 int32_t recent);
+
+}  // namespace kvc
