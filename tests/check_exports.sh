@@ -27,7 +27,7 @@ if grep -v '^kvc_' "$tmp/exported" > "$tmp/bad_prefix"; then
   sed 's/^/  /' "$tmp/bad_prefix"
   status=1
 fi
-if grep -E 'attention_kernel|backend_cpu|cpu_|policy_|_Z|tbb|yaml|boost' "$tmp/exported" > "$tmp/leaks"; then
+if grep -E '^_Z|backend_cpu|attention_kernel|attend_block|_kernel|^tbb|^YAML|^boost' "$tmp/exported" > "$tmp/leaks"; then
   echo "FAIL: internal (core, policy or backend) symbols are exported:"
   sed 's/^/  /' "$tmp/leaks"
   status=1

@@ -1,4 +1,4 @@
-// The header-only C++ RAII wrapper (kvcache.hpp): errors become kvc::Error with the C code,
+// The header-only C++ RAII wrapper (kvcache.hpp): errors become kvcache::Error with the C code,
 // handles own and release their C objects, and the data path gives the reference's results.
 #include <doctest/doctest.h>
 
@@ -17,7 +17,7 @@ template <typename F>
 kvc_status_code code_of(F&& f) {
   try {
     f();
-  } catch (const kvc::Error& e) {
+  } catch (const kvcache::Error& e) {
     CHECK(std::string(e.what()).size() > 0);
     return e.code();
   }
@@ -26,36 +26,36 @@ kvc_status_code code_of(F&& f) {
 
 }  // namespace
 
-static_assert(!std::is_copy_constructible<kvc::Context>::value, "Context must not be copyable");
-static_assert(!std::is_copy_constructible<kvc::Cache>::value, "Cache must not be copyable");
-static_assert(std::is_move_constructible<kvc::Cache>::value, "Cache must be movable");
-static_assert(std::is_base_of<std::exception, kvc::Error>::value, "kvc::Error is an exception");
+static_assert(!std::is_copy_constructible<kvcache::Context>::value, "Context must not be copyable");
+static_assert(!std::is_copy_constructible<kvcache::Cache>::value, "Cache must not be copyable");
+static_assert(std::is_move_constructible<kvcache::Cache>::value, "Cache must be movable");
+static_assert(std::is_base_of<std::exception, kvcache::Error>::value, "kvcache::Error is an exception");
 
 TEST_CASE("cpp wrapper: context, plugins and errors") {
-  kvc::Context ctx;
+  kvcache::Context ctx;
   REQUIRE(ctx.get() != nullptr);
   bool has_cpu = false;
   for (const kvc_plugin_info& info : ctx.plugins())
     has_cpu = has_cpu || (info.kind == KVC_PLUGIN_BACKEND && std::string(info.name) == "cpu");
   CHECK(has_cpu);
 
-  CHECK(code_of([] { kvc::Context bad("cache:\n  nope: 1\n"); }) == KVC_ERR_CONFIG);
+  CHECK(code_of([] { kvcache::Context bad("cache:\n  nope: 1\n"); }) == KVC_ERR_CONFIG);
   CHECK(code_of([&] { ctx.load_plugin(KVC_TEST_BAD_ABI_PLUGIN); }) == KVC_ERR_PLUGIN);
-  CHECK(code_of([] { kvc::Context::from_file("/nonexistent/kvc.yaml"); }) == KVC_ERR_NOT_FOUND);
+  CHECK(code_of([] { kvcache::Context::from_file("/nonexistent/kvc.yaml"); }) == KVC_ERR_NOT_FOUND);
 
   kvc_cache_params p;
   kvc_cache_params_init(&p);
   p.q_heads = 3;
   p.kv_heads = 2;
-  CHECK(code_of([&] { kvc::Cache c(ctx, p); }) == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(code_of([&] { kvcache::Cache c(ctx, p); }) == KVC_ERR_INVALID_ARGUMENT);
 }
 
 TEST_CASE("cpp wrapper: a cache round trip against the reference") {
-  kvc::Context ctx("cache:\n  layers: 2\n  kv_heads: 2\n  q_heads: 4\n  head_dim: 16\n  dtype: f32\n");
-  kvc::Cache from_ctx(ctx, std::string());
+  kvcache::Context ctx("cache:\n  layers: 2\n  kv_heads: 2\n  q_heads: 4\n  head_dim: 16\n  dtype: f32\n");
+  kvcache::Cache from_ctx(ctx, std::string());
   CHECK(from_ctx.stats().bytes_used == 0);
 
-  kvc::Cache cache(ctx, "cache:\n  layers: 2\n  kv_heads: 2\n  q_heads: 4\n  head_dim: 16\n  dtype: f32\n  layout: contiguous\n");
+  kvcache::Cache cache(ctx, "cache:\n  layers: 2\n  kv_heads: 2\n  q_heads: 4\n  head_dim: 16\n  dtype: f32\n  layout: contiguous\n");
   cache.create_sequence(4);
   CHECK(code_of([&] { cache.create_sequence(4); }) == KVC_ERR_ALREADY_EXISTS);
   CHECK(code_of([&] { (void)cache.length(5, 0, 0); }) == KVC_ERR_NOT_FOUND);
@@ -96,7 +96,7 @@ TEST_CASE("cpp wrapper: a cache round trip against the reference") {
   for (int e = 0; e < n * 64; ++e) CHECK(std::fabs(out2[e] - out[e]) <= 1e-6);
 
   // Moving transfers ownership.
-  kvc::Cache moved(std::move(cache));
+  kvcache::Cache moved(std::move(cache));
   CHECK(moved.get() != nullptr);
   CHECK(moved.length(4, 0, 0) == n);
   moved.reserve(4, 64);

@@ -115,7 +115,34 @@ kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_p
     kvc::require(cache != nullptr, "cache is NULL");
     kvc_cache_params params = params_from(cache->impl->config());
     params.backend = cache->impl->config().backend.c_str();
+    if (const kvc::Policy* policy = cache->impl->policy()) {
+      const kvc::PolicyConfig& p = policy->config();
+      params.policy = p.name.c_str();
+      params.budget = p.budget_tokens;
+      params.budget_ratio = p.budget_ratio;
+      params.sinks = p.sinks;
+      params.recent = p.recent;
+      params.prefill = p.prefill == kvc::PrefillCompression::per_chunk ? KVC_PREFILL_PER_CHUNK
+                       : p.prefill == kvc::PrefillCompression::once    ? KVC_PREFILL_ONCE
+                                                                       : KVC_PREFILL_NONE;
+      params.decode_every = p.decode_every;
+      params.decode_slack = p.decode_slack;
+    }
     kvc::write_versioned(out_params, params);
+  });
+}
+
+kvc_status* kvc_seq_view(const kvc_cache* cache, int32_t seq_id, int32_t layer, int32_t kv_head,
+                         kvc_segment_view* out_views, size_t capacity, size_t* out_count) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_count != nullptr, "out_count is NULL");
+    kvc::require(capacity == 0 || out_views != nullptr, "out_views is NULL");
+    std::vector<kvc_segment> segments = cache->impl->view(seq_id, layer, kv_head);
+    for (size_t i = 0; i < segments.size() && i < capacity; ++i) {
+      out_views[i] = kvc_segment_view{segments[i].k, segments[i].v, segments[i].pos, segments[i].count};
+    }
+    *out_count = segments.size();
   });
 }
 

@@ -137,7 +137,7 @@ void Cache::reserve(int32_t seq_id, int32_t tokens) {
   ensure_room(stores, extra, true);
 }
 
-int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
+void Cache::check_head(int32_t layer, int32_t kv_head) const {
   if (layer < 0 || layer >= config_.layers) {
     throw invalid("layer " + std::to_string(layer) + " is out of range 0.." +
                   std::to_string(config_.layers - 1));
@@ -146,8 +146,20 @@ int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
     throw invalid("kv_head " + std::to_string(kv_head) + " is out of range 0.." +
                   std::to_string(config_.kv_heads - 1));
   }
+}
+
+int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
+  check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   return store(find(seq_id), layer, kv_head).length();
+}
+
+std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_head) const {
+  check_head(layer, kv_head);
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  std::vector<kvc_segment> segments;
+  store(find(seq_id), layer, kv_head).gather(segments, geometry_);
+  return segments;
 }
 
 void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,

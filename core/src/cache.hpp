@@ -45,6 +45,8 @@ class Cache {
   void remove_sequence(int32_t seq_id);
   void reserve(int32_t seq_id, int32_t tokens);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
+  std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
+  const Policy* policy() const { return policy_.get(); }
 
   void append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k, const kvc_tensor& v);
   void attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
@@ -98,6 +100,7 @@ class Cache {
     return seq.heads[static_cast<size_t>(layer) * config_.kv_heads + kv_head];
   }
   Sequence& find(int32_t seq_id) const;
+  void check_head(int32_t layer, int32_t kv_head) const;
 
   Context& context_;
   CacheConfig config_;

@@ -74,6 +74,9 @@ void Cache::select_layer(LayerSelection& selection, int32_t seq_id) {
     in.scores.assign(static_cast<size_t>(head.length()), 0.0f);
     job.scores = in.scores.data();
     configured[static_cast<size_t>(h)] = configured_budget(head);
+    job.budget = configured[static_cast<size_t>(h)];
+    job.sinks = policy_->config().sinks;
+    job.recent = policy_->config().recent;
   }
   if (policy_->scores()) policy_->score(jobs.data(), jobs.size());
 
@@ -188,10 +191,8 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
                 "the policy does not track statistic " + std::to_string(static_cast<int>(stat)));
   }
   if (!values) throw Error(KVC_ERR_INVALID_ARGUMENT, "values is NULL");
+  check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  if (layer < 0 || layer >= config_.layers || kv_head < 0 || kv_head >= config_.kv_heads) {
-    throw Error(KVC_ERR_INVALID_ARGUMENT, "layer or kv_head out of range");
-  }
   const HeadStore& head = store(find(seq_id), layer, kv_head);
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "kvc/half.hpp"
 #include "parallel.hpp"
-#include "plugin_error.hpp"
 #include "row_convert.hpp"
+#include "validation.hpp"
 
 namespace kvc::cpu {
 namespace {
@@ -16,10 +17,8 @@ constexpr size_t kMinChunkBytes = size_t{64} << 10;
 
 void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
               kvc_dtype storage_dtype) {
-  if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
-  if (dtype_size(storage_dtype) == 0)
-    fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
-  if (n_jobs > 0 && jobs == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "append jobs are NULL");
+  check_storage(head_dim, storage_dtype);
+  check_jobs(jobs, n_jobs, "append");
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_append_job& job = jobs[j];
     if (job.src_dtype != storage_dtype && job.src_dtype != KVC_DTYPE_F32)
@@ -58,6 +57,8 @@ void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dt
   copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
   copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
   std::memcpy(job.dst_pos, job.src_pos, n * sizeof(int32_t));
+  for (float* stat : {job.dst_attn_sum, job.dst_attn_last, job.dst_attn_window})
+    if (stat) std::fill_n(stat, n, 0.0f);
 }
 
 size_t grain_for(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,

@@ -8,7 +8,9 @@
 
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
+#include "compact_kernel.hpp"
 #include "plugin_error.hpp"
+#include "read_keys_kernel.hpp"
 
 namespace kvc::cpu {
 namespace {
@@ -60,15 +62,16 @@ int32_t copy(void*, void* dst, const void* src, size_t bytes, kvc_copy_kind kind
         kind != KVC_COPY_DEVICE_TO_DEVICE)
       fail(KVC_ERR_INVALID_ARGUMENT, "unknown copy kind %d", int(kind));
     if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
+    if (dst == nullptr || src == nullptr)
+      fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
     std::memcpy(dst, src, bytes);
   });
 }
 
 int32_t append(void* instance, const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
                kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
-  return report_errors(error,
-                       [&] { run_append(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+  return report_errors(
+      error, [&] { run_append(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
 }
 
 int32_t attend(void* instance, const kvc_attend_job* jobs, size_t n_jobs,
@@ -79,10 +82,23 @@ int32_t attend(void* instance, const kvc_attend_job* jobs, size_t n_jobs,
   });
 }
 
+int32_t compact(void* instance, const kvc_compact_job* jobs, size_t n_jobs, int32_t head_dim,
+                kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
+  return report_errors(
+      error, [&] { run_compact(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+}
+
+int32_t read_keys(void* instance, const kvc_read_keys_job* jobs, size_t n_jobs, int32_t head_dim,
+                  kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
+  return report_errors(
+      error, [&] { run_read_keys(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+}
+
 }  // namespace
 
 const kvc_backend_vtable backend_vtable = {
     sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
+    compact, read_keys,
 };
 
 }  // namespace kvc::cpu

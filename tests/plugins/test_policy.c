@@ -3,6 +3,8 @@
  *      checks the host API, uses its allocator and parallel_for, and logs a message.
  *   1  a descriptor whose struct_size is larger than the host knows: must be refused.
  *   2  an entry point that fails with a message: the host must report it, naming the file.
+ *   3  a library that needs a symbol nothing defines: the dynamic loader refuses it, and the
+ *      host's error names the file and passes on the loader's reason (the missing symbol).
  */
 #include <string.h>
 
@@ -140,6 +142,22 @@ EXPORT int32_t kvc_plugin_entry(const kvc_host_api *host,
   (void)out_count;
   (void)test_vtable;
   set_error(error, "deliberate failure from test_policy_fail");
+  return KVC_ERR_PLUGIN;
+}
+
+#elif TEST_POLICY_VARIANT == 3
+
+/* Defined nowhere: loading the library fails with an undefined symbol. */
+extern int32_t kvc_test_symbol_defined_nowhere(int32_t x);
+
+EXPORT int32_t kvc_plugin_entry(const kvc_host_api *host,
+                                const kvc_plugin_descriptor **out_descriptors, size_t *out_count,
+                                kvc_plugin_error *error) {
+  (void)host;
+  (void)out_descriptors;
+  (void)test_vtable;
+  *out_count = (size_t)kvc_test_symbol_defined_nowhere(1);
+  set_error(error, "unreachable");
   return KVC_ERR_PLUGIN;
 }
 

@@ -125,8 +125,8 @@ typedef enum kvc_plugin_kind { KVC_PLUGIN_POLICY = 1, KVC_PLUGIN_BACKEND = 2 } k
 
 /** @brief Describes a loaded plugin; strings are owned by the context. */
 typedef struct kvc_plugin_info {
-  uint32_t struct_size;
-  kvc_plugin_kind kind;
+  uint32_t struct_size; /**< set by the caller to sizeof(kvc_plugin_info) */
+  kvc_plugin_kind kind; /**< policy or backend */
   const char *name;    /**< the name used in YAML, such as "cpu" or "snapkv" */
   uint32_t version;    /**< the plugin's own version */
   const char *path;    /**< the shared library it came from */
@@ -154,8 +154,8 @@ typedef enum kvc_layout {
 
 /** @brief A key and its value, both UTF-8 strings. */
 typedef struct kvc_key_value {
-  const char *key;
-  const char *value;
+  const char *key;   /**< the parameter's name */
+  const char *value; /**< its value as written in YAML, e.g. "32" or "max" */
 } kvc_key_value;
 
 /** @brief When a cache compresses a prompt automatically. */
@@ -167,7 +167,7 @@ typedef enum kvc_prefill_compression {
 
 /** @brief Shape and storage of a cache. Fill with kvc_cache_params_init() first. */
 typedef struct kvc_cache_params {
-  uint32_t struct_size;
+  uint32_t struct_size;  /**< sizeof(kvc_cache_params), set by kvc_cache_params_init() */
   int32_t layers;        /**< default 1 */
   int32_t kv_heads;      /**< default 1 */
   int32_t q_heads;       /**< a multiple of kv_heads (GQA); default 1 */
@@ -185,7 +185,7 @@ typedef struct kvc_cache_params {
   int32_t sinks;         /**< first tokens always kept; < 0: the policy's default (default -1) */
   int32_t recent;        /**< newest tokens always kept; < 0: the policy's default (default -1) */
   const kvc_key_value *policy_params; /**< policy-specific parameters, as in YAML */
-  size_t n_policy_params;
+  size_t n_policy_params;             /**< entries in policy_params */
   kvc_prefill_compression prefill;    /**< default KVC_PREFILL_NONE */
   int32_t decode_every;  /**< > 0: compress every this many single-token steps */
   int32_t decode_slack;  /**< > 0: compress when a head holds more than budget + slack */
@@ -211,7 +211,7 @@ KVC_API kvc_status *kvc_cache_get_params(const kvc_cache *cache, kvc_cache_param
 
 /** @brief Memory and token counters of a cache. */
 typedef struct kvc_cache_stats {
-  uint32_t struct_size;
+  uint32_t struct_size;    /**< set by the caller to sizeof(kvc_cache_stats) */
   size_t bytes_used;       /**< bytes held by stored tokens (blocks or segment capacity) */
   size_t bytes_peak;       /**< highest bytes_used since creation */
   size_t bytes_limit;      /**< the memory limit */
@@ -242,6 +242,24 @@ KVC_API kvc_status *kvc_seq_reserve(kvc_cache *cache, int32_t seq_id, int32_t to
 KVC_API kvc_status *kvc_seq_length(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                    int32_t kv_head, int32_t *out_length);
 
+/** @brief A run of stored tokens, as seen by an engine with its own attention kernels. */
+typedef struct kvc_segment_view {
+  const void *k;       /**< [count, head_dim] of the storage dtype, in the backend's memory */
+  const void *v;       /**< [count, head_dim] of the storage dtype, in the backend's memory */
+  const int32_t *pos;  /**< [count] absolute positions, in the backend's memory */
+  int32_t count;       /**< tokens in this segment */
+} kvc_segment_view;
+
+/**
+ * @brief Views the stored tokens of (sequence, layer, KV head) as segments in storage
+ * (= position) order. Writes at most @p capacity views to @p out_views and the number of
+ * segments to @p out_count (call with capacity 0 to size the array). The pointers stay valid
+ * until the next call that appends to, compresses or removes this sequence.
+ */
+KVC_API kvc_status *kvc_seq_view(const kvc_cache *cache, int32_t seq_id, int32_t layer,
+                                 int32_t kv_head, kvc_segment_view *out_views, size_t capacity,
+                                 size_t *out_count);
+
 /* -------------------------------------------------------------- data path */
 
 /** @brief Where a tensor's memory lives. */
@@ -255,18 +273,18 @@ typedef enum kvc_device {
  * `data + (t * row_stride + h * head_dim + i) * sizeof(dtype)`.
  */
 typedef struct kvc_tensor {
-  const void *data;
+  const void *data;    /**< the first element; read during the call only */
   kvc_dtype dtype;     /**< f32 or the cache's storage dtype */
-  kvc_device device;
+  kvc_device device;   /**< where data lives */
   size_t row_stride;   /**< elements between consecutive tokens; 0 means heads * head_dim */
 } kvc_tensor;
 
 /** @brief A writable tensor, laid out as ::kvc_tensor. Attention output is f32. */
 typedef struct kvc_tensor_mut {
-  void *data;
-  kvc_dtype dtype;
-  kvc_device device;
-  size_t row_stride;
+  void *data;          /**< the first element; written during the call only */
+  kvc_dtype dtype;     /**< f32 */
+  kvc_device device;   /**< where data lives */
+  size_t row_stride;   /**< elements between consecutive tokens; 0 means heads * head_dim */
 } kvc_tensor_mut;
 
 /**
@@ -276,11 +294,11 @@ typedef struct kvc_tensor_mut {
  * (total = sum of n_tokens entries). Arrays are read during the call only.
  */
 typedef struct kvc_batch {
-  uint32_t struct_size;
-  int32_t n_seqs;
-  const int32_t *seq_ids;
-  const int32_t *n_tokens;
-  const int32_t *positions;
+  uint32_t struct_size;      /**< sizeof(kvc_batch), set by kvc_batch_init() */
+  int32_t n_seqs;            /**< sequences in the batch, >= 1 */
+  const int32_t *seq_ids;    /**< [n_seqs] distinct sequence ids */
+  const int32_t *n_tokens;   /**< [n_seqs] new tokens of each sequence, >= 1 */
+  const int32_t *positions;  /**< [sum of n_tokens] absolute positions of the new tokens */
 } kvc_batch;
 
 /** @brief Fills @p batch with the given arrays and sets struct_size. */
@@ -289,7 +307,7 @@ KVC_API void kvc_batch_init(kvc_batch *batch, int32_t n_seqs, const int32_t *seq
 
 /** @brief Attention options. Fill with kvc_attention_params_init() first. */
 typedef struct kvc_attention_params {
-  uint32_t struct_size;
+  uint32_t struct_size;   /**< sizeof(kvc_attention_params), set by kvc_attention_params_init() */
   float scale;            /**< logit scale; 0 means 1/sqrt(head_dim) */
   int32_t sliding_window; /**< > 0: a query at p sees keys at positions (p - window, p] */
   float softcap;          /**< > 0: logits become softcap * tanh(logit / softcap) */

@@ -2,7 +2,7 @@
  * @file kvcache.hpp
  * @brief Header-only C++17 RAII wrapper over the kvcache C API.
  *
- * Errors become kvc::Error exceptions (thrown on the caller's side of the C boundary).
+ * Errors become kvcache::Error exceptions (thrown on the caller's side of the C boundary).
  * Handles are move-only and release their C object on destruction. Thread safety is that
  * of the underlying C handles (see kvcache.h). A Cache must be destroyed before its Context.
  */
@@ -17,11 +17,12 @@
 
 #include "kvcache/kvcache.h"
 
-namespace kvc {
+namespace kvcache {
 
 /** @brief A failed kvcache call: its status code and message. */
 class Error : public std::runtime_error {
  public:
+  /** @brief An error with the status code and message of a failed call. */
   Error(kvc_status_code code, const std::string& message)
       : std::runtime_error(message), code_(code) {}
   /** @brief The status code of the failed call. */
@@ -31,7 +32,7 @@ class Error : public std::runtime_error {
   kvc_status_code code_;
 };
 
-/** @brief Throws kvc::Error for a non-NULL status and frees it. */
+/** @brief Throws kvcache::Error for a non-NULL status and frees it. */
 inline void check(kvc_status* status) {
   if (!status) return;
   kvc_status_code code = kvc_status_get_code(status);
@@ -141,6 +142,6 @@ class Cache {
   std::unique_ptr<kvc_cache, Deleter> handle_;
 };
 
-}  // namespace kvc
+}  // namespace kvcache
 
 #endif /* KVCACHE_KVCACHE_HPP */

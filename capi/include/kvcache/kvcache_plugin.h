@@ -32,15 +32,18 @@
 extern "C" {
 #endif
 
+/** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
+/** @brief Plugin ABI minor: grows when entries are appended to structs. */
 #define KVC_PLUGIN_ABI_MINOR 0
+/** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Name of the symbol every plugin library exports. */
 #define KVC_PLUGIN_ENTRY_SYMBOL "kvc_plugin_entry"
 
 /** @brief Room for an error message written by a plugin (UTF-8, NUL-terminated). */
 typedef struct kvc_plugin_error {
-  char message[512];
+  char message[512]; /**< NUL-terminated; truncated by the plugin if longer */
 } kvc_plugin_error;
 
 /** @brief A body run by kvc_host_api::parallel_for over the index range [begin, end). */
@@ -51,8 +54,8 @@ typedef void (*kvc_range_fn)(void *user_data, size_t begin, size_t end);
  * is thread-safe.
  */
 typedef struct kvc_host_api {
-  uint32_t struct_size;
-  uint32_t abi_version;
+  uint32_t struct_size;  /**< sizeof(kvc_host_api) of the host */
+  uint32_t abi_version;  /**< KVC_PLUGIN_ABI_VERSION of the host */
   void *host; /**< pass back as the first argument of every function below */
   /** Writes a message to the context's logger. */
   void (*log)(void *host, kvc_log_level level, const char *message);
@@ -61,14 +64,15 @@ typedef struct kvc_host_api {
   void (*parallel_for)(void *host, size_t n, size_t grain, kvc_range_fn body, void *user_data);
   /** Aligned host memory (NULL on failure) and its release. */
   void *(*alloc)(void *host, size_t bytes, size_t alignment);
+  /** Releases memory from alloc; accepts NULL. */
   void (*free)(void *host, void *ptr);
 } kvc_host_api;
 
 /** @brief What one plugin is; returned by the entry point. */
 typedef struct kvc_plugin_descriptor {
-  uint32_t struct_size;
+  uint32_t struct_size;  /**< sizeof(kvc_plugin_descriptor) the plugin was built with */
   uint32_t abi_version;  /**< KVC_PLUGIN_ABI_VERSION the plugin was built against */
-  kvc_plugin_kind kind;
+  kvc_plugin_kind kind;  /**< which vtable type `vtable` points to */
   const char *name;      /**< unique per kind, used in YAML */
   uint32_t version;      /**< the plugin's own version */
   const void *vtable;    /**< a ::kvc_backend_vtable or a policy vtable, by kind */
@@ -89,31 +93,31 @@ typedef struct kvc_segment {
   const void *k;         /**< [count, head_dim] of the storage dtype */
   const void *v;         /**< [count, head_dim] of the storage dtype */
   const int32_t *pos;    /**< [count] absolute positions */
-  int32_t count;
+  int32_t count;         /**< tokens in this segment */
   /** [count] statistics that attention updates, NULL when the policy did not ask for them
    * (see ::kvc_stat_flags for their meaning). */
   float *attn_sum;
-  float *attn_last;
-  float *attn_window;
+  float *attn_last;      /**< [count] see KVC_STAT_ATTN_LAST, or NULL */
+  float *attn_window;    /**< [count] see KVC_STAT_ATTN_WINDOW, or NULL */
 } kvc_segment;
 
 /** @brief Copy @p n_tokens new tokens of one KV head into one run of storage. */
 typedef struct kvc_append_job {
   const void *src_k;         /**< first token's head row; tokens are src_stride elements apart */
-  const void *src_v;
+  const void *src_v;         /**< like src_k, for V */
   const int32_t *src_pos;    /**< [n_tokens], host memory */
-  size_t src_k_stride;
-  size_t src_v_stride;
+  size_t src_k_stride;       /**< elements between consecutive K source rows */
+  size_t src_v_stride;       /**< elements between consecutive V source rows */
   kvc_dtype src_dtype;       /**< f32 or the storage dtype */
-  kvc_device src_device;
+  kvc_device src_device;     /**< where src_k and src_v live */
   void *dst_k;               /**< [n_tokens, head_dim] of the storage dtype */
-  void *dst_v;
+  void *dst_v;               /**< [n_tokens, head_dim] of the storage dtype */
   int32_t *dst_pos;          /**< [n_tokens] */
-  int32_t n_tokens;
+  int32_t n_tokens;          /**< tokens to copy, >= 1 */
   /** [n_tokens] statistics of the new tokens, set to 0; NULL when not tracked. */
   float *dst_attn_sum;
-  float *dst_attn_last;
-  float *dst_attn_window;
+  float *dst_attn_last;      /**< [n_tokens] set to 0, or NULL */
+  float *dst_attn_window;    /**< [n_tokens] set to 0, or NULL */
 } kvc_append_job;
 
 /** @brief Attention of some query tokens of one sequence and one KV head's query group. */
@@ -122,20 +126,20 @@ typedef struct kvc_attend_job {
   size_t q_stride;           /**< elements between query tokens */
   kvc_dtype q_dtype;         /**< f32 or the storage dtype */
   const int32_t *q_pos;      /**< [n_queries] absolute positions, host memory */
-  int32_t n_queries;
+  int32_t n_queries;         /**< query tokens in this job, >= 1 */
   float *out;                /**< first output token, first head of the group; f32 */
   size_t out_stride;         /**< elements between output tokens */
   const kvc_segment *segments; /**< the stored tokens, in storage order; host array */
-  int32_t n_segments;
+  int32_t n_segments;        /**< entries in segments */
 } kvc_attend_job;
 
 /** @brief Shape and options shared by all jobs of one attention call. */
 typedef struct kvc_attend_config {
-  uint32_t struct_size;
-  int32_t head_dim;
+  uint32_t struct_size;      /**< sizeof(kvc_attend_config) of the host */
+  int32_t head_dim;          /**< elements per head row */
   int32_t group_size;        /**< query heads per KV head; their rows are adjacent in q/out */
-  kvc_dtype storage_dtype;
-  float scale;
+  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  float scale;               /**< logit scale, > 0 */
   int32_t sliding_window;    /**< > 0: keys at positions (p - window, p] */
   float softcap;             /**< > 0: softcap * tanh(logit / softcap) */
   /** Queries at the end of each job whose attention feeds attn_window (>= 1 when any
@@ -150,16 +154,16 @@ typedef struct kvc_attend_config {
  * position and every non-NULL statistic. The backend writes through the segments' pointers.
  */
 typedef struct kvc_compact_job {
-  const kvc_segment *segments;
-  int32_t n_segments;
-  const int32_t *keep;       /**< host memory */
-  int32_t n_keep;
+  const kvc_segment *segments; /**< the head's storage, in order; host array */
+  int32_t n_segments;        /**< entries in segments */
+  const int32_t *keep;       /**< [n_keep] increasing token indices, host memory */
+  int32_t n_keep;            /**< tokens kept */
 } kvc_compact_job;
 
 /** @brief Reads the keys of one (sequence, layer, KV head) as f32 rows into host memory. */
 typedef struct kvc_read_keys_job {
-  const kvc_segment *segments;
-  int32_t n_segments;
+  const kvc_segment *segments; /**< the head's storage, in order; host array */
+  int32_t n_segments;        /**< entries in segments */
   float *out;                /**< [sum of counts, head_dim], host memory */
 } kvc_read_keys_job;
 
@@ -175,12 +179,16 @@ typedef enum kvc_copy_kind {
  * takes that instance. Functions returning int32_t return a ::kvc_status_code.
  */
 typedef struct kvc_backend_vtable {
-  uint32_t struct_size;
+  uint32_t struct_size;  /**< sizeof(kvc_backend_vtable) the plugin was built with */
+  /** Creates an instance for one cache in @p *out_instance. */
   int32_t (*create)(const kvc_host_api *host, void **out_instance, kvc_plugin_error *error);
+  /** Destroys an instance; every allocation has been freed before. */
   void (*destroy)(void *instance);
   /** Device memory; NULL when exhausted. Alignment is at least 64 bytes. */
   void *(*alloc)(void *instance, size_t bytes);
+  /** Releases device memory from alloc. */
   void (*free)(void *instance, void *ptr);
+  /** Copies @p bytes between host and device memory as @p kind says. */
   int32_t (*copy)(void *instance, void *dst, const void *src, size_t bytes, kvc_copy_kind kind,
                   kvc_plugin_error *error);
   /** Runs every job; jobs write disjoint memory. */
@@ -222,7 +230,7 @@ typedef kvc_key_value kvc_policy_param;
 
 /** @brief What a policy needs from the host. */
 typedef struct kvc_policy_needs {
-  uint32_t struct_size;
+  uint32_t struct_size;        /**< sizeof(kvc_policy_needs) of the host */
   uint32_t stats;              /**< a mask of ::kvc_stat_flags */
   int32_t observation_window;  /**< W for KVC_STAT_ATTN_WINDOW */
   /** NULL: the policy scores tokens itself. Otherwise the name of another policy plugin
@@ -236,24 +244,27 @@ typedef struct kvc_policy_needs {
 /** @brief The stored tokens of one (sequence, layer, KV head) for a policy to score. Arrays
  * are host memory, [n_tokens] in storage (= position) order, valid during the call only. */
 typedef struct kvc_score_job {
-  int32_t seq_id;
-  int32_t layer;
-  int32_t kv_head;
-  int32_t n_tokens;
-  const int32_t *pos;
+  int32_t seq_id;              /**< the sequence */
+  int32_t layer;               /**< the layer, 0-based */
+  int32_t kv_head;             /**< the KV head, 0-based */
+  int32_t n_tokens;            /**< stored tokens */
+  const int32_t *pos;          /**< [n_tokens] absolute positions */
   const float *attn_sum;       /**< NULL unless asked for */
   const float *attn_last;      /**< NULL unless asked for */
   const float *attn_window;    /**< NULL unless asked for */
   const float *keys;           /**< [n_tokens, head_dim] f32, NULL unless asked for */
-  int32_t head_dim;
+  int32_t head_dim;            /**< elements per key row */
+  int32_t budget;              /**< tokens this head will keep (the configured budget) */
+  int32_t sinks;               /**< first tokens the host keeps whatever their score */
+  int32_t recent;              /**< last tokens the host keeps whatever their score */
   float *scores;               /**< [n_tokens], written by score(): higher is kept first */
 } kvc_score_job;
 
 /** @brief One (sequence, layer) whose per-head budgets a policy may set. */
 typedef struct kvc_budget_request {
-  uint32_t struct_size;
-  int32_t layer;
-  int32_t n_layers;
+  uint32_t struct_size;         /**< sizeof(kvc_budget_request) of the host */
+  int32_t layer;                /**< the layer, 0-based */
+  int32_t n_layers;             /**< layers of the cache */
   int32_t n_heads;              /**< KV heads; jobs and budgets have this many entries */
   const int32_t *configured;    /**< [n_heads] the configured budget of each head, tokens */
   const kvc_score_job *jobs;    /**< [n_heads] with scores filled in */
@@ -265,10 +276,11 @@ typedef struct kvc_budget_request {
  * in position order. Functions returning int32_t return a ::kvc_status_code.
  */
 typedef struct kvc_policy_vtable {
-  uint32_t struct_size;
+  uint32_t struct_size;  /**< sizeof(kvc_policy_vtable) the plugin was built with */
   /** Parses parameters; unknown keys and bad values are KVC_ERR_CONFIG naming the key. */
   int32_t (*create)(const kvc_host_api *host, const kvc_policy_param *params, size_t n_params,
                     void **out_instance, kvc_plugin_error *error);
+  /** Destroys an instance. */
   void (*destroy)(void *instance);
   /** Fills @p out_needs (struct_size is set by the host). */
   void (*needs)(void *instance, kvc_policy_needs *out_needs);

@@ -1,0 +1,28 @@
+// Per-key attention statistics for eviction policies (see ::kvc_stat_flags), computed from
+// the softmax state the online pass leaves behind.
+#pragma once
+
+#include "attention_block.hpp"
+#include "kvcache/kvcache_plugin.h"
+
+namespace kvc::cpu {
+
+// Which statistics the job's segments carry.
+struct StatsRequest {
+  bool sum = false;
+  bool last = false;
+  bool window = false;
+  bool any() const { return sum || last || window; }
+};
+
+StatsRequest requested_stats(const kvc_attend_job& job);
+
+// Zeroes attn_last and attn_window, which describe only the latest attend.
+void reset_latest_stats(const kvc_attend_job& job);
+
+// Adds the attention probabilities of the block last passed to attend_block to the job's
+// statistics. Blocks of one job must be folded in one after the other.
+void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const AttentionShape& s,
+                      AttentionWorkspace& w);
+
+}  // namespace kvc::cpu

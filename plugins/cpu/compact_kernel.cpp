@@ -1,0 +1,91 @@
+#include "compact_kernel.hpp"
+
+#include <cstring>
+
+#include "kvc/half.hpp"
+#include "parallel.hpp"
+#include "validation.hpp"
+
+namespace kvc::cpu {
+namespace {
+
+void validate(const kvc_compact_job* jobs, size_t n_jobs, int32_t head_dim,
+              kvc_dtype storage_dtype) {
+  check_storage(head_dim, storage_dtype);
+  check_jobs(jobs, n_jobs, "compact");
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const kvc_compact_job& job = jobs[j];
+    const size_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);
+    if (job.n_keep < 0 || size_t(job.n_keep) > tokens || (job.n_keep > 0 && !job.keep))
+      fail(KVC_ERR_INVALID_ARGUMENT, "compact job %zu: bad keep list of %d for %zu tokens", j,
+           job.n_keep, tokens);
+    for (int32_t i = 0; i < job.n_keep; ++i) {
+      const int32_t index = job.keep[i];
+      const int64_t lowest = i == 0 ? 0 : int64_t(job.keep[i - 1]) + 1;
+      if (index < lowest || size_t(index) >= tokens)
+        fail(KVC_ERR_INVALID_ARGUMENT,
+             "compact job %zu: keep[%d] = %d is out of range or not increasing", j, i, index);
+    }
+  }
+}
+
+// Finds tokens by index across a job's segments, for indices visited in increasing order.
+class TokenCursor {
+ public:
+  explicit TokenCursor(const kvc_segment* segments) : segment_(segments) {}
+
+  // Moves to the token at `index`; returns its offset within segment().
+  size_t seek(size_t index) {
+    while (index >= first_ + size_t(segment_->count)) first_ += size_t((segment_++)->count);
+    return index - first_;
+  }
+  const kvc_segment& segment() const { return *segment_; }
+
+ private:
+  const kvc_segment* segment_;
+  size_t first_ = 0;  // index of the segment's first token
+};
+
+// The compact ABI hands over read-only segment pointers and asks the backend to write
+// through them.
+void move_row(const void* from_rows, size_t from, const void* to_rows, size_t to, size_t bytes) {
+  std::memcpy(static_cast<char*>(const_cast<void*>(to_rows)) + to * bytes,
+              static_cast<const char*>(from_rows) + from * bytes, bytes);
+}
+
+void move_stat(const float* from_stat, size_t from, float* to_stat, size_t to) {
+  if (from_stat && to_stat) to_stat[to] = from_stat[from];
+}
+
+// keep is increasing, so keep[i] >= i: every token moves towards the front, onto a slot
+// whose own token has already moved or was dropped.
+void compact_job(const kvc_compact_job& job, size_t row_bytes) {
+  TokenCursor source(job.segments);
+  TokenCursor target(job.segments);
+  for (int32_t i = 0; i < job.n_keep; ++i) {
+    const size_t from = source.seek(size_t(job.keep[i]));
+    const size_t to = target.seek(size_t(i));
+    const kvc_segment& src = source.segment();
+    const kvc_segment& dst = target.segment();
+    if (&src == &dst && from == to) continue;
+    move_row(src.k, from, dst.k, to, row_bytes);
+    move_row(src.v, from, dst.v, to, row_bytes);
+    move_row(src.pos, from, dst.pos, to, sizeof(int32_t));
+    move_stat(src.attn_sum, from, dst.attn_sum, to);
+    move_stat(src.attn_last, from, dst.attn_last, to);
+    move_stat(src.attn_window, from, dst.attn_window, to);
+  }
+}
+
+}  // namespace
+
+void run_compact(const kvc_host_api& host, const kvc_compact_job* jobs, size_t n_jobs,
+                 int32_t head_dim, kvc_dtype storage_dtype) {
+  validate(jobs, n_jobs, head_dim, storage_dtype);
+  const size_t row_bytes = size_t(head_dim) * dtype_size(storage_dtype);
+  parallel_for(host, n_jobs, 1, [&](size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) compact_job(jobs[j], row_bytes);
+  });
+}
+
+}  // namespace kvc::cpu

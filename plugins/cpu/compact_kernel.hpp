@@ -1,0 +1,15 @@
+// Compaction of stored tokens after eviction: kept tokens move to the front, in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvcache/kvcache_plugin.h"
+
+namespace kvc::cpu {
+
+// Runs every job on the host's arena; throws PluginError on an invalid job.
+void run_compact(const kvc_host_api& host, const kvc_compact_job* jobs, size_t n_jobs,
+                 int32_t head_dim, kvc_dtype storage_dtype);
+
+}  // namespace kvc::cpu
