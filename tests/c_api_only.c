@@ -150,6 +150,33 @@ int main(void) {
   CHECK(length == -1);
   kvc_status_free(st);
 
+  /* Error path: enum values this library does not know (legal C, from an FFI caller). */
+  CHECK(kvc_status_code_name((kvc_status_code)999) != NULL);
+  {
+    kvc_cache_params bad = params;
+    kvc_cache *never = NULL;
+    bad.dtype = (kvc_dtype)17;
+    st = kvc_cache_create(ctx, &bad, &never);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(never == NULL);
+    kvc_status_free(st);
+    bad = params;
+    bad.layout = (kvc_layout)9;
+    st = kvc_cache_create(ctx, &bad, &never);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(never == NULL);
+    kvc_status_free(st);
+  }
+  {
+    kvc_tensor bad_k = kt;
+    bad_k.dtype = (kvc_dtype)42;
+    st = kvc_append(cache, 0, &batch, &bad_k, &vt);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    kvc_status_free(st);
+    REQUIRE_OK(kvc_seq_length(cache, seq, 0, 0, &length));
+    CHECK(length == N);
+  }
+
   REQUIRE_OK(kvc_seq_remove(cache, seq));
   REQUIRE_OK(kvc_cache_get_stats(cache, &stats));
   CHECK(stats.tokens_stored == 0);

@@ -24,6 +24,7 @@ struct LayerSelection {
   Sequence* sequence;
   int32_t layer;
   std::vector<std::vector<int32_t>> kept;  // [kv_head]
+  std::vector<int32_t> budgets;            // [kv_head] what the policy gave each head
 };
 
 struct Sequence {

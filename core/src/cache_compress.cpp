@@ -92,9 +92,11 @@ void Cache::select_layer(LayerSelection& selection, int32_t seq_id) {
 
   const PolicyConfig& p = policy_->config();
   selection.kept.resize(static_cast<size_t>(heads));
+  selection.budgets.resize(static_cast<size_t>(heads));
   for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
+    selection.budgets[h] = std::max(budgets[h], 0);
     selection.kept[h] = select_kept(inputs[h].scores.data(), jobs[h].n_tokens,
-                                    std::max(budgets[h], 0), p.sinks, p.recent);
+                                    selection.budgets[h], p.sinks, p.recent);
   }
 }
 
@@ -136,10 +138,12 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
       bool over_budget = false;
       for (int32_t h = 0; h < heads; ++h) {
         const HeadStore& head = store(*sequences[i], layer, h);
-        over_budget |= head.length() > configured_budget(head);
+        int32_t budget = configured_budget(head);
+        if (head.effective_budget() >= 0) budget = std::min(budget, head.effective_budget());
+        over_budget |= head.length() > budget;
       }
       if (!over_budget) continue;
-      selections.push_back(LayerSelection{sequences[i], layer, {}});
+      selections.push_back(LayerSelection{sequences[i], layer, {}, {}});
       selection_ids.push_back(ids[i]);
     }
   }
@@ -165,6 +169,7 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   for (LayerSelection& selection : selections) {
     for (int32_t h = 0; h < heads; ++h) {
       HeadStore& head = store(*selection.sequence, selection.layer, h);
+      head.set_effective_budget(selection.budgets[h]);
       const std::vector<int32_t>& kept = selection.kept[h];
       if (static_cast<int32_t>(kept.size()) == head.length()) continue;
       segments.emplace_back();
@@ -251,7 +256,9 @@ void Cache::compress_after_attend(int32_t layer, const kvc_batch& batch,
       if (p.decode_slack > 0) {
         for (int32_t h = 0; h < config_.kv_heads && !compress_now; ++h) {
           const HeadStore& head = store(seq, layer, h);
-          compress_now = head.length() > configured_budget(head) + p.decode_slack;
+          int32_t budget = head.effective_budget() >= 0 ? head.effective_budget()
+                                                        : configured_budget(head);
+          compress_now = head.length() > static_cast<int64_t>(budget) + p.decode_slack;
         }
       }
     }

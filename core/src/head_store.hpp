@@ -57,6 +57,8 @@ class HeadStore {
   int32_t length() const { return length_; }
   // Tokens ever appended (a ratio budget is a ratio of these).
   int64_t seen() const { return seen_; }
+  // The budget the policy gave this head at its last compression, or -1 before any.
+  int32_t effective_budget() const { return effective_budget_; }
   int32_t capacity() const;
   const std::vector<Segment>& segments() const { return segments_; }
 
@@ -83,6 +85,7 @@ class HeadStore {
   // After the backend moved `kept` tokens to the front: the new counts, and paged blocks left
   // empty go back to the pool.
   void commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g);
+  void set_effective_budget(int32_t budget) { effective_budget_ = budget; }
 
   // Keeps the first `new_length` tokens; paged blocks left empty go back to the pool.
   void truncate(int32_t new_length, BlockPool& pool, const Geometry& g);
@@ -96,6 +99,7 @@ class HeadStore {
   std::vector<Segment> segments_;
   int32_t length_ = 0;
   int64_t seen_ = 0;
+  int32_t effective_budget_ = -1;
 };
 
 inline unsigned char* segment_k(const Segment& s) { return s.base; }

@@ -61,8 +61,16 @@ Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyC
     if (scorer_name == config.name) {
       throw Error(KVC_ERR_CONFIG, "policy '" + config.name + "' cannot wrap itself as scorer");
     }
+    std::vector<std::pair<std::string, std::string>> scorer_params;
+    if (needs.scorer_params) {
+      for (size_t i = 0; i < needs.n_scorer_params; ++i) {
+        scorer_params.emplace_back(needs.scorer_params[i].key, needs.scorer_params[i].value);
+      }
+    } else {
+      scorer_params = without_key(config.params, "scorer");
+    }
     wrapped_scorer_ = std::make_unique<PolicyInstance>(find_policy(registry, scorer_name), host,
-                                                       without_key(config.params, "scorer"));
+                                                       scorer_params);
     scorer_ = wrapped_scorer_.get();
     needs = scorer_->needs();
   }

@@ -47,12 +47,15 @@ void update_row(size_t row, const int32_t* pos, const float* k, const float* v, 
     scale(acc, correction, d);
     row_max = tile_max;
   }
+  size_t n_seen = 0;
   for (size_t t = 0; t < n_keys; ++t) {
     if (w.logits[t] == kNoLogit) continue;
-    const float p = std::exp(w.logits[t] - row_max);
-    row_sum += p;
-    axpy(acc, p, v + t * d, d);
+    w.weights[n_seen] = std::exp(w.logits[t] - row_max);
+    w.values[n_seen] = v + t * d;
+    row_sum += w.weights[n_seen];
+    ++n_seen;
   }
+  axpy_rows(acc, w.weights.data(), w.values.data(), n_seen, d);
 }
 
 void write_output(const kvc_attend_job& job, const AttentionShape& s,
@@ -77,6 +80,8 @@ AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
       row_max(s.queries_per_block * s.group_size),
       row_sum(row_max.size()),
       logits(kTileKeys),
+      weights(kTileKeys),
+      values(kTileKeys),
       k(kTileKeys * s.head_dim),
       v(k.size()) {}
 

@@ -23,6 +23,8 @@ struct AttentionWorkspace {
   std::vector<float> row_max;          // [rows], running max logit
   std::vector<float> row_sum;          // [rows], softmax denominator relative to row_max
   std::vector<float> logits;           // [kTileKeys], of the row being updated
+  std::vector<float> weights;          // [kTileKeys], exp(logit - row_max) of the keys seen
+  std::vector<const float*> values;    // [kTileKeys], their V rows
   std::vector<float> k;                // [kTileKeys, head_dim], converted tile
   std::vector<float> v;
 };

@@ -55,9 +55,14 @@ void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_config
 
 AttentionShape make_shape(const kvc_attend_config& config) {
   const size_t group = size_t(config.group_size);
-  return {size_t(config.head_dim), group, std::max<size_t>(1, kBlockRows / group),
-          config.storage_dtype,    config.scale, config.sliding_window,
-          config.softcap,          config.observation_window};
+  return {size_t(config.head_dim),
+          group,
+          std::max<size_t>(1, kBlockRows / group),
+          config.storage_dtype,
+          config.scale,
+          config.sliding_window,
+          config.softcap,
+          config.observation_window};
 }
 
 std::vector<WorkItem> split_work(const kvc_attend_job* jobs, size_t n_jobs,

@@ -1,4 +1,5 @@
-// Causal grouped-query attention of new queries over stored segments, with an online softmax.
+// Causal grouped-query attention of new queries over stored segments (online softmax), and
+// the per-key statistics that eviction policies ask for.
 #pragma once
 
 #include <cstddef>

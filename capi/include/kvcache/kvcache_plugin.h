@@ -38,6 +38,15 @@ extern "C" {
 #define KVC_PLUGIN_ABI_MINOR 0
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
+/** @brief Marks a plugin's entry point as exported from its shared library. */
+#if defined(_WIN32)
+#define KVC_PLUGIN_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__)
+#define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define KVC_PLUGIN_EXPORT
+#endif
+
 /** @brief Name of the symbol every plugin library exports. */
 #define KVC_PLUGIN_ENTRY_SYMBOL "kvc_plugin_entry"
 
@@ -239,6 +248,10 @@ typedef struct kvc_policy_needs {
   const char *scorer;
   int32_t default_sinks;       /**< sinks kept when the configuration sets none */
   int32_t default_recent;      /**< recent tokens kept when the configuration sets none */
+  /** With `scorer`: the parameters the scorer is created with (NULL: this policy's own
+   * parameters minus `scorer`). Valid as long as the instance. */
+  const kvc_policy_param *scorer_params;
+  size_t n_scorer_params;      /**< entries in scorer_params */
 } kvc_policy_needs;
 
 /** @brief The stored tokens of one (sequence, layer, KV head) for a policy to score. Arrays

@@ -92,10 +92,7 @@ static const kvc_plugin_descriptor age_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_POLICY, "age_normalised",
     1, &age_vtable};
 
-#if defined(__GNUC__)
-__attribute__((visibility("default")))
-#endif
-int32_t kvc_plugin_entry(const kvc_host_api *host, const kvc_plugin_descriptor **out_descriptors,
+KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(const kvc_host_api *host, const kvc_plugin_descriptor **out_descriptors,
                          size_t *out_count, kvc_plugin_error *error) {
   (void)host;
   (void)error;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adapter.hpp"
+#include "forwarded_params.hpp"
 #include "jobs.hpp"
 #include "options.hpp"
 
@@ -42,7 +43,8 @@ class AdaKv {
   explicit AdaKv(ParamReader& params)
       : scorer_(params.text("scorer", "snapkv")),
         alpha_(params.number("floor", 0.2, 0.0, 1.0)),
-        scorer_needs_(read_scorer(scorer_, "scorer", params)) {
+        scorer_needs_(read_scorer(scorer_, "scorer", params)),
+        scorer_params_(params.entries(), {"scorer", "floor"}) {
     params.finish("adakv with scorer " + scorer_);
   }
 
@@ -52,6 +54,7 @@ class AdaKv {
     needs.observation_window = scorer_needs_.observation_window;
     needs.default_sinks = scorer_needs_.default_sinks;
     needs.default_recent = scorer_needs_.default_recent;
+    scorer_params_.fill(needs);
   }
 
   void budgets(const kvc_budget_request& request, int32_t* budgets) const {
@@ -93,6 +96,7 @@ class AdaKv {
   std::string scorer_;
   double alpha_;
   ScorerNeeds scorer_needs_;
+  ForwardedParams scorer_params_;
 };
 
 }  // namespace

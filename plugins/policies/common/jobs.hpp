@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "kvcache/kvcache_plugin.h"
 
@@ -23,6 +24,8 @@ struct ProtectedRange {
 ProtectedRange protected_range(int32_t n_tokens, int32_t sinks, int32_t recent);
 
 // Ranking key the host uses: NaN ranks lowest.
-inline float rank_of(float score) { return score != score ? -__builtin_inff() : score; }
+inline float rank_of(float score) {
+  return score != score ? -std::numeric_limits<float>::infinity() : score;
+}
 
 }  // namespace kvc::policies

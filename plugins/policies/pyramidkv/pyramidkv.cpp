@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "adapter.hpp"
+#include "forwarded_params.hpp"
 #include "jobs.hpp"
 #include "options.hpp"
 
@@ -25,13 +26,15 @@ class PyramidKv {
   static constexpr const char* kName = "pyramidkv";
   explicit PyramidKv(ParamReader& params)
       : snapkv_(SnapKvOptions::read(params)),
-        beta_(params.number("beta", 20.0, 1.0, DBL_MAX, "a number >= 1")) {}
+        beta_(params.number("beta", 20.0, 1.0, DBL_MAX, "a number >= 1")),
+        scorer_params_(params.entries(), {"beta"}) {}
 
   void needs(kvc_policy_needs& needs) const noexcept {
     needs.scorer = "snapkv";
     needs.stats = KVC_STAT_ATTN_WINDOW;
     needs.observation_window = snapkv_.window;
     needs.default_recent = snapkv_.window;
+    scorer_params_.fill(needs);
   }
 
   void budgets(const kvc_budget_request& request, int32_t* budgets) const {
@@ -66,6 +69,7 @@ class PyramidKv {
 
   SnapKvOptions snapkv_;
   double beta_;
+  ForwardedParams scorer_params_;
 };
 
 }  // namespace

@@ -260,7 +260,8 @@ TEST_CASE("every plugin exports one policy descriptor with its name and the ABI 
       {"tova", true},      {"snapkv", true},     {"pyramidkv", false}, {"adakv", false},
       {"knorm", true},     {"keydiff", true},    {"random", true}};
   const std::map<std::string, bool> budgets = {{"full", true}, {"pyramidkv", true}, {"adakv", true}};
-  for (const auto& [name, path] : plugin_paths()) {
+  for (const auto& entry : plugin_paths()) {
+    const std::string& name = entry.first;
     CAPTURE(name);
     const Plugin& p = plugin(name);
     CHECK(p.descriptor->struct_size == sizeof(kvc_plugin_descriptor));
@@ -791,7 +792,9 @@ TEST_CASE("good parameters are accepted") {
       {"adakv", {{"scorer", "third_party"}, {"anything", "goes"}}},
       {"keydiff", {{"anchor", "normalized_mean"}}},
   };
-  for (const auto& [name, params] : cases) {
+  for (const auto& c : cases) {
+    const std::string& name = c.first;
+    const Params& params = c.second;
     CAPTURE(name);
     CreateResult r = try_create(name, params);
     CHECK(r.code == KVC_OK);

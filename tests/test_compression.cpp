@@ -1,0 +1,415 @@
+// Compression through the C API: statistics against a naive attention, attention over the
+// kept tokens, the Batch-Max peak bound, triggers, errors that leave the cache unchanged.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+
+#include "compression_reference.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using kvt::Status;
+
+constexpr int kLayers = 2;
+constexpr int kKvHeads = 2;
+constexpr int kQHeads = 4;
+constexpr int kHeadDim = 16;
+
+struct Inputs {
+  std::vector<float> q, k, v;
+  std::vector<int32_t> pos;
+};
+
+Inputs random_inputs(std::mt19937& rng, int n, int32_t first_pos) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Inputs in;
+  in.q.resize(static_cast<size_t>(n) * kQHeads * kHeadDim);
+  in.k.resize(static_cast<size_t>(n) * kKvHeads * kHeadDim);
+  in.v.resize(in.k.size());
+  for (float& x : in.q) x = u(rng);
+  for (float& x : in.k) x = u(rng);
+  for (float& x : in.v) x = u(rng);
+  in.pos.resize(static_cast<size_t>(n));
+  std::iota(in.pos.begin(), in.pos.end(), first_pos);
+  return in;
+}
+
+// Runs append_attend of one sequence's chunk on every layer, in the cache and in the model;
+// returns the largest difference of the outputs.
+double step(kvc_cache* cache, cref::SequenceModel& model, int32_t seq, const Inputs& in) {
+  int32_t n = static_cast<int32_t>(in.pos.size());
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, in.pos.data());
+  double worst = 0.0;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    std::vector<float> out(in.q.size());
+    kvc_tensor q = kvt::tensor(in.q.data(), KVC_DTYPE_F32);
+    kvc_tensor k = kvt::tensor(in.k.data(), KVC_DTYPE_F32);
+    kvc_tensor v = kvt::tensor(in.v.data(), KVC_DTYPE_F32);
+    kvc_tensor_mut o = kvt::tensor_mut(out.data());
+    Status s(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    std::vector<double> expected;
+    model.append_attend(layer, n, in.pos.data(), in.q.data(), in.k.data(), in.v.data(), expected);
+    for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(out[i] - expected[i]));
+  }
+  return worst;
+}
+
+// Makes the model forget what the cache evicted.
+void sync_model(const kvc_cache* cache, cref::SequenceModel& model, int32_t seq) {
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      std::vector<int32_t> kept = cref::stored_positions(cache, seq, layer, h);
+      model.keep(layer, h, std::set<int32_t>(kept.begin(), kept.end()));
+    }
+  }
+}
+
+kvc_cache_params f32_params() {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kHeadDim;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 8;
+  p.memory_limit = size_t{64} << 20;
+  return p;
+}
+
+std::string probe_yaml() {
+  return std::string("plugins: { paths: [") + KVC_TEST_STATS_PROBE_PLUGIN + "] }\n";
+}
+
+using ProbeRead = int32_t (*)(int32_t, int32_t, int32_t, const int32_t**, const float**);
+
+ProbeRead probe_reader() {
+  void* handle = dlopen(KVC_TEST_STATS_PROBE_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto read = reinterpret_cast<ProbeRead>(dlsym(handle, "kvc_probe_read"));
+  dlclose(handle);
+  REQUIRE(read != nullptr);
+  return read;
+}
+
+}  // namespace
+
+TEST_CASE("compression: attention statistics match a naive attention") {
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    CAPTURE(layout);
+    kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+    kvc_cache_params p = f32_params();
+    p.layout = layout;
+    p.policy = "stats_probe";
+    p.budget = 1;
+    kvc_key_value params[] = {{"stats", "7"}, {"window", "4"}};
+    p.policy_params = params;
+    p.n_policy_params = 2;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    REQUIRE(kvc_seq_create(cache.get(), 3) == nullptr);
+    cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 4);
+    std::mt19937 rng(11);
+    int32_t next = 0;
+    for (int n : {10, 7, 1, 1, 5, 1, 3}) {
+      CHECK(step(cache.get(), model, 3, random_inputs(rng, n, next)) < 1e-5);
+      next += n;
+    }
+    int32_t seq = 3;
+    Status s(kvc_compress(cache.get(), -1, 1, &seq));
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    ProbeRead read = probe_reader();
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (int h = 0; h < kKvHeads; ++h) {
+        const cref::HeadHistory& expected = model.head(layer, h);
+        const std::vector<double>* stats[] = {&expected.attn_sum, &expected.attn_last,
+                                              &expected.attn_window};
+        for (int which = 0; which < 3; ++which) {
+          const int32_t* pos = nullptr;
+          const float* values = nullptr;
+          int32_t n = read(layer, h, which, &pos, &values);
+          REQUIRE(n == static_cast<int32_t>(expected.tokens()));
+          for (int32_t j = 0; j < n; ++j) {
+            CHECK(pos[j] == expected.pos[static_cast<size_t>(j)]);
+            CHECK(values[j] == doctest::Approx((*stats[which])[static_cast<size_t>(j)]).epsilon(1e-4));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compression: attention after compression equals the reference over the kept tokens") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (const char* policy : {"h2o", "tova", "snapkv", "knorm", "keydiff", "random", "streaming"}) {
+    CAPTURE(policy);
+    kvc_cache_params p = f32_params();
+    p.policy = policy;
+    p.budget = 24;
+    p.prefill = KVC_PREFILL_PER_CHUNK;
+    p.decode_every = 4;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+    cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 32);
+    std::mt19937 rng(5);
+    int32_t next = 0;
+    for (int n : {16, 16, 16, 16, 1, 1, 1, 1, 1, 1, 1, 1, 1, 9}) {
+      // Compression happened inside the previous call: follow it before comparing.
+      sync_model(cache.get(), model, 0);
+      CHECK(step(cache.get(), model, 0, random_inputs(rng, n, next)) < 1e-5);
+      next += n;
+      for (int layer = 0; layer < kLayers; ++layer) {
+        for (int h = 0; h < kKvHeads; ++h) {
+          CHECK(kvt::seq_length(cache.get(), 0, layer, h) <= 24 + 4);
+        }
+      }
+    }
+    kvc_cache_stats stats = kvt::get_stats(cache.get());
+    CHECK(stats.tokens_evicted > 0);
+    CHECK(stats.tokens_stored + stats.tokens_evicted ==
+          static_cast<uint64_t>(next) * kLayers * kKvHeads);
+  }
+}
+
+TEST_CASE("compression: per-chunk prefill keeps each head within budget + chunk (Batch-Max)") {
+  constexpr int32_t kBudget = 512, kChunk = 256, kPrompt = 2048, kBlock = 16;
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.dtype = KVC_DTYPE_F16;
+  p.block_tokens = kBlock;
+  p.policy = "snapkv";
+  p.budget = kBudget;
+  p.prefill = KVC_PREFILL_PER_CHUNK;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const size_t token_bytes = 2 * kHeadDim * 2 + sizeof(int32_t) + sizeof(float);  // K, V, pos, window stat
+  const size_t block_bytes = kBlock * token_bytes;
+  const size_t heads = static_cast<size_t>(kLayers) * kKvHeads;
+  const size_t bound_blocks = (kBudget + kChunk + kBlock - 1) / kBlock;
+
+  size_t estimate = 0;
+  REQUIRE(kvc_cache_estimate_peak_bytes(cache.get(), kPrompt, kChunk, 0, &estimate) == nullptr);
+  CHECK(estimate == bound_blocks * block_bytes * heads);
+
+  const int32_t seqs[] = {0, 1};
+  for (int32_t s : seqs) REQUIRE(kvc_seq_create(cache.get(), s) == nullptr);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int32_t start = 0; start < kPrompt; start += kChunk) {
+    const int32_t n_tokens[] = {kChunk, kChunk};
+    std::vector<int32_t> positions(2 * kChunk);
+    for (int i = 0; i < 2 * kChunk; ++i) positions[static_cast<size_t>(i)] = start + i % kChunk;
+    std::vector<float> q(2 * kChunk * kQHeads * kHeadDim), k(2 * kChunk * kKvHeads * kHeadDim),
+        v(k.size()), out(q.size());
+    for (float& x : q) x = u(rng);
+    for (float& x : k) x = u(rng);
+    for (float& x : v) x = u(rng);
+    kvc_batch batch;
+    kvc_batch_init(&batch, 2, seqs, n_tokens, positions.data());
+    for (int layer = 0; layer < kLayers; ++layer) {
+      kvc_tensor tq = kvt::tensor(q.data(), KVC_DTYPE_F32), tk = kvt::tensor(k.data(), KVC_DTYPE_F32),
+                 tv = kvt::tensor(v.data(), KVC_DTYPE_F32);
+      kvc_tensor_mut to = kvt::tensor_mut(out.data());
+      Status s(kvc_append_attend(cache.get(), layer, &batch, &tq, &tk, &tv, nullptr, &to));
+      REQUIRE_MESSAGE(s.ok(), s.describe());
+      for (int32_t seq : seqs) {
+        for (int h = 0; h < kKvHeads; ++h) {
+          CHECK(kvt::seq_length(cache.get(), seq, layer, h) == std::min(kBudget, start + kChunk));
+        }
+      }
+    }
+    kvc_cache_stats stats = kvt::get_stats(cache.get());
+    CHECK(stats.bytes_peak <= 2 * bound_blocks * block_bytes * heads);
+    CHECK(stats.bytes_peak <= 2 * estimate);
+    if (start + kChunk > kBudget) {
+      // Compression returned the chunk's blocks: in use is the budget again, not budget + chunk.
+      CHECK(stats.bytes_used == 2 * (kBudget / kBlock) * block_bytes * heads);
+      CHECK(stats.bytes_used < stats.bytes_peak);
+    }
+  }
+  size_t full_estimate = 0;
+  kvc_cache_params full = f32_params();
+  full.dtype = KVC_DTYPE_F16;
+  full.block_tokens = kBlock;
+  kvt::CachePtr full_cache = kvt::make_cache(ctx.get(), full);
+  REQUIRE(kvc_cache_estimate_peak_bytes(full_cache.get(), kPrompt, kChunk, 0, &full_estimate) == nullptr);
+  CHECK(full_estimate == kPrompt / kBlock * kBlock * (2 * kHeadDim * 2 + sizeof(int32_t)) * heads);
+}
+
+TEST_CASE("compression: manual compress frees blocks at once") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.policy = "window";
+  p.budget = 8;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 9) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 1);
+  std::mt19937 rng(3);
+  step(cache.get(), model, 9, random_inputs(rng, 40, 100));
+  kvc_cache_stats before = kvt::get_stats(cache.get());
+  int32_t seq = 9;
+  Status s(kvc_compress(cache.get(), 1, 1, &seq));
+  REQUIRE_MESSAGE(s.ok(), s.describe());
+  kvc_cache_stats after = kvt::get_stats(cache.get());
+  CHECK(after.bytes_used < before.bytes_used);
+  CHECK(after.tokens_evicted == 32 * kKvHeads);
+  // window keeps the newest tokens of layer 1 only; layer 0 was not named.
+  std::vector<int32_t> expected(8);
+  std::iota(expected.begin(), expected.end(), 132);
+  CHECK(cref::stored_positions(cache.get(), 9, 1, 0) == expected);
+  CHECK(kvt::seq_length(cache.get(), 9, 0, 0) == 40);
+}
+
+TEST_CASE("compression: streaming keeps 4 sinks and the newest tokens") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.policy = "streaming";
+  p.budget = 10;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 1) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 1);
+  std::mt19937 rng(4);
+  step(cache.get(), model, 1, random_inputs(rng, 30, 0));
+  int32_t seq = 1;
+  REQUIRE(kvc_compress(cache.get(), -1, 1, &seq) == nullptr);
+  const std::vector<int32_t> expected = {0, 1, 2, 3, 24, 25, 26, 27, 28, 29};
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) CHECK(cref::stored_positions(cache.get(), 1, layer, h) == expected);
+  }
+}
+
+TEST_CASE("compression: prefill 'once' compresses when the first decode token arrives") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.policy = "tova";
+  p.budget = 12;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 1);
+  std::mt19937 rng(6);
+  step(cache.get(), model, 0, random_inputs(rng, 20, 0));
+  step(cache.get(), model, 0, random_inputs(rng, 20, 20));
+  CHECK(kvt::seq_length(cache.get(), 0, 1, 1) == 40);
+  // TOVA keeps the tokens the last prompt query attends to most: predict them from the model.
+  std::vector<std::set<int32_t>> predicted;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      const cref::HeadHistory& hh = model.head(layer, h);
+      std::vector<size_t> order(hh.tokens());
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return hh.attn_last[a] > hh.attn_last[b]; });
+      std::set<int32_t> top;
+      for (size_t i = 0; i < 12; ++i) top.insert(hh.pos[order[i]]);
+      predicted.push_back(top);
+    }
+  }
+  step(cache.get(), model, 0, random_inputs(rng, 1, 40));
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      std::vector<int32_t> kept = cref::stored_positions(cache.get(), 0, layer, h);
+      CHECK(kept.size() == 13);
+      std::set<int32_t> kept_prompt(kept.begin(), kept.end() - 1);
+      CHECK(kept_prompt == predicted[static_cast<size_t>(layer * kKvHeads + h)]);
+      CHECK(kept.back() == 40);
+    }
+  }
+}
+
+TEST_CASE("compression: a failing policy leaves the cache unchanged") {
+  kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+  kvc_cache_params p = f32_params();
+  p.policy = "stats_probe";
+  p.budget = 4;
+  kvc_key_value params[] = {{"fail", "1"}};
+  p.policy_params = params;
+  p.n_policy_params = 1;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 4);
+  std::mt19937 rng(8);
+  step(cache.get(), model, 0, random_inputs(rng, 20, 0));
+  kvc_cache_stats before = kvt::get_stats(cache.get());
+  std::vector<int32_t> positions_before = cref::stored_positions(cache.get(), 0, 1, 1);
+  int32_t seq = 0;
+  Status s(kvc_compress(cache.get(), -1, 1, &seq));
+  CHECK(s.code() == KVC_ERR_PLUGIN);
+  CHECK(kvt::contains(s.message(), "stats_probe was told to fail"));
+  CHECK(kvt::stats_equal(before, kvt::get_stats(cache.get())));
+  CHECK(cref::stored_positions(cache.get(), 0, 1, 1) == positions_before);
+  // The stored data is intact: attention still matches the uncompressed reference.
+  CHECK(step(cache.get(), model, 0, random_inputs(rng, 1, 20)) < 1e-5);
+}
+
+TEST_CASE("compression: unknown policies and bad parameters are clear errors") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  kvc_cache* cache = nullptr;
+  p.policy = "no_such_policy";
+  p.budget = 8;
+  Status unknown(kvc_cache_create(ctx.get(), &p, &cache));
+  CHECK(unknown.code() == KVC_ERR_NOT_FOUND);
+  CHECK(kvt::contains(unknown.message(), "no_such_policy"));
+  CHECK(kvt::contains(unknown.message(), "snapkv"));  // lists the loaded ones
+  CHECK(cache == nullptr);
+
+  p.policy = "snapkv";
+  kvc_key_value bad[] = {{"kernel", "4"}};
+  p.policy_params = bad;
+  p.n_policy_params = 1;
+  Status bad_param(kvc_cache_create(ctx.get(), &p, &cache));
+  CHECK(bad_param.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(bad_param.message(), "kernel"));
+  CHECK(cache == nullptr);
+
+  p.n_policy_params = 0;
+  p.budget = 0;
+  Status no_budget(kvc_cache_create(ctx.get(), &p, &cache));
+  CHECK(no_budget.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(no_budget.message(), "budget"));
+
+  Status yaml(kvc_cache_create_from_yaml(
+      ctx.get(), "cache: { layers: 1 }\npolicy: { name: h2o, budget: 8, params: { bogus: 1 } }\n", &cache));
+  CHECK(yaml.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(yaml.message(), "bogus"));
+}
+
+TEST_CASE("compression: a custom C policy loaded through YAML follows its rule") {
+  const std::string yaml = std::string("plugins: { paths: [") + KVC_EXAMPLE_C_POLICY_PLUGIN +
+                           "] }\n"
+                           "cache: { layers: 2, kv_heads: 2, q_heads: 4, head_dim: 16, dtype: f32 }\n"
+                           "policy: { name: age_normalised, budget: 10, params: { power: 1.0 } }\n";
+  kvt::ContextPtr ctx = kvt::make_context(yaml.c_str());
+  kvc_cache* raw = nullptr;
+  Status created(kvc_cache_create_from_yaml(ctx.get(), nullptr, &raw));
+  REQUIRE_MESSAGE(created.ok(), created.describe());
+  kvt::CachePtr cache(raw);
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 1);
+  std::mt19937 rng(10);
+  step(cache.get(), model, 0, random_inputs(rng, 12, 0));
+  step(cache.get(), model, 0, random_inputs(rng, 12, 12));
+  int32_t seq = 0;
+  REQUIRE(kvc_compress(cache.get(), -1, 1, &seq) == nullptr);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      const cref::HeadHistory& hh = model.head(layer, h);
+      const int32_t newest = hh.pos.back();
+      std::vector<std::pair<double, int32_t>> scored;
+      for (size_t j = 0; j < hh.tokens(); ++j) {
+        scored.emplace_back(hh.attn_sum[j] / (newest - hh.pos[j] + 1), hh.pos[j]);
+      }
+      std::sort(scored.rbegin(), scored.rend());
+      std::set<int32_t> expected;
+      for (size_t i = 0; i < 10; ++i) expected.insert(scored[i].second);
+      std::vector<int32_t> kept = cref::stored_positions(cache.get(), 0, layer, h);
+      CHECK(std::set<int32_t>(kept.begin(), kept.end()) == expected);
+    }
+  }
+}
