@@ -234,8 +234,25 @@ TEST_CASE("plugins: the logger's minimum level filters messages") {
   kvc_context_set_logger(ctx.get(), &LogSink::fn, &sink, KVC_LOG_WARN);
   KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_POLICY_PLUGIN));
   CHECK_FALSE(sink.has("hello from the entry point"));  // logged at INFO
+  {
+    std::lock_guard<std::mutex> lock(sink.mutex);
+    for (auto& m : sink.messages) CHECK(m.first >= KVC_LOG_WARN);
+  }
+  // NULL restores the default logger: the callback hears nothing more.
+  kvc_context_set_logger(ctx.get(), nullptr, nullptr, KVC_LOG_DEBUG);
+  size_t heard;
+  {
+    std::lock_guard<std::mutex> lock(sink.mutex);
+    heard = sink.messages.size();
+  }
+  kvt::ContextPtr other = kvt::make_context();
+  kvc_context_set_logger(other.get(), &LogSink::fn, &sink, KVC_LOG_DEBUG);
+  kvc_context_set_logger(other.get(), nullptr, nullptr, KVC_LOG_DEBUG);
+  KVT_REQUIRE_OK(kvc_context_load_plugin(other.get(), KVC_TEST_POLICY_PLUGIN));
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_BAD_ABI_PLUGIN)};
+  CHECK(st.code() == KVC_ERR_PLUGIN);
   std::lock_guard<std::mutex> lock(sink.mutex);
-  for (auto& m : sink.messages) CHECK(m.first >= KVC_LOG_WARN);
+  CHECK(sink.messages.size() == heard);
 }
 
 TEST_CASE("plugins: folders from KVC_PLUGIN_PATH and from YAML are searched") {

@@ -25,6 +25,8 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
 }
 
 kvc::CacheConfig config_from(const kvc_cache_params& p) {
+  kvc::require_enum(p.dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16, "dtype is not a kvc_dtype");
+  kvc::require_enum(p.layout, KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS, "layout is not a kvc_layout");
   kvc::CacheConfig c;
   c.layers = p.layers;
   c.kv_heads = p.kv_heads;
@@ -55,8 +57,8 @@ std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {
     kvc::require(kv.key && kv.value, "a policy parameter has a NULL key or value");
     policy.params.emplace_back(kv.key, kv.value);
   }
-  kvc::require(p.prefill >= KVC_PREFILL_NONE && p.prefill <= KVC_PREFILL_ONCE,
-               "prefill is not a kvc_prefill_compression");
+  kvc::require_enum(p.prefill, KVC_PREFILL_NONE, KVC_PREFILL_ONCE,
+                    "prefill is not a kvc_prefill_compression");
   policy.prefill = p.prefill == KVC_PREFILL_PER_CHUNK ? kvc::PrefillCompression::per_chunk
                    : p.prefill == KVC_PREFILL_ONCE    ? kvc::PrefillCompression::once
                                                       : kvc::PrefillCompression::none;
@@ -196,8 +198,9 @@ kvc_status* kvc_report_stats(kvc_cache* cache, int32_t seq_id, int32_t layer, in
                              kvc_stat_kind kind, const float* values, int32_t n_values) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    kvc::require(kind == KVC_STAT_KIND_ATTN_SUM || kind == KVC_STAT_KIND_ATTN_LAST ||
-                     kind == KVC_STAT_KIND_ATTN_WINDOW,
+    int32_t raw_kind = kvc::raw_enum(kind);
+    kvc::require(raw_kind == KVC_STAT_KIND_ATTN_SUM || raw_kind == KVC_STAT_KIND_ATTN_LAST ||
+                     raw_kind == KVC_STAT_KIND_ATTN_WINDOW,
                  "kind is not a kvc_stat_kind");
     cache->impl->report_stats(seq_id, layer, kv_head, static_cast<kvc_stat_flags>(kind), values,
                               n_values);

@@ -12,8 +12,12 @@ kvc_attention_params read_attention(const kvc_attention_params* params) {
   return params ? kvc::read_versioned(params, defaults, "params is NULL") : defaults;
 }
 
-const kvc_tensor& deref(const kvc_tensor* t, const char* what) {
+template <typename Tensor>
+const Tensor& deref(const Tensor* t, const char* what) {
   kvc::require(t != nullptr, what);
+  kvc::require_enum(t->dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16, "a tensor's dtype is not a kvc_dtype");
+  kvc::require_enum(t->device, KVC_DEVICE_HOST, KVC_DEVICE_BACKEND,
+                    "a tensor's device is not a kvc_device");
   return *t;
 }
 
@@ -52,9 +56,8 @@ kvc_status* kvc_attend(kvc_cache* cache, int32_t layer, const kvc_batch* batch,
                        kvc_tensor_mut* out) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    kvc::require(out != nullptr, "out is NULL");
     cache->impl->attend(layer, read_batch(batch), deref(q, "q is NULL"), read_attention(params),
-                        *out);
+                        deref(out, "out is NULL"));
   });
 }
 
@@ -63,10 +66,9 @@ kvc_status* kvc_append_attend(kvc_cache* cache, int32_t layer, const kvc_batch* 
                               const kvc_attention_params* params, kvc_tensor_mut* out) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    kvc::require(out != nullptr, "out is NULL");
     cache->impl->append_attend(layer, read_batch(batch), deref(q, "q is NULL"),
                                deref(k, "k is NULL"), deref(v, "v is NULL"),
-                               read_attention(params), *out);
+                               read_attention(params), deref(out, "out is NULL"));
   });
 }
 

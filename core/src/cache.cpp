@@ -259,6 +259,25 @@ void Cache::check_input(const kvc_tensor& t, int32_t heads, const char* what) co
   }
 }
 
+void Cache::check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
+                                   const kvc_tensor_mut& out) const {
+  check_input(q, config_.q_heads, "q");
+  if (!out.data) throw invalid("out: data is NULL");
+  if (out.dtype != KVC_DTYPE_F32) throw invalid("out: dtype must be f32");
+  if (out.device != KVC_DEVICE_HOST && out.device != KVC_DEVICE_BACKEND) {
+    throw invalid("out: unknown device " + std::to_string(static_cast<int>(out.device)));
+  }
+  size_t row = static_cast<size_t>(config_.q_heads) * config_.head_dim;
+  if (out.row_stride != 0 && out.row_stride < row) {
+    throw invalid("out: row_stride " + std::to_string(out.row_stride) +
+                  " is shorter than a row of " + std::to_string(row) + " elements");
+  }
+  if (params.sliding_window < 0) throw invalid("sliding_window must be >= 0");
+  if (!(params.softcap >= 0.0f) || !(params.scale >= 0.0f)) {
+    throw invalid("scale and softcap must be >= 0");
+  }
+}
+
 void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const {
   check_input(k, config_.kv_heads, "k");
   check_input(v, config_.kv_heads, "v");
@@ -328,18 +347,8 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   const int32_t kv_heads = config_.kv_heads;
   const int32_t group = config_.q_heads / kv_heads;
   const size_t d = static_cast<size_t>(config_.head_dim);
-  check_input(q, config_.q_heads, "q");
-  if (!out.data) throw invalid("out: data is NULL");
-  if (out.dtype != KVC_DTYPE_F32) throw invalid("out: dtype must be f32");
+  check_attention_inputs(q, params, out);
   size_t row = static_cast<size_t>(config_.q_heads) * d;
-  if (out.row_stride != 0 && out.row_stride < row) {
-    throw invalid("out: row_stride " + std::to_string(out.row_stride) +
-                  " is shorter than a row of " + std::to_string(row) + " elements");
-  }
-  if (params.sliding_window < 0) throw invalid("sliding_window must be >= 0");
-  if (!(params.softcap >= 0.0f) || !(params.scale >= 0.0f)) {
-    throw invalid("scale and softcap must be >= 0");
-  }
   size_t q_stride = q.row_stride ? q.row_stride : row;
   size_t out_stride = out.row_stride ? out.row_stride : row;
 
@@ -391,7 +400,7 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
                           const kvc_tensor& k, const kvc_tensor& v,
                           const kvc_attention_params& params, const kvc_tensor_mut& out) {
   check_kv_inputs(k, v);
-  check_input(q, config_.q_heads, "q");
+  check_attention_inputs(q, params, out);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   ResolvedBatch resolved = resolve(layer, batch);
   compress_before_append(layer, batch, resolved);

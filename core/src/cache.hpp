@@ -78,6 +78,8 @@ class Cache {
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
   void check_input(const kvc_tensor& t, int32_t heads, const char* what) const;
   void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const;
+  void check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
+                              const kvc_tensor_mut& out) const;
   void append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
                      const kvc_tensor& k, const kvc_tensor& v);
   void attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,

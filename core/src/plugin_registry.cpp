@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/filesystem.hpp>
 #include <cstring>
+#include <dlfcn.h>
 #include <type_traits>
 
 #include "error.hpp"
@@ -120,7 +121,12 @@ void PluginRegistry::load_library(const std::string& path) {
   if (!boost::filesystem::exists(path, ec)) throw plugin_error(path, "no such file");
   boost::dll::shared_library library;
   library.load(path, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
-  if (ec) throw plugin_error(path, "cannot be loaded: " + ec.message());
+  if (ec) {
+    // Boost.DLL 1.74 reports every dlopen failure as "bad file descriptor"; the dynamic
+    // loader's own reason (an undefined symbol, a wrong architecture) is still in dlerror().
+    const char* reason = ::dlerror();
+    throw plugin_error(path, "cannot be loaded: " + std::string(reason ? reason : ec.message()));
+  }
   if (!library.has(KVC_PLUGIN_ENTRY_SYMBOL)) {
     throw plugin_error(path, std::string("does not export the entry point '") +
                                  KVC_PLUGIN_ENTRY_SYMBOL + "'");
