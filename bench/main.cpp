@@ -25,6 +25,8 @@ struct Subcommand {
 const Subcommand kSubcommands[] = {
     {"growth", "append tokens one at a time: contiguous and paged vs re-allocating each step",
      kGrowthHelp, run_growth},
+    {"compress", "compress a cache to half vs one decode attention step over it", kCompressHelp,
+     run_compress},
 };
 
 void print_usage(std::FILE* out) {

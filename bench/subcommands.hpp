@@ -15,4 +15,8 @@ using RunFn = int (*)(Options& opts);
 int run_growth(Options& opts);
 extern const char* const kGrowthHelp;
 
+/// compress: compressing a cache to half vs one decode attention step over it.
+int run_compress(Options& opts);
+extern const char* const kCompressHelp;
+
 }  // namespace kvc_bench

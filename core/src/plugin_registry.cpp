@@ -52,6 +52,8 @@ void check_backend(const std::string& path, const std::string& name, const kvc_b
   require(v.copy, path, name, "copy");
   require(v.append, path, name, "append");
   require(v.attend, path, name, "attend");
+  require(v.compact, path, name, "compact");
+  require(v.read_keys, path, name, "read_keys");
 }
 
 void check_policy(const std::string& path, const std::string& name, const kvc_policy_vtable& v) {

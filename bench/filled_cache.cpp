@@ -1,0 +1,84 @@
+#include "filled_cache.hpp"
+
+#include <random>
+
+#include "common.hpp"
+
+namespace kvc_bench {
+
+CacheShape CacheShape::read(Options& opts) {
+  CacheShape s;
+  s.tokens = static_cast<int32_t>(opts.get_int("tokens", s.tokens, 1, 1 << 20));
+  s.layers = static_cast<int32_t>(opts.get_int("layers", s.layers, 1, 1024));
+  s.kv_heads = static_cast<int32_t>(opts.get_int("kv_heads", s.kv_heads, 1, 1024));
+  s.q_heads = static_cast<int32_t>(opts.get_int("q_heads", s.q_heads, 1, 4096));
+  s.head_dim = static_cast<int32_t>(opts.get_int("head_dim", s.head_dim, 1, 1024));
+  s.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
+  s.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
+  if (s.q_heads % s.kv_heads != 0) throw UsageError("--q_heads must be a multiple of --kv_heads");
+  return s;
+}
+
+uint64_t CacheShape::kv_bytes() const {
+  return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
+         static_cast<uint64_t>(kv_heads) * static_cast<uint64_t>(head_dim) * dtype_size(dtype);
+}
+
+FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget)
+    : shape_(shape) {
+  check(kvc_context_create(nullptr, &context_), "kvc_context_create");
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = shape.layers;
+  p.kv_heads = shape.kv_heads;
+  p.q_heads = shape.q_heads;
+  p.head_dim = shape.head_dim;
+  p.dtype = shape.dtype;
+  p.memory_limit = static_cast<size_t>(shape.kv_bytes() * 2 + (size_t{64} << 20));
+  p.policy = policy;
+  p.budget = budget;
+  check(kvc_cache_create(context_, &p, &cache_), "kvc_cache_create");
+  check(kvc_seq_create(cache_, 0), "kvc_seq_create");
+
+  const int32_t chunk = 256;
+  const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
+  std::mt19937 rng(static_cast<uint32_t>(shape.seed));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(chunk) * row), v(k.size());
+  std::vector<int32_t> positions(static_cast<size_t>(chunk));
+  for (int32_t start = 0; start < shape.tokens; start += chunk) {
+    int32_t n = std::min(chunk, shape.tokens - start);
+    for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = start + i;
+    int32_t seq = 0;
+    kvc_batch batch;
+    kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+    for (int32_t layer = 0; layer < shape.layers; ++layer) {
+      for (float& x : k) x = u(rng);
+      for (float& x : v) x = u(rng);
+      kvc_tensor tk{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+      kvc_tensor tv{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+      check(kvc_append(cache_, layer, &batch, &tk, &tv), "kvc_append");
+    }
+  }
+  q_.resize(static_cast<size_t>(shape.q_heads) * static_cast<size_t>(shape.head_dim));
+  for (float& x : q_) x = u(rng);
+  out_.resize(q_.size());
+}
+
+FilledCache::~FilledCache() {
+  kvc_cache_destroy(cache_);
+  kvc_context_destroy(context_);
+}
+
+void FilledCache::attend_decode_step() {
+  int32_t seq = 0, n = 1, position = shape_.tokens;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, &position);
+  kvc_tensor q{q_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  kvc_tensor_mut out{out_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  for (int32_t layer = 0; layer < shape_.layers; ++layer) {
+    check(kvc_attend(cache_, layer, &batch, &q, nullptr, &out), "kvc_attend");
+  }
+}
+
+}  // namespace kvc_bench

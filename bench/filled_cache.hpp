@@ -1,0 +1,60 @@
+// A context and a cache holding one sequence of random K/V, for the benchmarks that measure
+// work over a full cache (attention, compression).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+#include "options.hpp"
+
+namespace kvc_bench {
+
+struct CacheShape {
+  int32_t tokens = 4096;
+  int32_t layers = 8;
+  int32_t kv_heads = 8;
+  int32_t q_heads = 32;
+  int32_t head_dim = 128;
+  kvc_dtype dtype = KVC_DTYPE_F16;
+  uint64_t seed = 1;
+
+  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed.
+  static CacheShape read(Options& opts);
+  /// Bytes of K and V the sequence stores.
+  uint64_t kv_bytes() const;
+};
+
+/// The options CacheShape::read() takes, for a subcommand's help text.
+#define KVC_BENCH_CACHE_SHAPE_HELP                                                  \
+  "  --tokens=N      tokens in the cache (default 4096)\n"                          \
+  "  --layers=N      layers (default 8)\n"                                          \
+  "  --kv_heads=N    KV heads (default 8)\n"                                        \
+  "  --q_heads=N     query heads, a multiple of kv_heads (default 32)\n"            \
+  "  --head_dim=N    head dimension (default 128)\n"                                \
+  "  --dtype=D       storage dtype: f16, bf16 or f32 (default f16)\n"               \
+  "  --seed=N        seed of the random data (default 1)\n"
+
+class FilledCache {
+ public:
+  /// A cache of `shape` (paged, block 16) with the given policy (NULL: none) and budget,
+  /// holding sequence 0 with shape.tokens tokens on every layer.
+  FilledCache(const CacheShape& shape, const char* policy, int32_t budget);
+  ~FilledCache();
+  FilledCache(const FilledCache&) = delete;
+  FilledCache& operator=(const FilledCache&) = delete;
+
+  kvc_cache* cache() const { return cache_; }
+  /// One decode step's attention (one query token at the next position) on every layer,
+  /// without storing anything.
+  void attend_decode_step();
+
+ private:
+  CacheShape shape_;
+  kvc_context* context_ = nullptr;
+  kvc_cache* cache_ = nullptr;
+  std::vector<float> q_, out_;
+};
+
+}  // namespace kvc_bench

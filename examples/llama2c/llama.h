@@ -1,0 +1,86 @@
+/*
+ * A small inference engine for llama2.c-format checkpoints that keeps all K/V and computes
+ * all attention through the kvcache C API. Everything else an engine does (weights, RMSNorm,
+ * RoPE, matrix products with a BLAS, SwiGLU, the classifier, tokenisation) lives here.
+ *
+ * Errors: functions returning int return 0 on success, or -1 with a message written into
+ * `error` (at most error_size bytes, NUL-terminated). Objects are not thread-safe; use one
+ * engine per thread.
+ */
+#ifndef KVC_LLAMA_H
+#define KVC_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvcache/kvcache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Shape of a Llama model (the llama2.c header plus the constants it implies). */
+typedef struct kvl_config {
+  int32_t dim;
+  int32_t hidden_dim;
+  int32_t n_layers;
+  int32_t n_heads;
+  int32_t n_kv_heads;
+  int32_t vocab_size;
+  int32_t seq_len;
+  int32_t shared_classifier; /* 1: the classifier is the token embedding */
+  float rope_theta;          /* 10000 */
+  float norm_eps;            /* 1e-5 */
+} kvl_config;
+
+typedef struct kvl_model kvl_model;
+
+/** Loads a llama2.c "version 0" checkpoint. */
+int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t error_size);
+/** A model of the given shape with reproducible random weights (for benchmarks). */
+int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_model, char *error,
+                     size_t error_size);
+const kvl_config *kvl_model_config(const kvl_model *model);
+void kvl_model_free(kvl_model *model);
+
+/** Fills cache parameters that match the model (layers, heads, head_dim); the caller then
+ * sets dtype, layout, memory limit and policy. */
+void kvl_cache_params_for(const kvl_model *model, kvc_cache_params *params);
+
+typedef struct kvl_engine kvl_engine;
+
+/** An engine running `model` with its K/V in `cache` (borrowed; must match the model's shape)
+ * for steps of at most max_batch_tokens tokens in all. */
+int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batch_tokens,
+                      kvl_engine **out_engine, char *error, size_t error_size);
+void kvl_engine_free(kvl_engine *engine);
+
+/**
+ * One batched step. Sequence i (already created in the cache) contributes n_tokens[i] tokens
+ * (a prompt chunk, or 1 when decoding); tokens and positions hold all of them concatenated.
+ * Writes logits [n_seqs, vocab] for the last token of each sequence, or, when all_logits is
+ * non-zero, [total tokens, vocab].
+ */
+int kvl_engine_forward(kvl_engine *engine, int32_t n_seqs, const int32_t *seq_ids,
+                       const int32_t *n_tokens, const int32_t *tokens, const int32_t *positions,
+                       int all_logits, float *logits, char *error, size_t error_size);
+
+typedef struct kvl_tokenizer kvl_tokenizer;
+
+/** Loads a llama2.c tokenizer file for a vocabulary of vocab_size pieces. */
+int kvl_tokenizer_load(const char *path, int32_t vocab_size, kvl_tokenizer **out_tokenizer,
+                       char *error, size_t error_size);
+void kvl_tokenizer_free(kvl_tokenizer *tokenizer);
+/** Encodes UTF-8 text (llama2.c BPE with byte fallback); returns the number of tokens written
+ * (at most max_tokens), or -1 if they do not fit. bos/eos add token 1 / 2. */
+int32_t kvl_tokenizer_encode(const kvl_tokenizer *tokenizer, const char *text, int bos, int eos,
+                             int32_t *tokens, int32_t max_tokens);
+/** The text of `token` following `previous` (llama2.c rules: a leading space is dropped after
+ * BOS, "<0xNN>" pieces become that byte). Valid until the next call. */
+const char *kvl_tokenizer_decode(const kvl_tokenizer *tokenizer, int32_t previous, int32_t token);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVC_LLAMA_H */
