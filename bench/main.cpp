@@ -27,6 +27,10 @@ const Subcommand kSubcommands[] = {
      kGrowthHelp, run_growth},
     {"compress", "compress a cache to half vs one decode attention step over it", kCompressHelp,
      run_compress},
+    {"batchmax",
+     "main demo: one KV memory limit; max batch and tokens/s of full cache, compress once,"
+     " compress per prefill chunk",
+     kBatchmaxHelp, run_batchmax},
 };
 
 void print_usage(std::FILE* out) {

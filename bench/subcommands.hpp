@@ -15,6 +15,12 @@ using RunFn = int (*)(Options& opts);
 int run_growth(Options& opts);
 extern const char* const kGrowthHelp;
 
+/// batchmax: under one KV memory limit, serve long-prompt requests with the llama2c example
+/// engine in three modes (full cache, compress once after prefill, compress per prefill
+/// chunk): the largest batch each fits and its tokens/s (Batch-Max, arXiv 2412.05693).
+int run_batchmax(Options& opts);
+extern const char* const kBatchmaxHelp;
+
 /// compress: compressing a cache to half vs one decode attention step over it.
 int run_compress(Options& opts);
 extern const char* const kCompressHelp;

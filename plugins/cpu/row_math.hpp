@@ -8,7 +8,7 @@ namespace kvc::cpu {
 // Eight independent partial sums: without -ffast-math GCC vectorises no float reduction
 // (it may not reassociate), but it does vectorise these lanes.
 inline float dot(const float* __restrict a, const float* __restrict b, size_t n) {
-  constexpr size_t kLanes = 8;
+  constexpr size_t kLanes = 16;
   float partial[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)

@@ -1,0 +1,695 @@
+// kvc-bench batchmax: the Batch-Max result (Metel et al., arXiv 2412.05693) end to end.
+//
+// Under ONE KV memory limit, N requests with long prompts and short generations are served
+// by the llama2c example engine (kvc_llama) in three modes:
+//   full       no policy: every token stays;
+//   once       snapkv, compressed once after prefill (KVC_PREFILL_ONCE), the usual way;
+//   per_chunk  snapkv, compressed after every prefill chunk (KVC_PREFILL_PER_CHUNK).
+// Each mode sizes its batch from the library's own estimate of one sequence's peak,
+// B = floor(limit / kvc_cache_estimate_peak_bytes(prompt, chunk, new_tokens)), capped at N,
+// and serves the requests in waves of B: batched prefill chunk by chunk (all B sequences'
+// chunk in one forward call), then batched decoding one token per sequence per step. The
+// cache must never report OUT_OF_MEMORY and its bytes_peak must stay under the limit.
+//
+// The default limit holds two full-cache sequences plus a quarter of one, so the full cache
+// (and compress-once, whose peak is the whole prompt) gets a batch of 2, and per_chunk,
+// whose peak is about budget + chunk, a batch about 2176 / 768 times larger.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "batchmax.hpp"
+#include "common.hpp"
+#include "report.hpp"
+#include "subcommands.hpp"
+#include "timer.hpp"
+
+#if defined(KVC_BENCH_HAVE_LLAMA)
+#include "llama.h"
+#endif
+
+namespace kvc_bench {
+
+const char* const kBatchmaxHelp =
+    "  --requests=N          requests served in every mode (default 16)\n"
+    "  --prompt_tokens=N     prompt length (default 2048; clamped to a checkpoint's\n"
+    "                        seq_len - new_tokens)\n"
+    "  --new_tokens=N        tokens generated per request (default 128)\n"
+    "  --chunk_tokens=N      prefill chunk (default 256)\n"
+    "  --budget=N            tokens kept per (sequence, layer, KV head) (default 512)\n"
+    "  --policy=NAME         eviction policy of the once and per_chunk modes (default snapkv)\n"
+    "  --modes=LIST          comma-separated subset of full,once,per_chunk (default all)\n"
+    "  --memory_limit_mib=X  the KV memory limit in MiB (default: --limit_seqs full-cache\n"
+    "                        sequences)\n"
+    "  --limit_seqs=X        default limit as a number of full-cache sequences, by the\n"
+    "                        library's estimate (default 2.25: two, plus a margin)\n"
+    "  --dtype=D             KV storage dtype: f16, bf16 or f32 (default f16)\n"
+    "  --block_tokens=N      paged block size (default 16)\n"
+    "  --threads=N           kvcache context threads, 0 = all cores (default 0)\n"
+    "  --dim=N --hidden_dim=N --layers=N --heads=N --kv_heads=N --vocab=N\n"
+    "                        shape of the random-weight model used without --model\n"
+    "                        (default 288, 768, 6, 6, 6, 32000: stories15M's shape)\n"
+    "  --seed=N              seed of the random weights and prompts (default 1)\n"
+    "  --model=PATH          a llama2.c checkpoint instead of random weights; prompts are then\n"
+    "                        windows of --text and the continuations are teacher-forced, so the\n"
+    "                        mean NLL per mode is comparable\n"
+    "  --tokenizer=PATH      its tokenizer (default: tok<vocab>.bin or tokenizer.bin beside it)\n"
+    "  --text=FILE           text of the prompts (default ../shared/data/tom_sawyer.txt)\n"
+    "  --csv=PATH            CSV output (default build/release/batchmax.csv when that folder\n"
+    "                        exists, else ./batchmax.csv)\n"
+    "  --png=PATH            PNG plot drawn by gnuplot (default: batchmax.png beside the CSV)\n"
+    "  --progress=0|1        progress on stderr (default 1)\n";
+
+#if !defined(KVC_BENCH_HAVE_LLAMA)
+
+int run_batchmax(Options&) {
+  throw Error("kvc-bench was built without the llama2c example engine (target kvc_llama); "
+              "configure with -DKVC_BUILD_EXAMPLES=ON");
+}
+
+#else
+
+namespace {
+
+using batchmax::ModeResult;
+using batchmax::Requests;
+
+struct Config {
+  int32_t requests = 16;
+  int32_t prompt_tokens = 2048;
+  int32_t new_tokens = 128;
+  int32_t chunk_tokens = 256;
+  int32_t budget = 512;
+  std::string policy = "snapkv";
+  std::vector<std::string> modes;
+  size_t memory_limit = 0;  // 0: from limit_seqs
+  double limit_seqs = 2.25;
+  kvc_dtype dtype = KVC_DTYPE_F16;
+  int32_t block_tokens = 16;
+  int32_t threads = 0;
+  kvl_config shape{};
+  uint64_t seed = 1;
+  std::string model_path;
+  std::string tokenizer_path;
+  std::string text_path;
+  std::string csv_path;
+  std::string png_path;
+  bool progress = true;
+};
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+std::vector<std::string> split_modes(const std::string& text) {
+  std::vector<std::string> modes;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string m = text.substr(start, end - start);
+    if (m != "full" && m != "once" && m != "per_chunk") {
+      throw UsageError("--modes: expected full, once or per_chunk, got '" + m + "'");
+    }
+    if (std::find(modes.begin(), modes.end(), m) != modes.end()) {
+      throw UsageError("--modes: '" + m + "' given twice");
+    }
+    modes.push_back(m);
+    start = end + 1;
+  }
+  // Always in the canonical order, so the table and the plot read the same way.
+  std::vector<std::string> ordered;
+  for (const char* m : {"full", "once", "per_chunk"}) {
+    if (std::find(modes.begin(), modes.end(), m) != modes.end()) ordered.emplace_back(m);
+  }
+  return ordered;
+}
+
+Config read_config(Options& opts) {
+  Config cfg;
+  cfg.requests = static_cast<int32_t>(opts.get_int("requests", 16, 1, 1 << 16));
+  cfg.prompt_tokens = static_cast<int32_t>(opts.get_int("prompt_tokens", 2048, 2, 1 << 20));
+  cfg.new_tokens = static_cast<int32_t>(opts.get_int("new_tokens", 128, 1, 1 << 20));
+  cfg.chunk_tokens = static_cast<int32_t>(opts.get_int("chunk_tokens", 256, 2, 1 << 20));
+  cfg.budget = static_cast<int32_t>(opts.get_int("budget", 512, 1, 1 << 24));
+  cfg.policy = opts.get_string("policy", "snapkv");
+  cfg.modes = split_modes(opts.get_string("modes", "full,once,per_chunk"));
+  const double limit_mib = opts.get_double("memory_limit_mib", 0, 1e-3, 1e9);
+  cfg.limit_seqs = opts.get_double("limit_seqs", 2.25, 0.01, 1e6);
+  cfg.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
+  cfg.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", 16, 1, 1 << 16));
+  cfg.threads = static_cast<int32_t>(opts.get_int("threads", 0, 0, 4096));
+  cfg.shape.dim = static_cast<int32_t>(opts.get_int("dim", 288, 2, 1 << 16));
+  cfg.shape.hidden_dim = static_cast<int32_t>(opts.get_int("hidden_dim", 768, 1, 1 << 18));
+  cfg.shape.n_layers = static_cast<int32_t>(opts.get_int("layers", 6, 1, 1024));
+  cfg.shape.n_heads = static_cast<int32_t>(opts.get_int("heads", 6, 1, 1024));
+  cfg.shape.n_kv_heads = static_cast<int32_t>(opts.get_int("kv_heads", cfg.shape.n_heads, 1, 1024));
+  cfg.shape.vocab_size = static_cast<int32_t>(opts.get_int("vocab", 32000, 4, 1 << 22));
+  cfg.shape.shared_classifier = 1;
+  cfg.shape.rope_theta = 10000.0f;
+  cfg.shape.norm_eps = 1e-5f;
+  cfg.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
+  cfg.model_path = opts.get_string("model", "");
+  cfg.tokenizer_path = opts.get_string("tokenizer", "");
+  const bool text_given = opts.has("text");
+  cfg.text_path = opts.get_string("text", "../shared/data/tom_sawyer.txt");
+  cfg.csv_path = opts.get_string(
+      "csv", is_dir("build/release") ? "build/release/batchmax.csv" : "batchmax.csv");
+  cfg.png_path = opts.get_string("png", dir_of(cfg.csv_path) + "/batchmax.png");
+  cfg.progress = opts.get_int("progress", 1, 0, 1) != 0;
+  opts.reject_unknown();
+
+  if (opts.has("memory_limit_mib")) {
+    cfg.memory_limit = static_cast<size_t>(limit_mib * 1024.0 * 1024.0);
+  }
+  if (cfg.shape.dim % cfg.shape.n_heads != 0) {
+    throw UsageError("--dim must be a multiple of --heads");
+  }
+  if (cfg.shape.n_heads % cfg.shape.n_kv_heads != 0) {
+    throw UsageError("--heads must be a multiple of --kv_heads");
+  }
+  if ((cfg.shape.dim / cfg.shape.n_heads) % 2 != 0) {
+    throw UsageError("the head dimension (--dim / --heads) must be even for RoPE");
+  }
+  if (cfg.model_path.empty() && (opts.has("tokenizer") || text_given)) {
+    throw UsageError("--tokenizer and --text need --model (a random model has no vocabulary)");
+  }
+  if (cfg.modes.empty()) throw UsageError("--modes: no mode given");
+  return cfg;
+}
+
+// ------------------------------------------------------------------- handles
+
+struct ContextDeleter {
+  void operator()(kvc_context* c) const { kvc_context_destroy(c); }
+};
+struct CacheDeleter {
+  void operator()(kvc_cache* c) const { kvc_cache_destroy(c); }
+};
+struct ModelDeleter {
+  void operator()(kvl_model* m) const { kvl_model_free(m); }
+};
+struct EngineDeleter {
+  void operator()(kvl_engine* e) const { kvl_engine_free(e); }
+};
+struct TokenizerDeleter {
+  void operator()(kvl_tokenizer* t) const { kvl_tokenizer_free(t); }
+};
+using ContextPtr = std::unique_ptr<kvc_context, ContextDeleter>;
+using CachePtr = std::unique_ptr<kvc_cache, CacheDeleter>;
+using ModelPtr = std::unique_ptr<kvl_model, ModelDeleter>;
+using EnginePtr = std::unique_ptr<kvl_engine, EngineDeleter>;
+using TokenizerPtr = std::unique_ptr<kvl_tokenizer, TokenizerDeleter>;
+
+struct ModeSpec {
+  const char* name;
+  bool compress;
+  kvc_prefill_compression prefill;
+  const char* prefill_name;
+};
+
+ModeSpec mode_spec(const std::string& name) {
+  if (name == "full") return {"full", false, KVC_PREFILL_NONE, "none"};
+  if (name == "once") return {"once", true, KVC_PREFILL_ONCE, "once"};
+  return {"per_chunk", true, KVC_PREFILL_PER_CHUNK, "per_chunk"};
+}
+
+CachePtr make_cache(kvc_context* ctx, const kvl_model* model, const Config& cfg,
+                    const ModeSpec& spec, size_t limit) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  kvl_cache_params_for(model, &p);
+  p.dtype = cfg.dtype;
+  p.layout = KVC_LAYOUT_PAGED;
+  p.block_tokens = cfg.block_tokens;
+  p.memory_limit = limit;
+  if (spec.compress) {
+    p.policy = cfg.policy.c_str();
+    p.budget = cfg.budget;
+    p.prefill = spec.prefill;
+  }
+  kvc_cache* raw = nullptr;
+  check(kvc_cache_create(ctx, &p, &raw), (std::string("kvc_cache_create (") + spec.name + ")").c_str());
+  return CachePtr(raw);
+}
+
+size_t estimate(const kvc_cache* cache, const Config& cfg) {
+  size_t bytes = 0;
+  check(kvc_cache_estimate_peak_bytes(cache, cfg.prompt_tokens, cfg.chunk_tokens, cfg.new_tokens,
+                                      &bytes),
+        "kvc_cache_estimate_peak_bytes");
+  return bytes;
+}
+
+kvc_cache_stats get_stats(const kvc_cache* cache) {
+  kvc_cache_stats st{};
+  st.struct_size = sizeof st;
+  check(kvc_cache_get_stats(cache, &st), "kvc_cache_get_stats");
+  return st;
+}
+
+int32_t argmax(const float* row, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (row[i] > row[best]) best = i;
+  }
+  return best;
+}
+
+// -log softmax(row)[target], in double.
+double nll_of(const float* row, int32_t n, int32_t target) {
+  float mx = row[0];
+  for (int32_t i = 1; i < n; ++i) mx = std::max(mx, row[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+  return std::log(sum) + static_cast<double>(mx) - static_cast<double>(row[target]);
+}
+
+// Progress on stderr: rewritten in place on a terminal, one line per phase otherwise.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled), tty_(enabled && ::isatty(2) != 0) {}
+  // A transient status (only on a terminal).
+  void status(const std::string& line) {
+    if (!tty_) return;
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    std::fflush(stderr);
+  }
+  // A line that stays.
+  void line(const std::string& text) {
+    if (!enabled_) return;
+    std::fprintf(stderr, "%s%s\n", tty_ ? "\r\033[K" : "", text.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  bool tty_;
+};
+
+std::string fmt(const char* format, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, a);
+  return buf;
+}
+
+// One batched forward call; any error (OUT_OF_MEMORY above all) ends the benchmark.
+void forward(kvl_engine* engine, const ModeSpec& spec, int32_t n, const int32_t* ids,
+             const int32_t* n_tokens, const int32_t* tokens, const int32_t* positions,
+             float* logits, const char* phase) {
+  char err[1024] = {0};
+  if (kvl_engine_forward(engine, n, ids, n_tokens, tokens, positions, 0, logits, err, sizeof err) !=
+      0) {
+    std::string msg = std::string(spec.name) + ": kvl_engine_forward (" + phase + ", batch of " +
+                      std::to_string(n) + ") failed: " + err;
+    if (std::strstr(err, "OUT_OF_MEMORY") != nullptr) {
+      msg += " -- the batch sized by kvc_cache_estimate_peak_bytes did not fit the limit";
+    }
+    throw Error(msg);
+  }
+}
+
+ModeResult run_mode(kvc_context* ctx, const kvl_model* model, const Config& cfg,
+                    const ModeSpec& spec, size_t limit, const Requests& req, Progress& progress) {
+  ModeResult r;
+  r.mode = spec.name;
+  r.policy = spec.compress ? cfg.policy : "-";
+  r.prefill = spec.prefill_name;
+
+  CachePtr cache = make_cache(ctx, model, cfg, spec, limit);
+  r.estimate_bytes = estimate(cache.get(), cfg);
+  const size_t fit = r.estimate_bytes > 0 ? limit / r.estimate_bytes : 0;
+  if (fit == 0) {
+    throw Error(std::string(spec.name) + ": one sequence needs " +
+                std::to_string(r.estimate_bytes) + " bytes, more than the limit of " +
+                std::to_string(limit));
+  }
+  const int32_t B = static_cast<int32_t>(std::min<size_t>(fit, static_cast<size_t>(cfg.requests)));
+  r.max_batch = B;
+  r.waves = (cfg.requests + B - 1) / B;
+
+  const int32_t vocab = kvl_model_config(model)->vocab_size;
+  kvl_engine* raw_engine = nullptr;
+  char err[1024] = {0};
+  if (kvl_engine_create(model, cache.get(), B * cfg.chunk_tokens, &raw_engine, err, sizeof err) !=
+      0) {
+    throw Error(std::string("kvl_engine_create: ") + err);
+  }
+  EnginePtr engine(raw_engine);
+
+  const bool teacher = !req.continuations.empty();
+  std::vector<int32_t> ids(static_cast<size_t>(B)), n_tokens(static_cast<size_t>(B));
+  std::vector<int32_t> tokens(static_cast<size_t>(B) * static_cast<size_t>(cfg.chunk_tokens));
+  std::vector<int32_t> positions(tokens.size());
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  std::vector<float> logits(static_cast<size_t>(B) * static_cast<size_t>(vocab));
+  const int32_t n_chunks = (cfg.prompt_tokens + cfg.chunk_tokens - 1) / cfg.chunk_tokens;
+  double nll_sum = 0;
+  int64_t nll_count = 0;
+
+  progress.line(std::string("batchmax: mode ") + spec.name + ": max batch " + std::to_string(B) +
+                " (" + std::to_string(r.waves) + " waves), estimate " +
+                std::to_string(r.estimate_bytes) + " bytes per sequence");
+  Timer total;
+  for (int32_t w = 0; w < r.waves; ++w) {
+    const int32_t first = w * B;
+    const int32_t nb = std::min(B, cfg.requests - first);
+    const std::string wave = std::string(spec.name) + " wave " + std::to_string(w + 1) + "/" +
+                             std::to_string(r.waves) + " (batch " + std::to_string(nb) + ")";
+    for (int32_t i = 0; i < nb; ++i) {
+      ids[static_cast<size_t>(i)] = first + i;
+      check(kvc_seq_create(cache.get(), first + i), "kvc_seq_create");
+    }
+
+    // Prefill: chunk c of every sequence of the wave in one call.
+    Timer prefill;
+    for (int32_t c = 0; c < n_chunks; ++c) {
+      const int32_t begin = c * cfg.chunk_tokens;
+      const int32_t len = std::min(cfg.chunk_tokens, cfg.prompt_tokens - begin);
+      size_t at = 0;
+      for (int32_t i = 0; i < nb; ++i) {
+        n_tokens[static_cast<size_t>(i)] = len;
+        const std::vector<int32_t>& prompt = req.prompts[static_cast<size_t>(first + i)];
+        for (int32_t t = 0; t < len; ++t, ++at) {
+          tokens[at] = prompt[static_cast<size_t>(begin + t)];
+          positions[at] = begin + t;
+        }
+      }
+      forward(engine.get(), spec, nb, ids.data(), n_tokens.data(), tokens.data(),
+              positions.data(), logits.data(), "prefill");
+      const double s = prefill.seconds();
+      progress.status(wave + ": prefill chunk " + std::to_string(c + 1) + "/" +
+                      std::to_string(n_chunks) + ", " +
+                      fmt("%.0f", static_cast<double>(nb) * (begin + len) / s) + " prompt tok/s");
+    }
+    const double prefill_s = prefill.seconds();
+    r.prefill_s += prefill_s;
+    r.prompt_tokens += static_cast<int64_t>(nb) * cfg.prompt_tokens;
+
+    // The first new token comes from the prefill's logits; each decode step feeds one token
+    // per sequence (greedy, or the text's continuation) and reads the next one's logits.
+    Timer decode;
+    for (int32_t i = 0; i < nb; ++i) {
+      const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
+      if (teacher) {
+        const std::vector<int32_t>& cont = req.continuations[static_cast<size_t>(first + i)];
+        nll_sum += nll_of(row, vocab, cont[0]);
+        ++nll_count;
+      }
+      next[static_cast<size_t>(i)] = argmax(row, vocab);
+    }
+    for (int32_t s = 0; s < cfg.new_tokens; ++s) {
+      for (int32_t i = 0; i < nb; ++i) {
+        n_tokens[static_cast<size_t>(i)] = 1;
+        tokens[static_cast<size_t>(i)] =
+            teacher ? req.continuations[static_cast<size_t>(first + i)][static_cast<size_t>(s)]
+                    : next[static_cast<size_t>(i)];
+        positions[static_cast<size_t>(i)] = cfg.prompt_tokens + s;
+      }
+      forward(engine.get(), spec, nb, ids.data(), n_tokens.data(), tokens.data(),
+              positions.data(), logits.data(), "decode");
+      for (int32_t i = 0; i < nb; ++i) {
+        const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
+        if (teacher) {
+          if (s + 1 < cfg.new_tokens) {
+            const std::vector<int32_t>& cont = req.continuations[static_cast<size_t>(first + i)];
+            nll_sum += nll_of(row, vocab, cont[static_cast<size_t>(s + 1)]);
+            ++nll_count;
+          }
+        } else {
+          next[static_cast<size_t>(i)] = argmax(row, vocab);
+        }
+      }
+      if ((s + 1) % 16 == 0 || s + 1 == cfg.new_tokens) {
+        progress.status(wave + ": decode step " + std::to_string(s + 1) + "/" +
+                        std::to_string(cfg.new_tokens) + ", " +
+                        fmt("%.1f", static_cast<double>(nb) * (s + 1) / decode.seconds()) +
+                        " tok/s");
+      }
+    }
+    const double decode_s = decode.seconds();
+    r.decode_s += decode_s;
+    r.generated += static_cast<int64_t>(nb) * cfg.new_tokens;
+
+    const kvc_cache_stats st = get_stats(cache.get());
+    if (st.bytes_peak > limit) {
+      throw Error(std::string(spec.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
+                  " is over the memory limit " + std::to_string(limit));
+    }
+    for (int32_t i = 0; i < nb; ++i) check(kvc_seq_remove(cache.get(), first + i), "kvc_seq_remove");
+    progress.line(wave + ": prefill " + fmt("%.2f", prefill_s) + " s, decode " +
+                  fmt("%.2f", decode_s) + " s; so far " +
+                  fmt("%.1f", static_cast<double>(r.generated) / r.decode_s) +
+                  " decode tok/s, " + fmt("%.2f", static_cast<double>(r.generated) / total.seconds()) +
+                  " end-to-end tok/s, peak KV " + fmt("%.2f", st.bytes_peak / 1048576.0) + " MiB");
+  }
+  r.total_s = total.seconds();
+
+  const kvc_cache_stats st = get_stats(cache.get());
+  if (st.bytes_peak > limit) {
+    throw Error(std::string(spec.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
+                " is over the memory limit " + std::to_string(limit));
+  }
+  r.bytes_peak = st.bytes_peak;
+  r.tokens_evicted = st.tokens_evicted;
+  if (teacher && nll_count > 0) {
+    r.has_nll = true;
+    r.nll = nll_sum / static_cast<double>(nll_count);
+  }
+  return r;
+}
+
+// A short untimed run so that the first timed mode does not pay for cold caches and the
+// first touch of the weights and the engine's buffers.
+void warm_up(kvc_context* ctx, const kvl_model* model, const Config& cfg, const Requests& req) {
+  const ModeSpec spec = mode_spec("full");
+  CachePtr cache = make_cache(ctx, model, cfg, spec, size_t{1} << 30);
+  kvl_engine* raw = nullptr;
+  char err[1024] = {0};
+  if (kvl_engine_create(model, cache.get(), cfg.chunk_tokens, &raw, err, sizeof err) != 0) {
+    throw Error(std::string("kvl_engine_create: ") + err);
+  }
+  EnginePtr engine(raw);
+  check(kvc_seq_create(cache.get(), 0), "kvc_seq_create");
+  const int32_t len = std::min(cfg.chunk_tokens, cfg.prompt_tokens);
+  std::vector<int32_t> tokens(req.prompts[0].begin(), req.prompts[0].begin() + len);
+  std::vector<int32_t> positions(static_cast<size_t>(len));
+  for (int32_t i = 0; i < len; ++i) positions[static_cast<size_t>(i)] = i;
+  std::vector<float> logits(static_cast<size_t>(kvl_model_config(model)->vocab_size));
+  const int32_t id = 0;
+  forward(engine.get(), spec, 1, &id, &len, tokens.data(), positions.data(), logits.data(),
+          "warm-up");
+  const int32_t one = 1;
+  for (int32_t s = 0; s < 8; ++s) {
+    const int32_t t = argmax(logits.data(), static_cast<int32_t>(logits.size()));
+    const int32_t pos = len + s;
+    forward(engine.get(), spec, 1, &id, &one, &t, &pos, logits.data(), "warm-up");
+  }
+}
+
+std::string find_tokenizer(const std::string& model_path, int32_t vocab) {
+  const std::string dir = dir_of(model_path);
+  for (const std::string& name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
+    if (is_file(dir + "/" + name)) return dir + "/" + name;
+  }
+  throw UsageError("--model needs --tokenizer: no tok" + std::to_string(vocab) +
+                   ".bin or tokenizer.bin beside " + model_path);
+}
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+}  // namespace
+
+int run_batchmax(Options& opts) {
+  Config cfg = read_config(opts);
+  Progress progress(cfg.progress);
+
+  // The model: random weights of the configured shape, or a llama2.c checkpoint.
+  char err[1024] = {0};
+  kvl_model* raw_model = nullptr;
+  const bool real = !cfg.model_path.empty();
+  if (real) {
+    if (kvl_model_load(cfg.model_path.c_str(), &raw_model, err, sizeof err) != 0) {
+      throw Error(std::string("kvl_model_load: ") + err);
+    }
+  } else {
+    cfg.shape.seq_len = cfg.prompt_tokens + cfg.new_tokens;
+    if (kvl_model_random(&cfg.shape, cfg.seed, &raw_model, err, sizeof err) != 0) {
+      throw Error(std::string("kvl_model_random: ") + err);
+    }
+  }
+  ModelPtr model(raw_model);
+  const kvl_config mc = *kvl_model_config(model.get());
+
+  std::vector<std::string> notes;
+  if (real && cfg.prompt_tokens + cfg.new_tokens > mc.seq_len) {
+    const int32_t clamped = mc.seq_len - cfg.new_tokens;
+    if (clamped < 2) {
+      throw UsageError("the checkpoint's seq_len " + std::to_string(mc.seq_len) +
+                       " leaves no room for a prompt before " + std::to_string(cfg.new_tokens) +
+                       " new tokens");
+    }
+    notes.push_back("the checkpoint's seq_len is " + std::to_string(mc.seq_len) +
+                    ": prompt clamped from " + std::to_string(cfg.prompt_tokens) + " to " +
+                    std::to_string(clamped) + " tokens (seq_len - new_tokens)");
+    cfg.prompt_tokens = clamped;
+  }
+  if (cfg.prompt_tokens % cfg.chunk_tokens == 1) {
+    // The cache takes a one-token step for a decode step, not for a prompt chunk.
+    throw UsageError("the last prefill chunk would be a single token (prompt_tokens % "
+                     "chunk_tokens == 1); pick another --chunk_tokens");
+  }
+  if (cfg.budget >= cfg.prompt_tokens + cfg.new_tokens) {
+    notes.push_back("budget " + std::to_string(cfg.budget) + " >= prompt + new tokens: "
+                    "the policy never evicts, every mode keeps the full cache");
+  }
+
+  // The requests, the same in every mode.
+  Requests req;
+  TokenizerPtr tokenizer;
+  if (real) {
+    if (cfg.tokenizer_path.empty()) cfg.tokenizer_path = find_tokenizer(cfg.model_path, mc.vocab_size);
+    kvl_tokenizer* raw_tok = nullptr;
+    if (kvl_tokenizer_load(cfg.tokenizer_path.c_str(), mc.vocab_size, &raw_tok, err, sizeof err) !=
+        0) {
+      throw Error(std::string("kvl_tokenizer_load: ") + err);
+    }
+    tokenizer.reset(raw_tok);
+    if (!is_file(cfg.text_path)) throw Error("the text file '" + cfg.text_path + "' does not exist");
+    req = batchmax::text_requests(tokenizer.get(), cfg.text_path, cfg.requests, cfg.prompt_tokens,
+                                  cfg.new_tokens);
+  } else {
+    req = batchmax::random_requests(cfg.requests, cfg.prompt_tokens, mc.vocab_size, cfg.seed);
+  }
+
+  std::string yaml = "threads: " + std::to_string(cfg.threads) + "\n";
+  kvc_context* raw_ctx = nullptr;
+  check(kvc_context_create(yaml.c_str(), &raw_ctx), "kvc_context_create");
+  ContextPtr ctx(raw_ctx);
+
+  // The one memory limit: by default two full-cache sequences plus a margin.
+  size_t full_estimate = 0;
+  {
+    CachePtr probe = make_cache(ctx.get(), model.get(), cfg, mode_spec("full"), size_t{1} << 30);
+    full_estimate = estimate(probe.get(), cfg);
+  }
+  const size_t limit = cfg.memory_limit != 0
+                           ? cfg.memory_limit
+                           : static_cast<size_t>(cfg.limit_seqs * static_cast<double>(full_estimate));
+
+  for (const std::string& n : notes) progress.line("batchmax: note: " + n);
+  progress.line("batchmax: " + std::to_string(cfg.requests) + " requests of " +
+                std::to_string(cfg.prompt_tokens) + " prompt + " + std::to_string(cfg.new_tokens) +
+                " new tokens, chunk " + std::to_string(cfg.chunk_tokens) + ", KV limit " +
+                fmt("%.2f", limit / 1048576.0) + " MiB; " + req.origin);
+  warm_up(ctx.get(), model.get(), cfg, req);
+
+  std::vector<ModeResult> results;
+  for (const std::string& m : cfg.modes) {
+    results.push_back(run_mode(ctx.get(), model.get(), cfg, mode_spec(m), limit, req, progress));
+  }
+
+  // ---- report
+  const int32_t head_dim = mc.dim / mc.n_heads;
+  std::printf("kvc-bench batchmax: %s model dim %d, hidden %d, %d layers, %d heads (%d KV), "
+              "head_dim %d, vocab %d\n",
+              real ? cfg.model_path.c_str() : "random-weight", mc.dim, mc.hidden_dim, mc.n_layers,
+              mc.n_heads, mc.n_kv_heads, head_dim, mc.vocab_size);
+  std::printf("%d requests: %d prompt tokens (chunks of %d) + %d new tokens; policy %s, budget %d; "
+              "KV %s, paged, block %d\n",
+              cfg.requests, cfg.prompt_tokens, cfg.chunk_tokens, cfg.new_tokens, cfg.policy.c_str(),
+              cfg.budget, dtype_name(cfg.dtype), cfg.block_tokens);
+  std::printf("prompts: %s\n", req.origin.c_str());
+  for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+  batchmax::print_table(results, limit);
+
+  report("batchmax_requests", cfg.requests);
+  report("batchmax_prompt_tokens", cfg.prompt_tokens);
+  report("batchmax_new_tokens", cfg.new_tokens);
+  report("batchmax_chunk_tokens", cfg.chunk_tokens);
+  report("batchmax_policy", cfg.policy);
+  report("batchmax_budget", cfg.budget);
+  report("batchmax_dtype", dtype_name(cfg.dtype));
+  report("batchmax_block_tokens", cfg.block_tokens);
+  report("batchmax_model", real ? cfg.model_path : std::string("random"));
+  report("batchmax_dim", mc.dim);
+  report("batchmax_hidden_dim", mc.hidden_dim);
+  report("batchmax_layers", mc.n_layers);
+  report("batchmax_heads", mc.n_heads);
+  report("batchmax_kv_heads", mc.n_kv_heads);
+  report("batchmax_vocab", mc.vocab_size);
+  report("batchmax_memory_limit_bytes", limit);
+  const ModeResult* full = nullptr;
+  const ModeResult* chunk = nullptr;
+  for (const ModeResult& r : results) {
+    const std::string p = "batchmax_" + r.mode + "_";
+    report(p + "estimate_seq_bytes", r.estimate_bytes);
+    report(p + "max_batch", r.max_batch);
+    report(p + "waves", r.waves);
+    report(p + "peak_kv_bytes", r.bytes_peak);
+    report(p + "tokens_evicted", r.tokens_evicted);
+    report(p + "prefill_s", r.prefill_s);
+    report(p + "decode_s", r.decode_s);
+    report(p + "total_s", r.total_s);
+    report(p + "prefill_share", ratio(r.prefill_s, r.prefill_s + r.decode_s));
+    report(p + "prefill_tokens_per_s", r.prefill_tokens_per_s());
+    report(p + "decode_tokens_per_s", r.decode_tokens_per_s());
+    report(p + "end_to_end_tokens_per_s", r.end_to_end_tokens_per_s());
+    if (r.has_nll) report(p + "nll", r.nll);
+    if (r.mode == "full") full = &r;
+    if (r.mode == "per_chunk") chunk = &r;
+  }
+  if (full != nullptr) {
+    for (const ModeResult& r : results) {
+      if (r.has_nll && full->has_nll && &r != full) {
+        report("batchmax_" + r.mode + "_nll_delta_vs_full", r.nll - full->nll);
+      }
+    }
+  }
+
+  batchmax::write_csv(cfg.csv_path, results, limit);
+  report("batchmax_csv", cfg.csv_path);
+  const std::string title = "kvc-bench batchmax: " + std::to_string(cfg.requests) + " requests, " +
+                            std::to_string(cfg.prompt_tokens) + " prompt + " +
+                            std::to_string(cfg.new_tokens) + " new tokens, one KV limit of " +
+                            fmt("%.1f", limit / 1048576.0) + " MiB";
+  const std::string png_note = batchmax::plot_png(cfg.csv_path, cfg.png_path, title);
+  if (png_note.empty()) {
+    report("batchmax_png", cfg.png_path);
+  } else {
+    std::printf("note: %s\n", png_note.c_str());
+    std::fflush(stdout);
+  }
+
+  if (full != nullptr && chunk != nullptr) {
+    report("batchmax_decode_throughput_ratio",
+           ratio(chunk->decode_tokens_per_s(), full->decode_tokens_per_s()));
+    report("batchmax_batch_ratio", ratio(chunk->max_batch, full->max_batch));
+    report("batchmax_throughput_ratio",
+           ratio(chunk->end_to_end_tokens_per_s(), full->end_to_end_tokens_per_s()));
+  } else {
+    std::printf("note: the ratio lines need both the full and the per_chunk mode\n");
+  }
+  return 0;
+}
+
+#endif  // KVC_BENCH_HAVE_LLAMA
+
+}  // namespace kvc_bench

@@ -1,0 +1,73 @@
+// kvc-bench batchmax: the pieces shared by batchmax.cpp (the run), batchmax_requests.cpp
+// (prompts from random tokens or from a text) and batchmax_output.cpp (table, CSV, plot).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvc_bench {
+namespace batchmax {
+
+/// The requests served in every mode: the same prompts, so the modes do the same work.
+struct Requests {
+  /// [n][prompt_tokens] token ids of each prompt.
+  std::vector<std::vector<int32_t>> prompts;
+  /// [n][new_tokens] the text that follows each prompt (teacher forcing); empty when the
+  /// prompts are random tokens and decoding is greedy.
+  std::vector<std::vector<int32_t>> continuations;
+  /// Human-readable origin, for the report ("random tokens", "text FILE, ...").
+  std::string origin;
+};
+
+/// @p n prompts of @p prompt_tokens random ids in [3, vocab) (0..2 are llama2.c's special
+/// tokens), reproducible from @p seed.
+Requests random_requests(int32_t n, int32_t prompt_tokens, int32_t vocab, uint64_t seed);
+
+/// Tokenises the start of @p text_path with the llama2.c tokenizer of the engine
+/// (`tokenizer`, a kvl_tokenizer*) and cuts consecutive windows from it: each prompt is BOS
+/// followed by prompt_tokens - 1 text tokens, its continuation the next new_tokens tokens.
+/// Tokenises only as much text as the windows need (wrapping around a short text, noted in
+/// `origin`). Throws Error when the file cannot be read or yields no tokens.
+Requests text_requests(const void* tokenizer, const std::string& text_path, int32_t n,
+                       int32_t prompt_tokens, int32_t new_tokens);
+
+/// What one mode measured.
+struct ModeResult {
+  std::string mode;            ///< full, once, per_chunk
+  std::string policy;          ///< "-" for full
+  std::string prefill;         ///< none, once, per_chunk
+  size_t estimate_bytes = 0;   ///< kvc_cache_estimate_peak_bytes per sequence
+  int32_t max_batch = 0;       ///< floor(limit / estimate), capped at the request count
+  int32_t waves = 0;
+  size_t bytes_peak = 0;       ///< stats.bytes_peak of the cache over the whole mode
+  uint64_t tokens_evicted = 0; ///< stats.tokens_evicted at the end
+  double prefill_s = 0;        ///< time in prefill forward calls
+  double decode_s = 0;         ///< time in decode forward calls
+  double total_s = 0;          ///< wall time of the whole mode (prefill + decode + bookkeeping)
+  int64_t prompt_tokens = 0;   ///< prompt tokens processed, all requests
+  int64_t generated = 0;       ///< decode steps, all requests (new tokens generated)
+  bool has_nll = false;
+  double nll = 0;              ///< mean NLL (nats/token) of the teacher-forced continuations
+
+  double decode_tokens_per_s() const { return decode_s > 0 ? generated / decode_s : 0; }
+  double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
+  double end_to_end_tokens_per_s() const { return total_s > 0 ? generated / total_s : 0; }
+};
+
+/// Prints the results as an aligned table on stdout.
+void print_table(const std::vector<ModeResult>& results, size_t memory_limit);
+
+/// Writes the results as CSV (a header line, then one line per mode). Throws Error.
+void write_csv(const std::string& path, const std::vector<ModeResult>& results,
+               size_t memory_limit);
+
+/// Writes a gnuplot script next to @p png_path (same name, ".gp") that plots @p csv_path,
+/// and runs `gnuplot` on it. Returns "" on success, otherwise a note saying why no PNG was
+/// drawn (gnuplot missing or failing is not an error of the benchmark).
+std::string plot_png(const std::string& csv_path, const std::string& png_path,
+                     const std::string& title);
+
+}  // namespace batchmax
+}  // namespace kvc_bench

@@ -1,0 +1,120 @@
+/*
+ * kvc-llama's shared pieces: the subcommands, option parsing, and the session (model,
+ * tokenizer, kvcache context and cache, engine) every subcommand opens.
+ *
+ * Adding a subcommand: write cli/cmd_<name>.c with `int kvl_cmd_<name>(int argc, char **argv)`
+ * (argv[0] is the subcommand's name), declare it below, add a row to the table in main.c and
+ * the file to KVL_CLI_SOURCES in examples/llama2c/CMakeLists.txt.
+ */
+#ifndef KVC_LLAMA_CLI_H
+#define KVC_LLAMA_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit statuses: 0 success, 1 a failure while running, 2 a usage error. */
+enum { KVL_EXIT_OK = 0, KVL_EXIT_FAILURE = 1, KVL_EXIT_USAGE = 2 };
+
+/* ------------------------------------------------------------------ subcommands */
+
+int kvl_cmd_generate(int argc, char **argv);
+int kvl_cmd_ppl(int argc, char **argv);
+
+/* ------------------------------------------------------------------ options */
+
+/** One option: "--name VALUE" (value != NULL) or the flag "--name" (flag != NULL). */
+typedef struct kvl_cli_option {
+  const char *name;
+  const char **value; /* receives the argument (argv storage); NULL for a flag */
+  int *flag;          /* set to 1 when the flag is present; NULL for an option with a value */
+} kvl_cli_option;
+
+/** Parses argv[1..argc) of subcommand argv[0]. Returns KVL_EXIT_OK, KVL_EXIT_USAGE after
+ * printing the problem and `usage` to stderr, or -1 after printing `usage` to stdout for
+ * --help / -h (the caller then exits with 0). "--name=VALUE" is accepted too. */
+int kvl_cli_parse(int argc, char **argv, const char *usage, const kvl_cli_option *options,
+                  size_t n_options);
+/** Prints "kvc-llama <command>: <message>" and the usage to stderr; returns KVL_EXIT_USAGE. */
+int kvl_cli_usage_error(const char *command, const char *usage, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/** Parses an integer option in [min, max]; on error prints it (usage error) and returns
+ * KVL_EXIT_USAGE. A NULL text leaves *out unchanged. */
+int kvl_cli_int(const char *command, const char *usage, const char *option, const char *text,
+                long min, long max, int32_t *out);
+/** Parses a finite number >= min. */
+int kvl_cli_double(const char *command, const char *usage, const char *option, const char *text,
+                   double min, double *out);
+
+/* ------------------------------------------------------------------ session */
+
+typedef struct kvl_cli_session {
+  kvl_model *model;
+  kvl_tokenizer *tokenizer;
+  kvc_context *context;
+  kvc_cache *cache;
+  kvl_engine *engine;
+} kvl_cli_session;
+
+/** Loads the model and tokenizer and creates the context and cache (see
+ * kvl_cli_create_cache()). Prints any error; returns KVL_EXIT_OK or KVL_EXIT_FAILURE. */
+int kvl_cli_open(kvl_cli_session *session, const char *model_path, const char *tokenizer_path,
+                 const char *config_path);
+/** Creates the session's engine for steps of at most max_batch_tokens tokens. */
+int kvl_cli_open_engine(kvl_cli_session *session, int32_t max_batch_tokens);
+/** Frees everything the session holds (in the right order); accepts a zeroed session. */
+void kvl_cli_close(kvl_cli_session *session);
+
+/**
+ * Creates a kvcache context and a cache shaped for `model`.
+ *
+ * Without a config file: a default context and a cache with f32 storage, the paged layout,
+ * the default memory limit (1 GiB) and no policy.
+ *
+ * With a config file (the YAML of docs/config.md): the context is created from the file
+ * itself (so its plugin paths, threads and every error message with file:line come from the
+ * library's own parser), and the cache from the file's `cache`, `backend` and `policy`
+ * sections, except that the model dictates the shape: `layers`, `kv_heads`, `q_heads` and
+ * `head_dim` are replaced by the model's (with a note on stderr when the file said otherwise),
+ * and `dtype` is f32 when the file does not name one. Implemented in cache_config.cpp.
+ */
+int kvl_cli_create_cache(const kvl_model *model, const char *config_path,
+                         kvc_context **out_context, kvc_cache **out_cache, char *error,
+                         size_t error_size);
+
+/** One line describing the cache (dtype, layout, limit, policy) to `out`. */
+void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache);
+/** One line of the cache's counters (peak bytes, tokens stored and evicted) to `out`. */
+void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache);
+
+/* ------------------------------------------------------------------ helpers */
+
+/** Seconds on a monotonic clock. */
+double kvl_cli_now(void);
+/** Reads a whole file as a NUL-terminated string (malloc'd); NULL after printing an error. */
+char *kvl_cli_read_text(const char *path, size_t *out_size);
+/** Prints a decoded piece, skipping lone control bytes other than whitespace (as run.c). */
+void kvl_cli_print_piece(FILE *out, const char *piece);
+/** The index of the largest logit. */
+int32_t kvl_cli_argmax(const float *logits, int32_t n);
+/** Prints "kvc-llama: error: ..." to stderr. */
+void kvl_cli_error(const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVC_LLAMA_CLI_H */

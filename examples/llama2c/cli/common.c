@@ -1,0 +1,266 @@
+/* kvc-llama: option parsing, the session every subcommand opens, small helpers. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+void kvl_cli_error(const char *format, ...) {
+  va_list args;
+  fputs("kvc-llama: error: ", stderr);
+  va_start(args, format);
+  vfprintf(stderr, format, args);
+  va_end(args);
+  fputc('\n', stderr);
+}
+
+int kvl_cli_usage_error(const char *command, const char *usage, const char *format, ...) {
+  va_list args;
+  fprintf(stderr, "kvc-llama %s: ", command);
+  va_start(args, format);
+  vfprintf(stderr, format, args);
+  va_end(args);
+  fprintf(stderr, "\n\n%s", usage);
+  return KVL_EXIT_USAGE;
+}
+
+int kvl_cli_parse(int argc, char **argv, const char *usage, const kvl_cli_option *options,
+                  size_t n_options) {
+  int i;
+  for (i = 1; i < argc; ++i) {
+    const char *arg = argv[i];
+    const char *eq = strchr(arg, '=');
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    size_t o;
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      fputs(usage, stdout);
+      return -1;
+    }
+    if (strncmp(arg, "--", 2) != 0) {
+      return kvl_cli_usage_error(argv[0], usage, "unexpected argument '%s'", arg);
+    }
+    for (o = 0; o < n_options; ++o) {
+      if (strlen(options[o].name) == name_len && strncmp(arg, options[o].name, name_len) == 0) {
+        break;
+      }
+    }
+    if (o == n_options) {
+      return kvl_cli_usage_error(argv[0], usage, "unknown option '%.*s'", (int)name_len, arg);
+    }
+    if (options[o].value != NULL) {
+      if (eq != NULL) {
+        *options[o].value = eq + 1;
+      } else if (i + 1 < argc) {
+        *options[o].value = argv[++i];
+      } else {
+        return kvl_cli_usage_error(argv[0], usage, "option '%s' needs a value", options[o].name);
+      }
+    } else {
+      if (eq != NULL) {
+        return kvl_cli_usage_error(argv[0], usage, "option '%s' takes no value", options[o].name);
+      }
+      *options[o].flag = 1;
+    }
+  }
+  return KVL_EXIT_OK;
+}
+
+int kvl_cli_int(const char *command, const char *usage, const char *option, const char *text,
+                long min, long max, int32_t *out) {
+  char *end;
+  long value;
+  if (text == NULL) return KVL_EXIT_OK;
+  errno = 0;
+  value = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || value < min || value > max) {
+    return kvl_cli_usage_error(command, usage, "%s expects an integer in %ld..%ld, got '%s'",
+                               option, min, max, text);
+  }
+  *out = (int32_t)value;
+  return KVL_EXIT_OK;
+}
+
+int kvl_cli_double(const char *command, const char *usage, const char *option, const char *text,
+                   double min, double *out) {
+  char *end;
+  double value;
+  if (text == NULL) return KVL_EXIT_OK;
+  errno = 0;
+  value = strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !isfinite(value) || value < min) {
+    return kvl_cli_usage_error(command, usage, "%s expects a number >= %g, got '%s'", option, min,
+                               text);
+  }
+  *out = value;
+  return KVL_EXIT_OK;
+}
+
+int kvl_cli_open(kvl_cli_session *s, const char *model_path, const char *tokenizer_path,
+                 const char *config_path) {
+  char error[1024];
+  memset(s, 0, sizeof *s);
+  if (kvl_model_load(model_path, &s->model, error, sizeof error) != 0 ||
+      kvl_tokenizer_load(tokenizer_path, kvl_model_config(s->model)->vocab_size, &s->tokenizer,
+                         error, sizeof error) != 0 ||
+      kvl_cli_create_cache(s->model, config_path, &s->context, &s->cache, error, sizeof error) !=
+          0) {
+    kvl_cli_error("%s", error);
+    kvl_cli_close(s);
+    return KVL_EXIT_FAILURE;
+  }
+  return KVL_EXIT_OK;
+}
+
+int kvl_cli_open_engine(kvl_cli_session *s, int32_t max_batch_tokens) {
+  char error[1024];
+  if (kvl_engine_create(s->model, s->cache, max_batch_tokens, &s->engine, error, sizeof error) !=
+      0) {
+    kvl_cli_error("%s", error);
+    return KVL_EXIT_FAILURE;
+  }
+  return KVL_EXIT_OK;
+}
+
+void kvl_cli_close(kvl_cli_session *s) {
+  kvl_engine_free(s->engine);
+  kvc_cache_destroy(s->cache); /* before its context */
+  kvc_context_destroy(s->context);
+  kvl_tokenizer_free(s->tokenizer);
+  kvl_model_free(s->model);
+  memset(s, 0, sizeof *s);
+}
+
+static void print_bytes(FILE *out, double bytes) {
+  if (bytes >= 1024.0 * 1024.0 * 1024.0) {
+    fprintf(out, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  } else if (bytes >= 1024.0 * 1024.0) {
+    fprintf(out, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  } else {
+    fprintf(out, "%.1f KiB", bytes / 1024.0);
+  }
+}
+
+void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache) {
+  static const char *const dtypes[] = {"f32", "f16", "bf16"};
+  static const char *const prefill[] = {"none", "per_chunk", "once"};
+  kvc_cache_params p;
+  kvc_status *status;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  status = kvc_cache_get_params(cache, &p);
+  if (status != NULL) {
+    kvc_status_free(status);
+    return;
+  }
+  fprintf(out, "cache: %s %s", (unsigned)p.dtype < 3 ? dtypes[p.dtype] : "?",
+          p.layout == KVC_LAYOUT_PAGED ? "paged" : "contiguous");
+  if (p.layout == KVC_LAYOUT_PAGED) fprintf(out, " (blocks of %d)", (int)p.block_tokens);
+  fprintf(out, ", limit ");
+  print_bytes(out, (double)p.memory_limit);
+  fprintf(out, ", backend %s, policy ", p.backend ? p.backend : "cpu");
+  if (p.policy == NULL) {
+    fprintf(out, "none\n");
+    return;
+  }
+  fprintf(out, "%s (", p.policy);
+  if (p.budget > 0) {
+    fprintf(out, "budget %d", (int)p.budget);
+  } else if (p.budget_ratio > 0.0) {
+    fprintf(out, "budget %g of each head", p.budget_ratio);
+  } else {
+    fprintf(out, "no budget");
+  }
+  fprintf(out, ", sinks %d, recent %d, prefill %s", (int)p.sinks, (int)p.recent,
+          (unsigned)p.prefill < 3 ? prefill[p.prefill] : "?");
+  if (p.decode_every > 0) fprintf(out, ", decode_every %d", (int)p.decode_every);
+  if (p.decode_slack > 0) fprintf(out, ", decode_slack %d", (int)p.decode_slack);
+  fprintf(out, ")\n");
+}
+
+void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache) {
+  kvc_cache_stats st;
+  kvc_status *status;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  status = kvc_cache_get_stats(cache, &st);
+  if (status != NULL) {
+    kvc_status_free(status);
+    return;
+  }
+  fprintf(out, "kvcache: peak ");
+  print_bytes(out, (double)st.bytes_peak);
+  fprintf(out, " of K/V, %llu tokens stored, %llu evicted (summed over layers and KV heads)\n",
+          (unsigned long long)st.tokens_stored, (unsigned long long)st.tokens_evicted);
+}
+
+double kvl_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *kvl_cli_read_text(const char *path, size_t *out_size) {
+  FILE *f = fopen(path, "rb");
+  char *data = NULL;
+  size_t size = 0, capacity = 0;
+  if (f == NULL) {
+    kvl_cli_error("%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
+  for (;;) {
+    size_t got;
+    if (capacity - size < 65536) {
+      char *grown = (char *)realloc(data, capacity * 2 + 65536 + 1);
+      if (grown == NULL) {
+        free(data);
+        fclose(f);
+        kvl_cli_error("%s: out of host memory", path);
+        return NULL;
+      }
+      data = grown;
+      capacity = capacity * 2 + 65536;
+    }
+    got = fread(data + size, 1, capacity - size, f);
+    size += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) {
+    free(data);
+    fclose(f);
+    kvl_cli_error("%s: read error", path);
+    return NULL;
+  }
+  fclose(f);
+  data[size] = '\0';
+  if (strlen(data) != size) {
+    free(data);
+    kvl_cli_error("%s: the file contains a NUL byte; expected UTF-8 text", path);
+    return NULL;
+  }
+  if (out_size != NULL) *out_size = size;
+  return data;
+}
+
+void kvl_cli_print_piece(FILE *out, const char *piece) {
+  if (piece == NULL || piece[0] == '\0') return;
+  if (piece[1] == '\0') {
+    unsigned char b = (unsigned char)piece[0];
+    if (b < 0x80 && !(isprint(b) || isspace(b))) return;
+  }
+  fputs(piece, out);
+}
+
+int32_t kvl_cli_argmax(const float *logits, int32_t n) {
+  int32_t i, best = 0;
+  for (i = 1; i < n; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
