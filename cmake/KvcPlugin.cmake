@@ -10,5 +10,11 @@ function(kvc_add_plugin target)
     CXX_VISIBILITY_PRESET hidden
     C_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
+  # Hidden visibility still leaves GNU-unique symbols of inline templates exported; the
+  # version script leaves exactly the entry point.
+  set(exports ${PROJECT_SOURCE_DIR}/cmake/kvc_plugin.map)
+  target_link_options(${target} PRIVATE
+    "LINKER:--version-script=${exports}" "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${exports})
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/${KVC_PLUGIN_SUBDIR})
 endfunction()

@@ -363,7 +363,9 @@ typedef enum kvc_stat_kind {
 /**
  * @brief Reports statistics of one (sequence, layer, KV head) for engines that compute
  * attention with their own kernels: @p values holds one float per stored token, in storage
- * order (kvc_seq_length() of them), summed over the query heads of the group. Fails with
+ * order (kvc_seq_length() of them), defined over the query heads of the group as the
+ * matching ::kvc_stat_flags entry of kvcache_plugin.h says (sums, or the mean for the last
+ * query's attention). Fails with
  * INVALID_ARGUMENT when the cache's policy does not use that statistic.
  */
 KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t layer,
