@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
-#include <unordered_set>
 
 #include "error.hpp"
 #include "kvc/half.hpp"
@@ -217,13 +216,17 @@ Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const
     throw invalid("batch.seq_ids, batch.n_tokens and batch.positions must not be NULL");
   }
   ResolvedBatch resolved;
-  std::unordered_set<int32_t> seen;
+  resolved.sequences.reserve(static_cast<size_t>(batch.n_seqs));
+  resolved.offsets.reserve(static_cast<size_t>(batch.n_seqs));
+  std::vector<int32_t> sorted_ids(batch.seq_ids, batch.seq_ids + batch.n_seqs);
+  std::sort(sorted_ids.begin(), sorted_ids.end());
+  auto repeated = std::adjacent_find(sorted_ids.begin(), sorted_ids.end());
+  if (repeated != sorted_ids.end()) {
+    throw invalid("sequence " + std::to_string(*repeated) + " appears twice in the batch");
+  }
   int64_t total = 0;
   for (int32_t i = 0; i < batch.n_seqs; ++i) {
     int32_t id = batch.seq_ids[i];
-    if (!seen.insert(id).second) {
-      throw invalid("sequence " + std::to_string(id) + " appears twice in the batch");
-    }
     if (batch.n_tokens[i] < 1) {
       throw invalid("batch.n_tokens[" + std::to_string(i) + "] must be >= 1, got " +
                     std::to_string(batch.n_tokens[i]));
@@ -298,6 +301,8 @@ void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   const int32_t heads = config_.kv_heads;
   std::vector<HeadStore*> stores;
   std::vector<int32_t> extra;
+  stores.reserve(resolved.sequences.size() * static_cast<size_t>(heads));
+  extra.reserve(stores.capacity());
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     for (int32_t h = 0; h < heads; ++h) {
       stores.push_back(&store(*resolved.sequences[i], layer, h));
