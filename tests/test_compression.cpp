@@ -381,6 +381,57 @@ TEST_CASE("compression: unknown policies and bad parameters are clear errors") {
   CHECK(kvt::contains(yaml.message(), "bogus"));
 }
 
+TEST_CASE("compression: wrapping policies take their own parameters and set budgets") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  std::mt19937 rng(12);
+  SUBCASE("pyramidkv: budgets fall linearly over layers") {
+    kvc_cache_params p = f32_params();
+    p.policy = "pyramidkv";
+    p.budget = 40;
+    p.sinks = 0;
+    p.recent = 0;
+    kvc_key_value params[] = {{"beta", "4"}, {"window", "8"}};
+    p.policy_params = params;
+    p.n_policy_params = 2;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+    cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 8);
+    step(cache.get(), model, 0, random_inputs(rng, 100, 0));
+    int32_t seq = 0;
+    Status s(kvc_compress(cache.get(), -1, 1, &seq));
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    // b_min = 40 / 4 = 10 and b_max = 2 * 40 - 10 = 70: layer 0 keeps 70, layer 1 keeps 10.
+    for (int h = 0; h < kKvHeads; ++h) {
+      CHECK(kvt::seq_length(cache.get(), 0, 0, h) == 70);
+      CHECK(kvt::seq_length(cache.get(), 0, 1, h) == 10);
+    }
+  }
+  SUBCASE("adakv: a layer's heads share its budget") {
+    kvc_cache_params p = f32_params();
+    p.policy = "adakv";
+    p.budget = 20;
+    kvc_key_value params[] = {{"floor", "0.5"}, {"scorer", "snapkv"}, {"window", "8"}};
+    p.policy_params = params;
+    p.n_policy_params = 3;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+    cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 8);
+    step(cache.get(), model, 0, random_inputs(rng, 60, 0));
+    int32_t seq = 0;
+    Status s(kvc_compress(cache.get(), -1, 1, &seq));
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    for (int layer = 0; layer < kLayers; ++layer) {
+      int32_t total = 0;
+      for (int h = 0; h < kKvHeads; ++h) {
+        int32_t n = kvt::seq_length(cache.get(), 0, layer, h);
+        CHECK(n >= 8 + 6);  // the window (8) plus the floor: half of the other 12
+        total += n;
+      }
+      CHECK(total == 20 * kKvHeads);
+    }
+  }
+}
+
 #ifdef KVC_EXAMPLE_C_POLICY_PLUGIN
 TEST_CASE("compression: a custom C policy loaded through YAML follows its rule") {
   const std::string yaml = std::string("plugins: { paths: [") + KVC_EXAMPLE_C_POLICY_PLUGIN +
