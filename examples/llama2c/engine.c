@@ -122,9 +122,15 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
   return 0;
 }
 
-/* y[rows, out] = x[rows, in] W^T (+ beta * y), W row-major [out, in] as llama2.c stores it. */
+/* y[rows, out] = x[rows, in] W^T (+ beta * y), W row-major [out, in] as llama2.c stores it.
+ * One row (a decode step of one sequence) is a matrix-vector product: OpenBLAS's sgemm would
+ * pack all of W first, which doubles the memory traffic of a step. */
 static void matmul_t(float *y, const float *x, const float *w, int32_t rows, int32_t in,
                      int32_t out, float beta) {
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, beta, y, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, beta, y,
               out);
 }
@@ -139,7 +145,8 @@ static void rmsnorm(float *out, const float *x, const float *weight, int32_t dim
 }
 
 /* Rotates consecutive pairs of each head of `row` ([heads, head_dim]) by the token's angles. */
-static void rotate(float *row, int32_t heads, int32_t head_dim, const float *cos_, const float *sin_) {
+static void rotate(float *row, int32_t heads, int32_t head_dim, const float *cos_,
+                   const float *sin_) {
   int32_t h, i;
   for (h = 0; h < heads; ++h) {
     float *v = row + (size_t)h * head_dim;
@@ -210,8 +217,8 @@ int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
   for (t = 0; t < total; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c->vocab_size) {
       return kvl_fail(error, error_size,
-                      "kvl_engine_forward: tokens[%d] = %d is outside the vocabulary 0..%d",
-                      (int)t, (int)tokens[t], (int)c->vocab_size - 1);
+                      "kvl_engine_forward: tokens[%d] = %d is outside the vocabulary 0..%d", (int)t,
+                      (int)tokens[t], (int)c->vocab_size - 1);
     }
     if (positions[t] < 0) {
       return kvl_fail(error, error_size, "kvl_engine_forward: positions[%d] = %d is negative",
@@ -251,8 +258,8 @@ int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
   for (l = 0; l < c->n_layers; ++l) {
     kvc_status *status;
     for (t = 0; t < total; ++t) {
-      rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_att + (size_t)l * dim,
-              c->dim, c->norm_eps);
+      rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_att + (size_t)l * dim, c->dim,
+              c->norm_eps);
     }
     matmul_t(e->q, e->xb, m->wq + (size_t)l * dim * dim, total, c->dim, c->dim, 0.0f);
     matmul_t(e->k, e->xb, m->wk + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
@@ -275,8 +282,8 @@ int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
     matmul_t(e->x, e->att, m->wo + (size_t)l * dim * dim, total, c->dim, c->dim, 1.0f);
 
     for (t = 0; t < total; ++t) {
-      rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_ffn + (size_t)l * dim,
-              c->dim, c->norm_eps);
+      rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_ffn + (size_t)l * dim, c->dim,
+              c->norm_eps);
     }
     matmul_t(e->hb, e->xb, m->w1 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim, 0.0f);
     matmul_t(e->hb2, e->xb, m->w3 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim, 0.0f);

@@ -28,7 +28,7 @@ typedef struct piece_index {
 
 struct kvl_tokenizer {
   int32_t vocab_size;
-  char **vocab;          /* NUL-terminated pieces */
+  char **vocab; /* NUL-terminated pieces */
   float *scores;
   piece_index *sorted;   /* pieces in strcmp order, for lookups */
   size_t max_piece;      /* bytes of the longest piece */
@@ -122,8 +122,9 @@ int kvl_tokenizer_load(const char *path, int32_t vocab_size, kvl_tokenizer **out
     if (len < 0 || len > KVL_MAX_PIECE_BYTES) {
       fclose(f);
       kvl_tokenizer_free(t);
-      return kvl_fail(error, error_size, "%s: token %d has a bad length %d", path, (int)i,
-                      (int)len);
+      return kvl_fail(error, error_size,
+                      "%s: token %d has a bad length %d (not a llama2.c tokenizer file?)", path,
+                      (int)i, (int)len);
     }
     t->vocab[i] = (char *)malloc((size_t)len + 1);
     if (t->vocab[i] == NULL) {

@@ -10,6 +10,7 @@
 // The model lives outside the repository (../shared/models/stories260K); without it the tests
 // that need it print "skipped: ..." and pass.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +23,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "kvcache/kvcache.h"
 #include "llama.h"
@@ -50,13 +49,14 @@ bool have(const std::string& path) {
   return fs::is_regular_file(path, ec);
 }
 
-#define KVL_SKIP_UNLESS(path)                                                                   \
-  do {                                                                                          \
-    if (!have(path)) {                                                                          \
-      MESSAGE("skipped: " << (path) << " not found (the shared stories260K model and data are " \
-                                       "outside the repository)");                              \
-      return;                                                                                   \
-    }                                                                                           \
+#define KVL_SKIP_UNLESS(path)                                                         \
+  do {                                                                                \
+    if (!have(path)) {                                                                \
+      MESSAGE("skipped: " << (path)                                                   \
+                          << " not found (the shared stories260K model and data are " \
+                             "outside the repository)");                              \
+      return;                                                                         \
+    }                                                                                 \
   } while (0)
 
 // ------------------------------------------------------------------ the reference
@@ -244,17 +244,17 @@ using ModelPtr = std::unique_ptr<kvl_model, ModelDeleter>;
 using TokenizerPtr = std::unique_ptr<kvl_tokenizer, TokenizerDeleter>;
 
 std::string describe(kvc_status* s) {
-  std::string text = s ? std::string(kvc_status_code_name(kvc_status_get_code(s))) + ": " +
-                             kvc_status_message(s)
-                       : "OK";
+  std::string text =
+      s ? std::string(kvc_status_code_name(kvc_status_get_code(s))) + ": " + kvc_status_message(s)
+        : "OK";
   kvc_status_free(s);
   return text;
 }
 
-#define KVL_REQUIRE_OK(call)                      \
-  do {                                            \
-    kvc_status* kvl_status_ = (call);             \
-    const bool kvl_ok_ = kvl_status_ == nullptr;  \
+#define KVL_REQUIRE_OK(call)                         \
+  do {                                               \
+    kvc_status* kvl_status_ = (call);                \
+    const bool kvl_ok_ = kvl_status_ == nullptr;     \
     REQUIRE_MESSAGE(kvl_ok_, describe(kvl_status_)); \
   } while (0)
 
@@ -285,8 +285,8 @@ class Session {
     p.block_tokens = 8;  // several blocks per head even for short prompts
     KVL_REQUIRE_OK(kvc_cache_create(context_, &p, &cache_));
     char error[512] = "";
-    REQUIRE_MESSAGE(kvl_engine_create(model, cache_, max_tokens, &engine_, error, sizeof error) == 0,
-                    error);
+    REQUIRE_MESSAGE(
+        kvl_engine_create(model, cache_, max_tokens, &engine_, error, sizeof error) == 0, error);
   }
   ~Session() {
     kvl_engine_free(engine_);
@@ -307,8 +307,7 @@ class Session {
     char error[512] = "";
     REQUIRE_MESSAGE(kvl_engine_forward(engine_, static_cast<int32_t>(seq_ids.size()),
                                        seq_ids.data(), n.data(), tokens.data(), positions.data(),
-                                       all_logits ? 1 : 0, logits.data(), error,
-                                       sizeof error) == 0,
+                                       all_logits ? 1 : 0, logits.data(), error, sizeof error) == 0,
                     error);
     return logits;
   }
@@ -322,7 +321,7 @@ class Session {
   kvl_engine* engine_ = nullptr;
 };
 
-const char* layout_name(kvc_layout layout) {
+std::string layout_name(kvc_layout layout) {
   return layout == KVC_LAYOUT_PAGED ? "paged" : "contiguous";
 }
 
@@ -374,7 +373,8 @@ std::vector<int32_t> naive_encode(const std::string& path, const std::string& te
     int best_id = -1, best_at = -1;
     for (size_t i = 0; i + 1 < tokens.size(); ++i) {
       const int32_t id = find(vocab[tokens[i]] + vocab[tokens[i + 1]]);
-      if (id >= 0 && scores[id] > best) best = scores[id], best_id = id, best_at = static_cast<int>(i);
+      if (id >= 0 && scores[id] > best)
+        best = scores[id], best_id = id, best_at = static_cast<int>(i);
     }
     if (best_at < 0) break;
     tokens[best_at] = best_id;
@@ -385,7 +385,8 @@ std::vector<int32_t> naive_encode(const std::string& path, const std::string& te
 
 std::string decode_all(const kvl_tokenizer* t, const std::vector<int32_t>& tokens) {
   std::string text;
-  for (size_t i = 1; i < tokens.size(); ++i) text += kvl_tokenizer_decode(t, tokens[i - 1], tokens[i]);
+  for (size_t i = 1; i < tokens.size(); ++i)
+    text += kvl_tokenizer_decode(t, tokens[i - 1], tokens[i]);
   return text;
 }
 
@@ -471,7 +472,6 @@ TEST_CASE("llama reference: chunked prefill of a prompt, then decoding") {
           REQUIRE(max_abs_diff(&logits[static_cast<size_t>(i) * vocab], ref.logits[at + i].data(),
                                vocab) <= kTolerance);
         }
-        // The last-row-only form gives that same last row.
       }
       int32_t token = argmax(ref.logits[prompt_len - 1].data(), vocab);
       for (int pos = prompt_len; pos < kGreedySteps; ++pos) {
@@ -492,8 +492,7 @@ TEST_CASE("llama reference: a batch of 3 sequences equals running each alone") {
   TokenizerPtr tok = load_tokenizer();
   const int vocab = kvl_model_config(model.get())->vocab_size;
   const std::vector<std::string> texts = {
-      "Tom had a dog",
-      "Once upon a time, there was a big red ball in the park",
+      "Tom had a dog", "Once upon a time, there was a big red ball in the park",
       "The little bird sang a happy song to the sun and the trees every morning"};
   const std::vector<int32_t> ids = {7, 0, 42};  // any distinct ids
   const int decode_steps = 12;
@@ -639,8 +638,8 @@ namespace {
 
 std::string write_temp(const std::string& name, const std::vector<int32_t>& header,
                        size_t extra_floats) {
-  const fs::path path = fs::temp_directory_path() /
-                        ("kvc_llama_test_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path path =
+      fs::temp_directory_path() / ("kvc_llama_test_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header.data()),
             static_cast<std::streamsize>(header.size() * sizeof(int32_t)));

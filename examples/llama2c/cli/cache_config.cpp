@@ -6,11 +6,11 @@
 // through the library's parser twice: once whole, for the context (plugins, threads, errors
 // with file:line), and once as a `cache`/`backend`/`policy` document whose shape keys are the
 // model's, for kvc_cache_create_from_yaml().
+#include <yaml-cpp/yaml.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
-
-#include <yaml-cpp/yaml.h>
 
 #include "cli.h"
 
@@ -30,7 +30,8 @@ int fail_status(kvc_status* status, char* error, size_t error_size, const std::s
 
 // The `cache`, `backend` and `policy` sections of `root` with the shape keys set to the
 // model's; prints a note for each shape key the file set to something else.
-std::string cache_document(const YAML::Node& root, const char* path, const kvc_cache_params& shape) {
+std::string cache_document(const YAML::Node& root, const char* path,
+                           const kvc_cache_params& shape) {
   YAML::Node cache(YAML::NodeType::Map);
   const YAML::Node given = root["cache"];
   if (given && given.IsMap()) {

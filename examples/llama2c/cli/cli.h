@@ -87,9 +87,8 @@ void kvl_cli_close(kvl_cli_session *session);
  * `head_dim` are replaced by the model's (with a note on stderr when the file said otherwise),
  * and `dtype` is f32 when the file does not name one. Implemented in cache_config.cpp.
  */
-int kvl_cli_create_cache(const kvl_model *model, const char *config_path,
-                         kvc_context **out_context, kvc_cache **out_cache, char *error,
-                         size_t error_size);
+int kvl_cli_create_cache(const kvl_model *model, const char *config_path, kvc_context **out_context,
+                         kvc_cache **out_cache, char *error, size_t error_size);
 
 /** One line describing the cache (dtype, layout, limit, policy) to `out`. */
 void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache);

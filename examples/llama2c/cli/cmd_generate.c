@@ -31,12 +31,12 @@ static uint64_t next_random(uint64_t *state) {
 }
 
 static int32_t sample(float *logits, int32_t n, double temperature, uint64_t *state) {
-  int32_t i, best;
-  double sum = 0.0, r, acc = 0.0;
+  int32_t i;
+  double sum = 0.0, r, acc = 0.0, top;
   if (temperature <= 0.0) return kvl_cli_argmax(logits, n);
-  best = kvl_cli_argmax(logits, n);
+  top = logits[kvl_cli_argmax(logits, n)];
   for (i = 0; i < n; ++i) {
-    logits[i] = (float)exp((logits[i] - logits[best]) / temperature);
+    logits[i] = (float)exp((logits[i] - top) / temperature);
     sum += logits[i];
   }
   r = (double)(next_random(state) >> 11) * (1.0 / 9007199254740992.0) * sum;
@@ -51,10 +51,14 @@ int kvl_cmd_generate(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *prompt = "", *config = NULL;
   const char *steps_text = NULL, *chunk_text = NULL, *temperature_text = NULL, *seed_text = NULL;
   const kvl_cli_option options[] = {
-      {"--model", &model_path, NULL},   {"--tokenizer", &tokenizer_path, NULL},
-      {"--prompt", &prompt, NULL},      {"--steps", &steps_text, NULL},
-      {"--config", &config, NULL},      {"--chunk", &chunk_text, NULL},
-      {"--temperature", &temperature_text, NULL}, {"--seed", &seed_text, NULL},
+      {"--model", &model_path, NULL},
+      {"--tokenizer", &tokenizer_path, NULL},
+      {"--prompt", &prompt, NULL},
+      {"--steps", &steps_text, NULL},
+      {"--config", &config, NULL},
+      {"--chunk", &chunk_text, NULL},
+      {"--temperature", &temperature_text, NULL},
+      {"--seed", &seed_text, NULL},
   };
   int32_t steps = 256, chunk = 0, seed = 42, n_prompt, seq_len, vocab, seq = 0;
   int32_t generated = 0, decode_steps = 0, pos, token, previous, i;
@@ -75,8 +79,8 @@ int kvl_cmd_generate(int argc, char **argv) {
   if ((rc = kvl_cli_int(argv[0], usage, "--steps", steps_text, 0, 1L << 30, &steps)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 1, 1L << 30, &chunk)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0 ||
-      (rc = kvl_cli_double(argv[0], usage, "--temperature", temperature_text, 0.0,
-                           &temperature)) != 0) {
+      (rc = kvl_cli_double(argv[0], usage, "--temperature", temperature_text, 0.0, &temperature)) !=
+          0) {
     return rc;
   }
   rng = (uint64_t)seed;
@@ -158,8 +162,8 @@ int kvl_cmd_generate(int argc, char **argv) {
     ++generated;
     previous = token;
     if (generated == steps || pos >= seq_len) break;
-    if (kvl_engine_forward(s.engine, 1, &seq, &one, &token, &pos, 0, logits, error,
-                           sizeof error) != 0) {
+    if (kvl_engine_forward(s.engine, 1, &seq, &one, &token, &pos, 0, logits, error, sizeof error) !=
+        0) {
       kvl_cli_error("%s", error);
       rc = KVL_EXIT_FAILURE;
       goto done;

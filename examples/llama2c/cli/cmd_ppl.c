@@ -126,16 +126,24 @@ int kvl_cmd_ppl(int argc, char **argv) {
         nll += log(sum) + row[best] - row[target];
       }
     }
-    status = kvc_seq_remove(s.cache, seq);
-    if (status != NULL) kvc_status_free(status);
     scored += n;
+    if (scored < n_score) { /* the last window stays, for the counters printed below */
+      status = kvc_seq_remove(s.cache, seq);
+      if (status != NULL) {
+        kvl_cli_error("kvc_seq_remove: %s", kvc_status_message(status));
+        kvc_status_free(status);
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
+    }
     ++windows;
   }
   t_end = kvl_cli_now();
-  printf("perplexity %.4f (mean NLL %.4f nats) over %d tokens in %d window%s of up to %d "
-         "positions, chunks of %d\n",
-         exp(nll / scored), nll / scored, (int)scored, (int)windows, windows == 1 ? "" : "s",
-         (int)window, (int)chunk);
+  printf(
+      "perplexity %.4f (mean NLL %.4f nats) over %d tokens in %d window%s of up to %d "
+      "positions, chunks of %d\n",
+      exp(nll / scored), nll / scored, (int)scored, (int)windows, windows == 1 ? "" : "s",
+      (int)window, (int)chunk);
   fprintf(stderr, "%d tokens in %.2f ms (%.0f tokens/s)\n", (int)scored, 1e3 * (t_end - t_start),
           scored / (t_end - t_start));
   kvl_cli_print_cache_stats(stderr, s.cache);

@@ -196,7 +196,9 @@ void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache) {
   }
   fprintf(out, "kvcache: peak ");
   print_bytes(out, (double)st.bytes_peak);
-  fprintf(out, " of K/V, %llu tokens stored, %llu evicted (summed over layers and KV heads)\n",
+  fprintf(out,
+          " of K/V; %llu tokens stored now, %llu evicted in all (summed over layers and KV "
+          "heads)\n",
           (unsigned long long)st.tokens_stored, (unsigned long long)st.tokens_evicted);
 }
 
