@@ -20,6 +20,7 @@ typedef struct command {
 static const command commands[] = {
     {"generate", kvl_cmd_generate, "generate text from a prompt (greedy by default)"},
     {"ppl", kvl_cmd_ppl, "teacher-forced perplexity of a text file"},
+    {"eval", kvl_cmd_eval, "perplexity and continuation NLL per eviction policy and budget"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,785 @@
+/*
+ * kvc-llama eval: the quality report. For every eviction policy and budget it measures
+ *   (a) the perplexity of text windows decoded one token at a time while the cache compresses
+ *       after every step, and
+ *   (b) the NLL of a continuation after a prompt compressed during prefill (after every chunk,
+ *       or once when prefill ends),
+ * each against the full cache. docs/quality.md shows the report for stories260K.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Tokens scored after the prompt in (b); the prompt is the rest of the window. */
+#define EVAL_CONTINUATION 64
+#define EVAL_MAX_BUDGETS 16
+#define EVAL_MAX_POLICIES 64
+
+static const char usage[] =
+    "usage: kvc-llama eval --model FILE --tokenizer FILE --text FILE [--windows N]\n"
+    "                      [--policies a,b,...] [--budgets r1,r2,...] [--chunk N]\n"
+    "                      [--csv FILE] [--markdown FILE]\n"
+    "\n"
+    "Quality of every eviction policy at every budget, against the full cache. The text\n"
+    "(llama2.c BPE, no BOS) is cut into N windows of W = the model's seq_len positions:\n"
+    "window k is [BOS, t(k*(W-1)), ..., t(k*(W-1) + W-2)], W - 1 consecutive text tokens\n"
+    "after BOS, each predicted from the positions before it (the windows of `ppl --tokens\n"
+    "N*(W-1)`). All windows run as one batch; the numbers are averaged over them.\n"
+    "\n"
+    "  (a) perplexity: each window is fed one token at a time (W - 1 decode steps, W - 1\n"
+    "      scored tokens); the cache compresses after every step (decode_every 1) any\n"
+    "      (layer, KV head) holding more than budget = round(r * W) tokens, so attention\n"
+    "      sees at most budget + 1 tokens. perplexity = exp(mean NLL).\n"
+    "  (b) continuation NLL: the first P = W - 64 positions of each window (BOS + P - 1 text\n"
+    "      tokens) are prefilled in chunks of --chunk tokens and compressed to budget =\n"
+    "      round(r * P) tokens either after every chunk (per_chunk) or once, when the first\n"
+    "      decode token arrives (once); then the window's last 64 tokens are teacher-forced\n"
+    "      one at a time without further compression (decode_every 0). Reported: their\n"
+    "      mean NLL in nats (the first is predicted by the prompt's last logits).\n"
+    "\n"
+    "Policies use their documented defaults (docs/policies.md); where a default protected\n"
+    "window (sinks + recent) would not fit inside a budget, recent and sinks are set to\n"
+    "half the budget at most (a note says so). The full cache is the same procedure with no\n"
+    "policy. Prints tables and name=value lines on stdout, progress on stderr.\n"
+    "\n"
+    "  --model FILE       llama2.c version 0 checkpoint\n"
+    "  --tokenizer FILE   llama2.c tokenizer file\n"
+    "  --text FILE        UTF-8 text with at least N * (W - 1) tokens\n"
+    "  --windows N        windows to average over (default 4)\n"
+    "  --policies LIST    comma-separated policy plugins (default: full,window,streaming,\n"
+    "                     h2o,tova,snapkv,pyramidkv,adakv,knorm,keydiff,random)\n"
+    "  --budgets LIST     comma-separated budget ratios in (0, 1] (default 0.125,0.25,0.5)\n"
+    "  --chunk N          prefill chunk in (b), >= 2 (default 64); a last chunk of one\n"
+    "                     token is merged into the one before it\n"
+    "  --csv FILE         also write the results as CSV, one row per (policy, budget)\n"
+    "  --markdown FILE    also write the tables as Markdown\n";
+
+static const char *const default_policies[] = {"full",   "window",    "streaming", "h2o",
+                                               "tova",   "snapkv",    "pyramidkv", "adakv",
+                                               "knorm",  "keydiff",   "random"};
+
+/* Default protected tokens of the built-in policies that have any (docs/policies.md). */
+typedef struct eval_protected {
+  const char *policy;
+  int32_t sinks, recent;
+} eval_protected;
+
+static const eval_protected protected_defaults[] = {
+    {"streaming", 4, 0}, {"snapkv", 0, 32}, {"pyramidkv", 0, 32}, {"adakv", 0, 32}};
+
+/* One cache configuration: a policy (NULL: full cache), its budget and triggers. */
+typedef struct eval_setup {
+  const char *policy;
+  int32_t budget, sinks, recent; /* sinks / recent < 0: the policy's default */
+  kvc_prefill_compression prefill;
+  int32_t decode_every;
+} eval_setup;
+
+typedef struct eval_result {
+  double nll;  /* mean NLL (nats) of the scored tokens */
+  double held; /* tokens held at the end, mean over (window, layer, KV head) */
+} eval_result;
+
+/* One (policy, budget) row of the report. */
+typedef struct eval_row {
+  const char *policy;
+  double ratio;
+  int32_t budget_decode, budget_prompt;
+  int32_t sinks_decode, recent_decode, sinks_prompt, recent_prompt;
+  eval_result decode, per_chunk, once;
+} eval_row;
+
+typedef struct eval_state {
+  kvl_model *model;
+  kvl_tokenizer *tokenizer;
+  kvc_context *context;
+  int32_t vocab, n_windows, window, prompt, chunk;
+  int32_t *windows; /* [n_windows, window]: BOS then window - 1 text tokens */
+  int32_t *tokens, *positions, *n_tokens, *seq_ids; /* one step's batch */
+  float *logits;                                     /* [n_windows, vocab] */
+} eval_state;
+
+static int fail_status(kvc_status *status, const char *what) {
+  kvl_cli_error("%s: %s: %s", what, kvc_status_code_name(kvc_status_get_code(status)),
+                kvc_status_message(status));
+  kvc_status_free(status);
+  return -1;
+}
+
+/* -log softmax(row)[target], in double as in `ppl`. */
+static double token_nll(const float *row, int32_t vocab, int32_t target) {
+  int32_t j, best = kvl_cli_argmax(row, vocab);
+  double sum = 0.0;
+  for (j = 0; j < vocab; ++j) sum += exp((double)row[j] - row[best]);
+  return log(sum) + row[best] - row[target];
+}
+
+/* A cache configured by `setup`, an engine on it and one sequence per window. */
+static int eval_open(eval_state *st, const eval_setup *setup, kvc_cache **out_cache,
+                     kvl_engine **out_engine) {
+  kvc_cache_params p;
+  kvc_cache *cache = NULL;
+  kvl_engine *engine = NULL;
+  kvc_status *status;
+  char error[1024];
+  int32_t i;
+
+  kvl_cache_params_for(st->model, &p);
+  p.dtype = KVC_DTYPE_F32;
+  if (setup->policy != NULL) {
+    p.policy = setup->policy;
+    p.budget = setup->budget;
+    p.sinks = setup->sinks;
+    p.recent = setup->recent;
+    p.prefill = setup->prefill;
+    p.decode_every = setup->decode_every;
+  }
+  status = kvc_cache_create(st->context, &p, &cache);
+  if (status != NULL) return fail_status(status, "kvc_cache_create");
+  if (kvl_engine_create(st->model, cache, st->n_windows * (st->chunk + 1), &engine, error,
+                        sizeof error) != 0) {
+    kvl_cli_error("%s", error);
+    kvc_cache_destroy(cache);
+    return -1;
+  }
+  for (i = 0; i < st->n_windows; ++i) {
+    status = kvc_seq_create(cache, i);
+    if (status != NULL) {
+      kvl_engine_free(engine);
+      kvc_cache_destroy(cache);
+      return fail_status(status, "kvc_seq_create");
+    }
+  }
+  *out_cache = cache;
+  *out_engine = engine;
+  return 0;
+}
+
+static double held_tokens(const eval_state *st, const kvc_cache *cache) {
+  const kvl_config *c = kvl_model_config(st->model);
+  kvc_cache_stats stats;
+  kvc_status *status;
+  memset(&stats, 0, sizeof stats);
+  stats.struct_size = sizeof stats;
+  status = kvc_cache_get_stats(cache, &stats);
+  if (status != NULL) {
+    kvc_status_free(status);
+    return NAN;
+  }
+  return (double)stats.tokens_stored / ((double)st->n_windows * c->n_layers * c->n_kv_heads);
+}
+
+/* One decode step of every window at position `pos`; adds the NLL of each window's next
+ * token to *nll. */
+static int decode_step(eval_state *st, kvl_engine *engine, int32_t pos, double *nll) {
+  char error[1024];
+  int32_t s;
+  for (s = 0; s < st->n_windows; ++s) {
+    st->tokens[s] = st->windows[(size_t)s * st->window + pos];
+    st->positions[s] = pos;
+    st->n_tokens[s] = 1;
+  }
+  if (kvl_engine_forward(engine, st->n_windows, st->seq_ids, st->n_tokens, st->tokens,
+                         st->positions, 0, st->logits, error, sizeof error) != 0) {
+    kvl_cli_error("%s", error);
+    return -1;
+  }
+  for (s = 0; s < st->n_windows; ++s) {
+    *nll += token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
+                      st->windows[(size_t)s * st->window + pos + 1]);
+  }
+  return 0;
+}
+
+/* (a): every window one token at a time from BOS; scores W - 1 tokens per window. */
+static int run_decode(eval_state *st, const eval_setup *setup, eval_result *out) {
+  kvc_cache *cache;
+  kvl_engine *engine;
+  double nll = 0.0;
+  int32_t pos;
+  if (eval_open(st, setup, &cache, &engine) != 0) return -1;
+  for (pos = 0; pos + 1 < st->window; ++pos) {
+    if (decode_step(st, engine, pos, &nll) != 0) {
+      kvl_engine_free(engine);
+      kvc_cache_destroy(cache);
+      return -1;
+    }
+  }
+  out->nll = nll / ((double)st->n_windows * (st->window - 1));
+  out->held = held_tokens(st, cache);
+  kvl_engine_free(engine);
+  kvc_cache_destroy(cache);
+  return 0;
+}
+
+/* (b): prefill the first P positions in chunks, then teacher-force the rest; scores the
+ * window's last W - P tokens. */
+static int run_prefill(eval_state *st, const eval_setup *setup, eval_result *out) {
+  kvc_cache *cache;
+  kvl_engine *engine;
+  char error[1024];
+  double nll = 0.0;
+  int32_t at = 0, pos, s, j;
+  if (eval_open(st, setup, &cache, &engine) != 0) return -1;
+  while (at < st->prompt) {
+    int32_t m = st->prompt - at < st->chunk ? st->prompt - at : st->chunk;
+    if (st->prompt - at - m == 1) ++m; /* a one-token chunk would count as a decode step */
+    for (s = 0; s < st->n_windows; ++s) {
+      for (j = 0; j < m; ++j) {
+        st->tokens[s * m + j] = st->windows[(size_t)s * st->window + at + j];
+        st->positions[s * m + j] = at + j;
+      }
+      st->n_tokens[s] = m;
+    }
+    if (kvl_engine_forward(engine, st->n_windows, st->seq_ids, st->n_tokens, st->tokens,
+                           st->positions, 0, st->logits, error, sizeof error) != 0) {
+      kvl_cli_error("%s", error);
+      goto fail;
+    }
+    at += m;
+  }
+  for (s = 0; s < st->n_windows; ++s) { /* the prompt's last logits predict position P */
+    nll += token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
+                     st->windows[(size_t)s * st->window + st->prompt]);
+  }
+  for (pos = st->prompt; pos + 1 < st->window; ++pos) {
+    if (decode_step(st, engine, pos, &nll) != 0) goto fail;
+  }
+  out->nll = nll / ((double)st->n_windows * (st->window - st->prompt));
+  out->held = held_tokens(st, cache);
+  kvl_engine_free(engine);
+  kvc_cache_destroy(cache);
+  return 0;
+fail:
+  kvl_engine_free(engine);
+  kvc_cache_destroy(cache);
+  return -1;
+}
+
+/* Sinks and recent for `policy` at `budget`: -1 (the policy's default) unless the default
+ * protected window does not fit inside the budget; then recent = min(default, budget / 2)
+ * and sinks = min(default, budget / 2 - recent), with a note. */
+static void protected_for(const char *policy, int32_t budget, const char *what, int32_t *sinks,
+                          int32_t *recent) {
+  size_t i;
+  *sinks = -1;
+  *recent = -1;
+  for (i = 0; i < sizeof protected_defaults / sizeof protected_defaults[0]; ++i) {
+    const eval_protected *d = &protected_defaults[i];
+    if (strcmp(d->policy, policy) != 0) continue;
+    if (d->sinks + d->recent < budget) return;
+    *recent = d->recent < budget / 2 ? d->recent : budget / 2;
+    *sinks = d->sinks < budget / 2 - *recent ? d->sinks : budget / 2 - *recent;
+    fprintf(stderr,
+            "kvc-llama eval: note: %s at %s budget %d: default sinks %d + recent %d do not fit; "
+            "using sinks %d, recent %d\n",
+            policy, what, (int)budget, (int)d->sinks, (int)d->recent, (int)*sinks, (int)*recent);
+  }
+}
+
+/* The protected tokens a row actually uses, for the CSV: the explicit value, else the
+ * documented default of a built-in policy (0 when it has none), else -1 (unknown). */
+static int32_t effective_protected(const char *policy, int32_t value, int sinks) {
+  size_t i;
+  if (value >= 0) return value;
+  for (i = 0; i < sizeof protected_defaults / sizeof protected_defaults[0]; ++i) {
+    if (strcmp(protected_defaults[i].policy, policy) == 0) {
+      return sinks ? protected_defaults[i].sinks : protected_defaults[i].recent;
+    }
+  }
+  for (i = 0; i < sizeof default_policies / sizeof default_policies[0]; ++i) {
+    if (strcmp(default_policies[i], policy) == 0) return 0;
+  }
+  return -1;
+}
+
+/* Splits a comma-separated list in place. Returns the number of items, or -1 if one is empty
+ * or there are more than max. */
+static int split_list(char *text, char **items, int max) {
+  int n = 0;
+  char *item = text;
+  for (;;) {
+    char *comma = strchr(item, ',');
+    if (comma != NULL) *comma = '\0';
+    if (*item == '\0' || n == max) return -1;
+    items[n++] = item;
+    if (comma == NULL) return n;
+    item = comma + 1;
+  }
+}
+
+static int policy_loaded(const kvc_context *context, const char *name) {
+  size_t i, n = kvc_context_plugin_count(context);
+  for (i = 0; i < n; ++i) {
+    kvc_plugin_info info;
+    kvc_status *status;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    status = kvc_context_plugin_info(context, i, &info);
+    if (status != NULL) {
+      kvc_status_free(status);
+      continue;
+    }
+    if (info.kind == KVC_PLUGIN_POLICY && strcmp(info.name, name) == 0) return 1;
+  }
+  return 0;
+}
+
+static void format_ratio(char *out, size_t size, double ratio) {
+  snprintf(out, size, "%g%%", 100.0 * ratio);
+}
+
+/* ------------------------------------------------------------------ the report */
+
+typedef struct eval_report {
+  const eval_state *st;
+  eval_result full_decode, full_prompt;
+  const eval_row *rows; /* [n_policies * n_budgets], policy-major */
+  int n_policies, n_budgets;
+  const double *ratios;
+} eval_report;
+
+static const eval_row *row_at(const eval_report *r, int policy, int budget) {
+  return &r->rows[policy * r->n_budgets + budget];
+}
+
+/* The two tables, as aligned text (markdown = 0) or Markdown (markdown = 1). */
+static void print_tables(FILE *out, const eval_report *r, int markdown) {
+  const eval_state *st = r->st;
+  const char *sep = markdown ? " | " : "  ";
+  char label[32];
+  int p, b;
+
+  if (markdown) {
+    fprintf(out,
+            "**(a) Perplexity, decoding one token at a time** (%d window%s x %d scored tokens; "
+            "budget = r x %d tokens per (layer, KV head), compressed after every step)\n\n",
+            (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
+            (int)st->window);
+    fprintf(out, "| policy");
+    for (b = 0; b < r->n_budgets; ++b) {
+      format_ratio(label, sizeof label, r->ratios[b]);
+      fprintf(out, " | %s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
+    }
+    fprintf(out, " |\n|---");
+    for (b = 0; b < r->n_budgets; ++b) fprintf(out, "|---:");
+    fprintf(out, "|\n| full cache");
+  } else {
+    fprintf(out,
+            "(a) perplexity, decoding one token at a time: %d window%s x %d scored tokens,\n"
+            "    budget = r x %d tokens per (layer, KV head), compressed after every step\n",
+            (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
+            (int)st->window);
+    fprintf(out, "%-12s", "policy");
+    for (b = 0; b < r->n_budgets; ++b) {
+      char head[64];
+      format_ratio(label, sizeof label, r->ratios[b]);
+      snprintf(head, sizeof head, "%s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
+      fprintf(out, "%s%14s", sep, head);
+    }
+    fprintf(out, "\n%-12s", "full cache");
+  }
+  for (b = 0; b < r->n_budgets; ++b) {
+    fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(r->full_decode.nll));
+  }
+  fprintf(out, markdown ? " |\n" : "\n");
+  for (p = 0; p < r->n_policies; ++p) {
+    fprintf(out, markdown ? "| %s" : "%-12s", row_at(r, p, 0)->policy);
+    for (b = 0; b < r->n_budgets; ++b) {
+      fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(row_at(r, p, b)->decode.nll));
+    }
+    fprintf(out, markdown ? " |\n" : "\n");
+  }
+
+  fprintf(out, "\n");
+  if (markdown) {
+    fprintf(out,
+            "**(b) Continuation NLL (nats)** of the last %d tokens of each window after a "
+            "%d-token prompt prefilled in chunks of %d and compressed to r x %d tokens after "
+            "every chunk (`per_chunk`) or once after prefill (`once`); no compression while "
+            "decoding the continuation\n\n",
+            EVAL_CONTINUATION, (int)st->prompt, (int)st->chunk, (int)st->prompt);
+    fprintf(out, "| policy");
+    for (b = 0; b < r->n_budgets; ++b) {
+      format_ratio(label, sizeof label, r->ratios[b]);
+      fprintf(out, " | %s (%d) per_chunk | %s once", label, (int)row_at(r, 0, b)->budget_prompt,
+              label);
+    }
+    fprintf(out, " |\n|---");
+    for (b = 0; b < r->n_budgets; ++b) fprintf(out, "|---:|---:");
+    fprintf(out, "|\n| full cache");
+  } else {
+    fprintf(out,
+            "(b) continuation NLL (nats) of the last %d tokens of each window after a %d-token\n"
+            "    prompt prefilled in chunks of %d, compressed to r x %d tokens after every chunk\n"
+            "    (per_chunk) or once after prefill (once); no compression while decoding it\n",
+            EVAL_CONTINUATION, (int)st->prompt, (int)st->chunk, (int)st->prompt);
+    fprintf(out, "%-12s", "policy");
+    for (b = 0; b < r->n_budgets; ++b) {
+      char head[64];
+      format_ratio(label, sizeof label, r->ratios[b]);
+      snprintf(head, sizeof head, "%s (%d)", label, (int)row_at(r, 0, b)->budget_prompt);
+      fprintf(out, "%s%-19s", sep, head);
+    }
+    fprintf(out, "\n%-12s", "");
+    for (b = 0; b < r->n_budgets; ++b) fprintf(out, "%s%9s %9s", sep, "per_chunk", "once");
+    fprintf(out, "\n%-12s", "full cache");
+  }
+  for (b = 0; b < r->n_budgets; ++b) {
+    if (markdown) {
+      fprintf(out, " | %.4f | %.4f", r->full_prompt.nll, r->full_prompt.nll);
+    } else {
+      fprintf(out, "%s%9.4f %9.4f", sep, r->full_prompt.nll, r->full_prompt.nll);
+    }
+  }
+  fprintf(out, markdown ? " |\n" : "\n");
+  for (p = 0; p < r->n_policies; ++p) {
+    fprintf(out, markdown ? "| %s" : "%-12s", row_at(r, p, 0)->policy);
+    for (b = 0; b < r->n_budgets; ++b) {
+      const eval_row *row = row_at(r, p, b);
+      if (markdown) {
+        fprintf(out, " | %.4f | %.4f", row->per_chunk.nll, row->once.nll);
+      } else {
+        fprintf(out, "%s%9.4f %9.4f", sep, row->per_chunk.nll, row->once.nll);
+      }
+    }
+    fprintf(out, markdown ? " |\n" : "\n");
+  }
+}
+
+static void print_values(FILE *out, const eval_report *r) {
+  int p, b;
+  fprintf(out, "windows=%d\nwindow_positions=%d\nscored_tokens=%d\n", (int)r->st->n_windows,
+          (int)r->st->window, (int)(r->st->n_windows * (r->st->window - 1)));
+  fprintf(out, "prompt_tokens=%d\ncontinuation_tokens=%d\nchunk=%d\n", (int)r->st->prompt,
+          EVAL_CONTINUATION, (int)r->st->chunk);
+  fprintf(out, "full_cache.ppl=%.4f\nfull_cache.nll=%.6f\nfull_cache.cont_nll=%.6f\n",
+          exp(r->full_decode.nll), r->full_decode.nll, r->full_prompt.nll);
+  for (p = 0; p < r->n_policies; ++p) {
+    for (b = 0; b < r->n_budgets; ++b) {
+      const eval_row *row = row_at(r, p, b);
+      fprintf(out, "%s.r%g.ppl=%.4f\n", row->policy, row->ratio, exp(row->decode.nll));
+      fprintf(out, "%s.r%g.nll=%.6f\n", row->policy, row->ratio, row->decode.nll);
+      fprintf(out, "%s.r%g.cont_nll.per_chunk=%.6f\n", row->policy, row->ratio,
+              row->per_chunk.nll);
+      fprintf(out, "%s.r%g.cont_nll.once=%.6f\n", row->policy, row->ratio, row->once.nll);
+    }
+  }
+}
+
+static int write_csv(const char *path, const eval_report *r) {
+  FILE *f = fopen(path, "w");
+  int p, b;
+  if (f == NULL) {
+    kvl_cli_error("%s: cannot open for writing", path);
+    return -1;
+  }
+  fprintf(f,
+          "policy,budget_ratio,decode_budget,sinks,recent,ppl,nll,held_decode,prompt_budget,"
+          "prompt_sinks,prompt_recent,cont_nll_per_chunk,cont_nll_once,held_per_chunk,"
+          "held_once\n");
+  /* The full cache: no policy, no budget (0), no protected tokens (-1 = not applicable). The
+   * sinks and recent columns of a policy are the tokens the host protects: the policy's
+   * documented default unless eval set them (-1: a policy not built in, default unknown);
+   * h2o's recent half is part of its score, not protected by the host. held_*: tokens held at
+   * the end, mean over (window, layer, KV head). */
+  fprintf(f, "full_cache,1,0,-1,-1,%.6f,%.6f,%.2f,0,-1,-1,%.6f,%.6f,%.2f,%.2f\n",
+          exp(r->full_decode.nll), r->full_decode.nll, r->full_decode.held, r->full_prompt.nll,
+          r->full_prompt.nll, r->full_prompt.held, r->full_prompt.held);
+  for (p = 0; p < r->n_policies; ++p) {
+    for (b = 0; b < r->n_budgets; ++b) {
+      const eval_row *row = row_at(r, p, b);
+      fprintf(f, "%s,%g,%d,%d,%d,%.6f,%.6f,%.2f,%d,%d,%d,%.6f,%.6f,%.2f,%.2f\n", row->policy,
+              row->ratio, (int)row->budget_decode,
+              (int)effective_protected(row->policy, row->sinks_decode, 1),
+              (int)effective_protected(row->policy, row->recent_decode, 0), exp(row->decode.nll),
+              row->decode.nll, row->decode.held, (int)row->budget_prompt,
+              (int)effective_protected(row->policy, row->sinks_prompt, 1),
+              (int)effective_protected(row->policy, row->recent_prompt, 0),
+              row->per_chunk.nll, row->once.nll, row->per_chunk.held, row->once.held);
+    }
+  }
+  if (fclose(f) != 0) {
+    kvl_cli_error("%s: write error", path);
+    return -1;
+  }
+  return 0;
+}
+
+static int write_markdown(const char *path, const eval_report *r) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    kvl_cli_error("%s: cannot open for writing", path);
+    return -1;
+  }
+  print_tables(f, r, 1);
+  if (fclose(f) != 0) {
+    kvl_cli_error("%s: write error", path);
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ the command */
+
+int kvl_cmd_eval(int argc, char **argv) {
+  const char *model_path = NULL, *tokenizer_path = NULL, *text_path = NULL;
+  const char *windows_text = NULL, *policies_text = NULL, *budgets_text = NULL;
+  const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL;
+  const kvl_cli_option options[] = {
+      {"--model", &model_path, NULL},       {"--tokenizer", &tokenizer_path, NULL},
+      {"--text", &text_path, NULL},         {"--windows", &windows_text, NULL},
+      {"--policies", &policies_text, NULL}, {"--budgets", &budgets_text, NULL},
+      {"--chunk", &chunk_text, NULL},       {"--csv", &csv_path, NULL},
+      {"--markdown", &markdown_path, NULL},
+  };
+  char *policy_list = NULL, *budget_list = NULL, *text = NULL;
+  char *policy_items[EVAL_MAX_POLICIES], *budget_items[EVAL_MAX_BUDGETS];
+  const char *policies[EVAL_MAX_POLICIES];
+  double ratios[EVAL_MAX_BUDGETS];
+  int n_policies = 0, n_budgets = 0, p, b, done_runs = 0, total_runs;
+  int32_t n_windows = 4, chunk = 64, n_text, i;
+  int32_t *text_tokens = NULL;
+  eval_row *rows = NULL;
+  eval_state st;
+  eval_report report;
+  eval_setup setup;
+  size_t text_size = 0;
+  double t_start, t_run;
+  char error[1024];
+  int rc;
+
+  memset(&st, 0, sizeof st);
+  memset(&report, 0, sizeof report);
+  rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
+  if (rc != KVL_EXIT_OK) return rc < 0 ? KVL_EXIT_OK : rc;
+  if (model_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--model is required");
+  if (tokenizer_path == NULL) {
+    return kvl_cli_usage_error(argv[0], usage, "--tokenizer is required");
+  }
+  if (text_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--text is required");
+  if ((rc = kvl_cli_int(argv[0], usage, "--windows", windows_text, 1, 4096, &n_windows)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 2, 1L << 20, &chunk)) != 0) {
+    return rc;
+  }
+
+  /* Policies and budgets. */
+  if (policies_text != NULL) {
+    policy_list = (char *)malloc(strlen(policies_text) + 1);
+    if (policy_list == NULL) {
+      kvl_cli_error("out of host memory");
+      return KVL_EXIT_FAILURE;
+    }
+    strcpy(policy_list, policies_text);
+    n_policies = split_list(policy_list, policy_items, EVAL_MAX_POLICIES);
+    if (n_policies < 0) {
+      free(policy_list);
+      return kvl_cli_usage_error(argv[0], usage,
+                                 "--policies expects up to %d comma-separated names, got '%s'",
+                                 EVAL_MAX_POLICIES, policies_text);
+    }
+    for (p = 0; p < n_policies; ++p) policies[p] = policy_items[p];
+  } else {
+    n_policies = (int)(sizeof default_policies / sizeof default_policies[0]);
+    for (p = 0; p < n_policies; ++p) policies[p] = default_policies[p];
+  }
+  budget_list = (char *)malloc(strlen(budgets_text ? budgets_text : "0.125,0.25,0.5") + 1);
+  if (budget_list == NULL) {
+    free(policy_list);
+    kvl_cli_error("out of host memory");
+    return KVL_EXIT_FAILURE;
+  }
+  strcpy(budget_list, budgets_text ? budgets_text : "0.125,0.25,0.5");
+  n_budgets = split_list(budget_list, budget_items, EVAL_MAX_BUDGETS);
+  for (b = 0; b < n_budgets; ++b) {
+    char *end;
+    ratios[b] = strtod(budget_items[b], &end);
+    if (end == budget_items[b] || *end != '\0' || !(ratios[b] > 0.0 && ratios[b] <= 1.0)) break;
+  }
+  if (n_budgets < 0 || b < n_budgets) {
+    rc = kvl_cli_usage_error(argv[0], usage,
+                             "--budgets expects up to %d comma-separated ratios in (0, 1], got "
+                             "'%s'",
+                             EVAL_MAX_BUDGETS, budgets_text ? budgets_text : "");
+    free(budget_list);
+    free(policy_list);
+    return rc;
+  }
+
+  /* Model, tokenizer, context, text. */
+  text = kvl_cli_read_text(text_path, &text_size);
+  if (text == NULL) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  if (kvl_model_load(model_path, &st.model, error, sizeof error) != 0 ||
+      kvl_tokenizer_load(tokenizer_path, kvl_model_config(st.model)->vocab_size, &st.tokenizer,
+                         error, sizeof error) != 0) {
+    kvl_cli_error("%s", error);
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  {
+    kvc_status *status = kvc_context_create(NULL, &st.context);
+    if (status != NULL) {
+      fail_status(status, "kvc_context_create");
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
+  for (p = 0; p < n_policies; ++p) {
+    if (!policy_loaded(st.context, policies[p])) {
+      kvl_cli_error("no policy plugin named '%s' is loaded", policies[p]);
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
+  st.vocab = kvl_model_config(st.model)->vocab_size;
+  st.window = kvl_model_config(st.model)->seq_len;
+  st.prompt = st.window - EVAL_CONTINUATION;
+  st.n_windows = n_windows;
+  st.chunk = chunk;
+  if (st.prompt < 2) {
+    kvl_cli_error("the model's seq_len %d leaves no prompt before a %d-token continuation",
+                  (int)st.window, EVAL_CONTINUATION);
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
+  st.windows = (int32_t *)malloc((size_t)n_windows * st.window * sizeof(int32_t));
+  st.tokens = (int32_t *)malloc((size_t)n_windows * (chunk + 1) * sizeof(int32_t));
+  st.positions = (int32_t *)malloc((size_t)n_windows * (chunk + 1) * sizeof(int32_t));
+  st.n_tokens = (int32_t *)malloc((size_t)n_windows * sizeof(int32_t));
+  st.seq_ids = (int32_t *)malloc((size_t)n_windows * sizeof(int32_t));
+  st.logits = (float *)malloc((size_t)n_windows * st.vocab * sizeof(float));
+  rows = (eval_row *)calloc((size_t)n_policies * n_budgets, sizeof(eval_row));
+  if (text_tokens == NULL || st.windows == NULL || st.tokens == NULL || st.positions == NULL ||
+      st.n_tokens == NULL || st.seq_ids == NULL || st.logits == NULL || rows == NULL) {
+    kvl_cli_error("out of host memory");
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  n_text = kvl_tokenizer_encode(st.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
+  if (n_text < n_windows * (st.window - 1)) {
+    kvl_cli_error("%s has %d tokens; %d windows need %d", text_path, (int)n_text, (int)n_windows,
+                  (int)(n_windows * (st.window - 1)));
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  for (i = 0; i < n_windows; ++i) {
+    int32_t j;
+    st.seq_ids[i] = i;
+    st.windows[(size_t)i * st.window] = 1; /* BOS */
+    for (j = 1; j < st.window; ++j) {
+      st.windows[(size_t)i * st.window + j] = text_tokens[(size_t)i * (st.window - 1) + j - 1];
+    }
+  }
+
+  fprintf(stderr,
+          "kvc-llama eval: %d polic%s x %d budget%s, %d window%s of %d positions, prompt %d + "
+          "continuation %d, chunks of %d\n",
+          n_policies, n_policies == 1 ? "y" : "ies", n_budgets, n_budgets == 1 ? "" : "s",
+          (int)n_windows, n_windows == 1 ? "" : "s", (int)st.window, (int)st.prompt,
+          EVAL_CONTINUATION, (int)chunk);
+  t_start = kvl_cli_now();
+  total_runs = 1 + n_policies * n_budgets;
+
+  /* The full cache: no policy. Per_chunk and once are the same procedure without one. */
+  memset(&setup, 0, sizeof setup);
+  t_run = kvl_cli_now();
+  if (run_decode(&st, &setup, &report.full_decode) != 0 ||
+      run_prefill(&st, &setup, &report.full_prompt) != 0) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  fprintf(stderr, "[%d/%d] full cache: ppl %.4f, continuation NLL %.4f (%.2f s)\n", ++done_runs,
+          total_runs, exp(report.full_decode.nll), report.full_prompt.nll,
+          kvl_cli_now() - t_run);
+
+  for (p = 0; p < n_policies; ++p) {
+    for (b = 0; b < n_budgets; ++b) {
+      eval_row *row = &rows[p * n_budgets + b];
+      long rounded;
+      char label[32];
+      row->policy = policies[p];
+      row->ratio = ratios[b];
+      rounded = lround(ratios[b] * st.window);
+      row->budget_decode = rounded < 1 ? 1 : (int32_t)rounded;
+      rounded = lround(ratios[b] * st.prompt);
+      row->budget_prompt = rounded < 1 ? 1 : (int32_t)rounded;
+      protected_for(row->policy, row->budget_decode, "decode", &row->sinks_decode,
+                    &row->recent_decode);
+      protected_for(row->policy, row->budget_prompt, "prompt", &row->sinks_prompt,
+                    &row->recent_prompt);
+      t_run = kvl_cli_now();
+
+      setup.policy = row->policy;
+      setup.budget = row->budget_decode;
+      setup.sinks = row->sinks_decode;
+      setup.recent = row->recent_decode;
+      setup.prefill = KVC_PREFILL_NONE;
+      setup.decode_every = 1;
+      if (run_decode(&st, &setup, &row->decode) != 0) {
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
+      setup.budget = row->budget_prompt;
+      setup.sinks = row->sinks_prompt;
+      setup.recent = row->recent_prompt;
+      setup.decode_every = 0;
+      setup.prefill = KVC_PREFILL_PER_CHUNK;
+      if (run_prefill(&st, &setup, &row->per_chunk) != 0) {
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
+      setup.prefill = KVC_PREFILL_ONCE;
+      if (run_prefill(&st, &setup, &row->once) != 0) {
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
+      format_ratio(label, sizeof label, row->ratio);
+      fprintf(stderr,
+              "[%d/%d] %s %s: ppl %.4f (budget %d, %.1f held); continuation NLL per_chunk "
+              "%.4f, once %.4f (budget %d) (%.2f s)\n",
+              ++done_runs, total_runs, row->policy, label, exp(row->decode.nll),
+              (int)row->budget_decode, row->decode.held, row->per_chunk.nll, row->once.nll,
+              (int)row->budget_prompt, kvl_cli_now() - t_run);
+    }
+  }
+
+  report.st = &st;
+  report.rows = rows;
+  report.n_policies = n_policies;
+  report.n_budgets = n_budgets;
+  report.ratios = ratios;
+  print_tables(stdout, &report, 0);
+  printf("\n");
+  print_values(stdout, &report);
+  printf("seconds=%.2f\n", kvl_cli_now() - t_start);
+  fprintf(stderr, "kvc-llama eval: %d runs in %.2f s\n", total_runs, kvl_cli_now() - t_start);
+  rc = KVL_EXIT_OK;
+  if (csv_path != NULL && write_csv(csv_path, &report) != 0) rc = KVL_EXIT_FAILURE;
+  if (markdown_path != NULL && write_markdown(markdown_path, &report) != 0) {
+    rc = KVL_EXIT_FAILURE;
+  }
+
+done:
+  free(rows);
+  free(st.logits);
+  free(st.seq_ids);
+  free(st.n_tokens);
+  free(st.positions);
+  free(st.tokens);
+  free(st.windows);
+  free(text_tokens);
+  kvc_context_destroy(st.context);
+  kvl_tokenizer_free(st.tokenizer);
+  kvl_model_free(st.model);
+  free(text);
+  free(budget_list);
+  free(policy_list);
+  return rc;
+}
