@@ -14,6 +14,12 @@
 // The default limit holds two full-cache sequences plus a quarter of one, so the full cache
 // (and compress-once, whose peak is the whole prompt) gets a batch of 2, and per_chunk,
 // whose peak is about budget + chunk, a batch about 2176 / 768 times larger.
+//
+// Prefill and decode are timed apart (wall clock, and process CPU time as a cross-check).
+// The modes' waves are interleaved in time by default, so that load from other processes on
+// a shared machine falls on every mode alike. The last three lines are the decode-phase
+// tokens/s ratio, the batch ratio and the end-to-end tokens/s ratio, per_chunk over full.
+// docs/batchmax.md explains the run and its numbers.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +29,10 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
+
+#include <sys/stat.h>
+#include <time.h>
 
 #include "batchmax.hpp"
 #include "common.hpp"
@@ -66,6 +74,9 @@ const char* const kBatchmaxHelp =
     "  --csv=PATH            CSV output (default build/release/batchmax.csv when that folder\n"
     "                        exists, else ./batchmax.csv)\n"
     "  --png=PATH            PNG plot drawn by gnuplot (default: batchmax.png beside the CSV)\n"
+    "  --interleave=0|1      1: run the modes' waves interleaved in time, so a busy minute on a\n"
+    "                        shared machine slows every mode alike; 0: one mode after the\n"
+    "                        other (default 1)\n"
     "  --progress=0|1        progress on stderr (default 1)\n";
 
 #if !defined(KVC_BENCH_HAVE_LLAMA)
@@ -103,6 +114,7 @@ struct Config {
   std::string csv_path;
   std::string png_path;
   bool progress = true;
+  bool interleave = true;
 };
 
 bool is_dir(const std::string& path) {
@@ -174,6 +186,7 @@ Config read_config(Options& opts) {
       "csv", is_dir("build/release") ? "build/release/batchmax.csv" : "batchmax.csv");
   cfg.png_path = opts.get_string("png", dir_of(cfg.csv_path) + "/batchmax.png");
   cfg.progress = opts.get_int("progress", 1, 0, 1) != 0;
+  cfg.interleave = opts.get_int("interleave", 1, 0, 1) != 0;
   opts.reject_unknown();
 
   if (opts.has("memory_limit_mib")) {
@@ -304,176 +317,255 @@ class Progress {
   bool tty_;
 };
 
+// CPU seconds used by this process (all its threads) since construction: on a shared machine
+// it moves less with other processes' load than wall time does.
+class CpuTimer {
+ public:
+  CpuTimer() : start_(now()) {}
+  double seconds() const { return now() - start_; }
+
+ private:
+  static double now() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  double start_;
+};
+
 std::string fmt(const char* format, double a) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, a);
   return buf;
 }
 
-// One batched forward call; any error (OUT_OF_MEMORY above all) ends the benchmark.
-void forward(kvl_engine* engine, const ModeSpec& spec, int32_t n, const int32_t* ids,
-             const int32_t* n_tokens, const int32_t* tokens, const int32_t* positions,
-             float* logits, const char* phase) {
-  char err[1024] = {0};
-  if (kvl_engine_forward(engine, n, ids, n_tokens, tokens, positions, 0, logits, err, sizeof err) !=
-      0) {
-    std::string msg = std::string(spec.name) + ": kvl_engine_forward (" + phase + ", batch of " +
-                      std::to_string(n) + ") failed: " + err;
-    if (std::strstr(err, "OUT_OF_MEMORY") != nullptr) {
-      msg += " -- the batch sized by kvc_cache_estimate_peak_bytes did not fit the limit";
+// One mode: its cache (with the one memory limit), its batch size and its engine, served
+// wave by wave so that the modes' waves can be interleaved in time (a shared, noisy machine
+// then slows every mode alike instead of whichever ran during a busy minute).
+class ModeRun {
+ public:
+  ModeRun(kvc_context* ctx, const kvl_model* model, const Config& cfg, const ModeSpec& spec,
+          size_t limit, const Requests& req)
+      : cfg_(cfg), spec_(spec), limit_(limit), req_(req),
+        vocab_(kvl_model_config(model)->vocab_size) {
+    r_.mode = spec.name;
+    r_.policy = spec.compress ? cfg.policy : "-";
+    r_.prefill = spec.prefill_name;
+    cache_ = make_cache(ctx, model, cfg, spec, limit);
+    r_.estimate_bytes = estimate(cache_.get(), cfg);
+    const size_t fit = r_.estimate_bytes > 0 ? limit / r_.estimate_bytes : 0;
+    if (fit == 0) {
+      throw Error(std::string(spec.name) + ": one sequence needs " +
+                  std::to_string(r_.estimate_bytes) + " bytes, more than the limit of " +
+                  std::to_string(limit));
     }
-    throw Error(msg);
+    batch_ = static_cast<int32_t>(std::min<size_t>(fit, static_cast<size_t>(cfg.requests)));
+    r_.max_batch = batch_;
+    r_.waves = (cfg.requests + batch_ - 1) / batch_;
+
+    kvl_engine* raw = nullptr;
+    char err[1024] = {0};
+    if (kvl_engine_create(model, cache_.get(), batch_ * cfg.chunk_tokens, &raw, err, sizeof err) !=
+        0) {
+      throw Error(std::string("kvl_engine_create: ") + err);
+    }
+    engine_.reset(raw);
+    const size_t b = static_cast<size_t>(batch_);
+    ids_.resize(b);
+    n_tokens_.resize(b);
+    tokens_.resize(b * static_cast<size_t>(cfg.chunk_tokens));
+    positions_.resize(tokens_.size());
+    next_.resize(b);
+    logits_.resize(b * static_cast<size_t>(vocab_));
   }
-}
 
-ModeResult run_mode(kvc_context* ctx, const kvl_model* model, const Config& cfg,
-                    const ModeSpec& spec, size_t limit, const Requests& req, Progress& progress) {
-  ModeResult r;
-  r.mode = spec.name;
-  r.policy = spec.compress ? cfg.policy : "-";
-  r.prefill = spec.prefill_name;
+  const ModeResult& result() const { return r_; }
+  bool done() const { return wave_ >= r_.waves; }
+  /// Share of the mode's waves already served.
+  double fraction_done() const { return static_cast<double>(wave_) / r_.waves; }
 
-  CachePtr cache = make_cache(ctx, model, cfg, spec, limit);
-  r.estimate_bytes = estimate(cache.get(), cfg);
-  const size_t fit = r.estimate_bytes > 0 ? limit / r.estimate_bytes : 0;
-  if (fit == 0) {
-    throw Error(std::string(spec.name) + ": one sequence needs " +
-                std::to_string(r.estimate_bytes) + " bytes, more than the limit of " +
-                std::to_string(limit));
-  }
-  const int32_t B = static_cast<int32_t>(std::min<size_t>(fit, static_cast<size_t>(cfg.requests)));
-  r.max_batch = B;
-  r.waves = (cfg.requests + B - 1) / B;
-
-  const int32_t vocab = kvl_model_config(model)->vocab_size;
-  kvl_engine* raw_engine = nullptr;
-  char err[1024] = {0};
-  if (kvl_engine_create(model, cache.get(), B * cfg.chunk_tokens, &raw_engine, err, sizeof err) !=
-      0) {
-    throw Error(std::string("kvl_engine_create: ") + err);
-  }
-  EnginePtr engine(raw_engine);
-
-  const bool teacher = !req.continuations.empty();
-  std::vector<int32_t> ids(static_cast<size_t>(B)), n_tokens(static_cast<size_t>(B));
-  std::vector<int32_t> tokens(static_cast<size_t>(B) * static_cast<size_t>(cfg.chunk_tokens));
-  std::vector<int32_t> positions(tokens.size());
-  std::vector<int32_t> next(static_cast<size_t>(B));
-  std::vector<float> logits(static_cast<size_t>(B) * static_cast<size_t>(vocab));
-  const int32_t n_chunks = (cfg.prompt_tokens + cfg.chunk_tokens - 1) / cfg.chunk_tokens;
-  double nll_sum = 0;
-  int64_t nll_count = 0;
-
-  progress.line(std::string("batchmax: mode ") + spec.name + ": max batch " + std::to_string(B) +
-                " (" + std::to_string(r.waves) + " waves), estimate " +
-                std::to_string(r.estimate_bytes) + " bytes per sequence");
-  Timer total;
-  for (int32_t w = 0; w < r.waves; ++w) {
-    const int32_t first = w * B;
-    const int32_t nb = std::min(B, cfg.requests - first);
-    const std::string wave = std::string(spec.name) + " wave " + std::to_string(w + 1) + "/" +
-                             std::to_string(r.waves) + " (batch " + std::to_string(nb) + ")";
+  /// Serves the next wave: creates its sequences, prefills them chunk by chunk, decodes
+  /// new_tokens steps, checks the memory peak and removes the sequences.
+  void run_wave(Progress& progress) {
+    const int32_t first = wave_ * batch_;
+    const int32_t nb = std::min(batch_, cfg_.requests - first);
+    const bool teacher = !req_.continuations.empty();
+    const int32_t n_chunks = (cfg_.prompt_tokens + cfg_.chunk_tokens - 1) / cfg_.chunk_tokens;
+    const std::string wave = std::string(spec_.name) + " wave " + std::to_string(wave_ + 1) + "/" +
+                             std::to_string(r_.waves) + " (batch " + std::to_string(nb) + ")";
+    Timer total;
     for (int32_t i = 0; i < nb; ++i) {
-      ids[static_cast<size_t>(i)] = first + i;
-      check(kvc_seq_create(cache.get(), first + i), "kvc_seq_create");
+      ids_[static_cast<size_t>(i)] = first + i;
+      check(kvc_seq_create(cache_.get(), first + i), "kvc_seq_create");
     }
 
     // Prefill: chunk c of every sequence of the wave in one call.
     Timer prefill;
+    CpuTimer prefill_cpu;
     for (int32_t c = 0; c < n_chunks; ++c) {
-      const int32_t begin = c * cfg.chunk_tokens;
-      const int32_t len = std::min(cfg.chunk_tokens, cfg.prompt_tokens - begin);
+      const int32_t begin = c * cfg_.chunk_tokens;
+      const int32_t len = std::min(cfg_.chunk_tokens, cfg_.prompt_tokens - begin);
       size_t at = 0;
       for (int32_t i = 0; i < nb; ++i) {
-        n_tokens[static_cast<size_t>(i)] = len;
-        const std::vector<int32_t>& prompt = req.prompts[static_cast<size_t>(first + i)];
+        n_tokens_[static_cast<size_t>(i)] = len;
+        const std::vector<int32_t>& prompt = req_.prompts[static_cast<size_t>(first + i)];
         for (int32_t t = 0; t < len; ++t, ++at) {
-          tokens[at] = prompt[static_cast<size_t>(begin + t)];
-          positions[at] = begin + t;
+          tokens_[at] = prompt[static_cast<size_t>(begin + t)];
+          positions_[at] = begin + t;
         }
       }
-      forward(engine.get(), spec, nb, ids.data(), n_tokens.data(), tokens.data(),
-              positions.data(), logits.data(), "prefill");
-      const double s = prefill.seconds();
+      forward(nb, "prefill");
       progress.status(wave + ": prefill chunk " + std::to_string(c + 1) + "/" +
                       std::to_string(n_chunks) + ", " +
-                      fmt("%.0f", static_cast<double>(nb) * (begin + len) / s) + " prompt tok/s");
+                      fmt("%.0f", static_cast<double>(nb) * (begin + len) / prefill.seconds()) +
+                      " prompt tok/s");
     }
     const double prefill_s = prefill.seconds();
-    r.prefill_s += prefill_s;
-    r.prompt_tokens += static_cast<int64_t>(nb) * cfg.prompt_tokens;
+    r_.prefill_s += prefill_s;
+    r_.prefill_cpu_s += prefill_cpu.seconds();
+    r_.prompt_tokens += static_cast<int64_t>(nb) * cfg_.prompt_tokens;
 
     // The first new token comes from the prefill's logits; each decode step feeds one token
     // per sequence (greedy, or the text's continuation) and reads the next one's logits.
     Timer decode;
+    CpuTimer decode_cpu;
     for (int32_t i = 0; i < nb; ++i) {
-      const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
-      if (teacher) {
-        const std::vector<int32_t>& cont = req.continuations[static_cast<size_t>(first + i)];
-        nll_sum += nll_of(row, vocab, cont[0]);
-        ++nll_count;
-      }
-      next[static_cast<size_t>(i)] = argmax(row, vocab);
+      const float* row = logits_.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab_);
+      if (teacher) add_nll(row, req_.continuations[static_cast<size_t>(first + i)][0]);
+      next_[static_cast<size_t>(i)] = argmax(row, vocab_);
     }
-    for (int32_t s = 0; s < cfg.new_tokens; ++s) {
+    for (int32_t s = 0; s < cfg_.new_tokens; ++s) {
       for (int32_t i = 0; i < nb; ++i) {
-        n_tokens[static_cast<size_t>(i)] = 1;
-        tokens[static_cast<size_t>(i)] =
-            teacher ? req.continuations[static_cast<size_t>(first + i)][static_cast<size_t>(s)]
-                    : next[static_cast<size_t>(i)];
-        positions[static_cast<size_t>(i)] = cfg.prompt_tokens + s;
+        const size_t si = static_cast<size_t>(i);
+        n_tokens_[si] = 1;
+        tokens_[si] =
+            teacher ? req_.continuations[static_cast<size_t>(first + i)][static_cast<size_t>(s)]
+                    : next_[si];
+        positions_[si] = cfg_.prompt_tokens + s;
       }
-      forward(engine.get(), spec, nb, ids.data(), n_tokens.data(), tokens.data(),
-              positions.data(), logits.data(), "decode");
+      forward(nb, "decode");
       for (int32_t i = 0; i < nb; ++i) {
-        const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
+        const float* row = logits_.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab_);
         if (teacher) {
-          if (s + 1 < cfg.new_tokens) {
-            const std::vector<int32_t>& cont = req.continuations[static_cast<size_t>(first + i)];
-            nll_sum += nll_of(row, vocab, cont[static_cast<size_t>(s + 1)]);
-            ++nll_count;
+          if (s + 1 < cfg_.new_tokens) {
+            add_nll(row, req_.continuations[static_cast<size_t>(first + i)]
+                                           [static_cast<size_t>(s + 1)]);
           }
         } else {
-          next[static_cast<size_t>(i)] = argmax(row, vocab);
+          next_[static_cast<size_t>(i)] = argmax(row, vocab_);
         }
       }
-      if ((s + 1) % 16 == 0 || s + 1 == cfg.new_tokens) {
+      if ((s + 1) % 16 == 0 || s + 1 == cfg_.new_tokens) {
         progress.status(wave + ": decode step " + std::to_string(s + 1) + "/" +
-                        std::to_string(cfg.new_tokens) + ", " +
+                        std::to_string(cfg_.new_tokens) + ", " +
                         fmt("%.1f", static_cast<double>(nb) * (s + 1) / decode.seconds()) +
                         " tok/s");
       }
     }
     const double decode_s = decode.seconds();
-    r.decode_s += decode_s;
-    r.generated += static_cast<int64_t>(nb) * cfg.new_tokens;
+    r_.decode_s += decode_s;
+    r_.decode_cpu_s += decode_cpu.seconds();
+    r_.generated += static_cast<int64_t>(nb) * cfg_.new_tokens;
 
-    const kvc_cache_stats st = get_stats(cache.get());
-    if (st.bytes_peak > limit) {
-      throw Error(std::string(spec.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
-                  " is over the memory limit " + std::to_string(limit));
+    const kvc_cache_stats st = check_peak();
+    for (int32_t i = 0; i < nb; ++i) {
+      check(kvc_seq_remove(cache_.get(), first + i), "kvc_seq_remove");
     }
-    for (int32_t i = 0; i < nb; ++i) check(kvc_seq_remove(cache.get(), first + i), "kvc_seq_remove");
+    r_.total_s += total.seconds();
+    ++wave_;
     progress.line(wave + ": prefill " + fmt("%.2f", prefill_s) + " s, decode " +
                   fmt("%.2f", decode_s) + " s; so far " +
-                  fmt("%.1f", static_cast<double>(r.generated) / r.decode_s) +
-                  " decode tok/s, " + fmt("%.2f", static_cast<double>(r.generated) / total.seconds()) +
-                  " end-to-end tok/s, peak KV " + fmt("%.2f", st.bytes_peak / 1048576.0) + " MiB");
+                  fmt("%.1f", static_cast<double>(r_.generated) / r_.decode_s) +
+                  " decode tok/s, " +
+                  fmt("%.2f", static_cast<double>(r_.generated) / r_.total_s) +
+                  " end-to-end tok/s; peak KV " + fmt("%.2f", st.bytes_peak / 1048576.0) + " MiB");
   }
-  r.total_s = total.seconds();
 
-  const kvc_cache_stats st = get_stats(cache.get());
-  if (st.bytes_peak > limit) {
-    throw Error(std::string(spec.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
-                " is over the memory limit " + std::to_string(limit));
+  /// The results, once every wave ran.
+  ModeResult finish() {
+    const kvc_cache_stats st = check_peak();
+    r_.bytes_peak = st.bytes_peak;
+    r_.tokens_evicted = st.tokens_evicted;
+    if (nll_count_ > 0) {
+      r_.has_nll = true;
+      r_.nll = nll_sum_ / static_cast<double>(nll_count_);
+    }
+    return r_;
   }
-  r.bytes_peak = st.bytes_peak;
-  r.tokens_evicted = st.tokens_evicted;
-  if (teacher && nll_count > 0) {
-    r.has_nll = true;
-    r.nll = nll_sum / static_cast<double>(nll_count);
+
+ private:
+  // One batched forward call; any error (OUT_OF_MEMORY above all) ends the benchmark.
+  void forward(int32_t n, const char* phase) {
+    char err[1024] = {0};
+    if (kvl_engine_forward(engine_.get(), n, ids_.data(), n_tokens_.data(), tokens_.data(),
+                           positions_.data(), 0, logits_.data(), err, sizeof err) != 0) {
+      std::string msg = std::string(spec_.name) + ": kvl_engine_forward (" + phase +
+                        ", batch of " + std::to_string(n) + ") failed: " + err;
+      if (std::strstr(err, "OUT_OF_MEMORY") != nullptr) {
+        msg += " -- the batch sized by kvc_cache_estimate_peak_bytes did not fit the limit";
+      }
+      throw Error(msg);
+    }
   }
-  return r;
+
+  kvc_cache_stats check_peak() const {
+    const kvc_cache_stats st = get_stats(cache_.get());
+    if (st.bytes_peak > limit_) {
+      throw Error(std::string(spec_.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
+                  " is over the memory limit " + std::to_string(limit_));
+    }
+    return st;
+  }
+
+  void add_nll(const float* row, int32_t target) {
+    nll_sum_ += nll_of(row, vocab_, target);
+    ++nll_count_;
+  }
+
+  const Config& cfg_;
+  ModeSpec spec_;
+  size_t limit_;
+  const Requests& req_;
+  int32_t vocab_;
+  CachePtr cache_;
+  EnginePtr engine_;
+  int32_t batch_ = 0;
+  int32_t wave_ = 0;
+  ModeResult r_;
+  std::vector<int32_t> ids_, n_tokens_, tokens_, positions_, next_;
+  std::vector<float> logits_;
+  double nll_sum_ = 0;
+  int64_t nll_count_ = 0;
+};
+
+// Serves every mode; with `interleave` the next wave is always one of the mode that has
+// served the smallest share of its waves, so all modes run spread over the same minutes.
+std::vector<ModeResult> run_modes(kvc_context* ctx, const kvl_model* model, const Config& cfg,
+                                  size_t limit, const Requests& req, Progress& progress) {
+  std::vector<std::unique_ptr<ModeRun>> runs;
+  for (const std::string& m : cfg.modes) {
+    runs.push_back(std::make_unique<ModeRun>(ctx, model, cfg, mode_spec(m), limit, req));
+    const ModeResult& r = runs.back()->result();
+    progress.line("batchmax: mode " + r.mode + ": estimate " + std::to_string(r.estimate_bytes) +
+                  " bytes per sequence, max batch " + std::to_string(r.max_batch) + " (" +
+                  std::to_string(r.waves) + " waves)");
+  }
+  for (;;) {
+    ModeRun* next = nullptr;
+    for (auto& run : runs) {
+      if (run->done()) continue;
+      if (!cfg.interleave) {
+        next = run.get();
+        break;
+      }
+      if (next == nullptr || run->fraction_done() < next->fraction_done()) next = run.get();
+    }
+    if (next == nullptr) break;
+    next->run_wave(progress);
+  }
+  std::vector<ModeResult> results;
+  for (auto& run : runs) results.push_back(run->finish());
+  return results;
 }
 
 // A short untimed run so that the first timed mode does not pay for cold caches and the
@@ -494,13 +586,18 @@ void warm_up(kvc_context* ctx, const kvl_model* model, const Config& cfg, const 
   for (int32_t i = 0; i < len; ++i) positions[static_cast<size_t>(i)] = i;
   std::vector<float> logits(static_cast<size_t>(kvl_model_config(model)->vocab_size));
   const int32_t id = 0;
-  forward(engine.get(), spec, 1, &id, &len, tokens.data(), positions.data(), logits.data(),
-          "warm-up");
+  auto forward = [&](const int32_t* n, const int32_t* toks, const int32_t* pos) {
+    if (kvl_engine_forward(engine.get(), 1, &id, n, toks, pos, 0, logits.data(), err,
+                           sizeof err) != 0) {
+      throw Error(std::string("kvl_engine_forward (warm-up): ") + err);
+    }
+  };
+  forward(&len, tokens.data(), positions.data());
   const int32_t one = 1;
   for (int32_t s = 0; s < 8; ++s) {
     const int32_t t = argmax(logits.data(), static_cast<int32_t>(logits.size()));
     const int32_t pos = len + s;
-    forward(engine.get(), spec, 1, &id, &one, &t, &pos, logits.data(), "warm-up");
+    forward(&one, &t, &pos);
   }
 }
 
@@ -601,10 +698,8 @@ int run_batchmax(Options& opts) {
                 fmt("%.2f", limit / 1048576.0) + " MiB; " + req.origin);
   warm_up(ctx.get(), model.get(), cfg, req);
 
-  std::vector<ModeResult> results;
-  for (const std::string& m : cfg.modes) {
-    results.push_back(run_mode(ctx.get(), model.get(), cfg, mode_spec(m), limit, req, progress));
-  }
+  const std::vector<ModeResult> results =
+      run_modes(ctx.get(), model.get(), cfg, limit, req, progress);
 
   // ---- report
   const int32_t head_dim = mc.dim / mc.n_heads;
@@ -647,11 +742,14 @@ int run_batchmax(Options& opts) {
     report(p + "tokens_evicted", r.tokens_evicted);
     report(p + "prefill_s", r.prefill_s);
     report(p + "decode_s", r.decode_s);
+    report(p + "prefill_cpu_s", r.prefill_cpu_s);
+    report(p + "decode_cpu_s", r.decode_cpu_s);
     report(p + "total_s", r.total_s);
     report(p + "prefill_share", ratio(r.prefill_s, r.prefill_s + r.decode_s));
     report(p + "prefill_tokens_per_s", r.prefill_tokens_per_s());
     report(p + "decode_tokens_per_s", r.decode_tokens_per_s());
     report(p + "end_to_end_tokens_per_s", r.end_to_end_tokens_per_s());
+    report(p + "decode_tokens_per_cpu_s", r.decode_tokens_per_cpu_s());
     if (r.has_nll) report(p + "nll", r.nll);
     if (r.mode == "full") full = &r;
     if (r.mode == "per_chunk") chunk = &r;
@@ -679,6 +777,21 @@ int run_batchmax(Options& opts) {
   }
 
   if (full != nullptr && chunk != nullptr) {
+    // End-to-end ratios where prompt processing is k times cheaper than here (a device whose
+    // prefill is compute-efficient while decoding stays bound by memory): prefill time / k.
+    for (double k : {10.0, 100.0}) {
+      const double other_full = full->total_s - full->prefill_s - full->decode_s;
+      const double other_chunk = chunk->total_s - chunk->prefill_s - chunk->decode_s;
+      const double t_full = full->prefill_s / k + full->decode_s + other_full;
+      const double t_chunk = chunk->prefill_s / k + chunk->decode_s + other_chunk;
+      report("batchmax_throughput_ratio_prefill_" + std::to_string(static_cast<int>(k)) +
+                 "x_cheaper",
+             ratio(static_cast<double>(chunk->generated) / t_chunk,
+                   static_cast<double>(full->generated) / t_full));
+    }
+    // The same ratio in CPU time, a cross-check when other processes share the cores.
+    report("batchmax_decode_cpu_throughput_ratio",
+           ratio(chunk->decode_tokens_per_cpu_s(), full->decode_tokens_per_cpu_s()));
     report("batchmax_decode_throughput_ratio",
            ratio(chunk->decode_tokens_per_s(), full->decode_tokens_per_s()));
     report("batchmax_batch_ratio", ratio(chunk->max_batch, full->max_batch));

@@ -46,6 +46,8 @@ struct ModeResult {
   double prefill_s = 0;        ///< time in prefill forward calls
   double decode_s = 0;         ///< time in decode forward calls
   double total_s = 0;          ///< wall time of the whole mode (prefill + decode + bookkeeping)
+  double prefill_cpu_s = 0;    ///< CPU time of the process (all threads) during prefill
+  double decode_cpu_s = 0;     ///< CPU time of the process (all threads) during decode
   int64_t prompt_tokens = 0;   ///< prompt tokens processed, all requests
   int64_t generated = 0;       ///< decode steps, all requests (new tokens generated)
   bool has_nll = false;
@@ -54,6 +56,8 @@ struct ModeResult {
   double decode_tokens_per_s() const { return decode_s > 0 ? generated / decode_s : 0; }
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   double end_to_end_tokens_per_s() const { return total_s > 0 ? generated / total_s : 0; }
+  /// Generated tokens per CPU-second of decoding (less sensitive to other processes' load).
+  double decode_tokens_per_cpu_s() const { return decode_cpu_s > 0 ? generated / decode_cpu_s : 0; }
 };
 
 /// Prints the results as an aligned table on stdout.

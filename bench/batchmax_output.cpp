@@ -100,7 +100,7 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
   if (!out) throw Error("cannot write the CSV file '" + path + "'");
   out << "mode,policy,prefill,max_batch,waves,estimate_seq_bytes,peak_kv_bytes,limit_bytes,"
          "prefill_s,decode_s,total_s,prefill_tokens_per_s,decode_tokens_per_s,"
-         "end_to_end_tokens_per_s,tokens_evicted,nll\n";
+         "end_to_end_tokens_per_s,tokens_evicted,nll,prefill_cpu_s,decode_cpu_s\n";
   char line[512];
   for (const ModeResult& r : results) {
     std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.3f,%.3f,%llu,",
@@ -113,7 +113,8 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
       std::snprintf(line, sizeof line, "%.6f", r.nll);
       out << line;
     }
-    out << "\n";
+    std::snprintf(line, sizeof line, ",%.6f,%.6f\n", r.prefill_cpu_s, r.decode_cpu_s);
+    out << line;
   }
   out.close();
   if (!out) throw Error("error while writing the CSV file '" + path + "'");

@@ -27,6 +27,8 @@ const Subcommand kSubcommands[] = {
      kGrowthHelp, run_growth},
     {"compress", "compress a cache to half vs one decode attention step over it", kCompressHelp,
      run_compress},
+    {"attention", "decode attention, append and prefill attention vs memory bandwidth",
+     kAttentionHelp, run_attention},
     {"batchmax",
      "main demo: one KV memory limit; max batch and tokens/s of full cache, compress once,"
      " compress per prefill chunk",

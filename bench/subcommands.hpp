@@ -25,4 +25,9 @@ extern const char* const kBatchmaxHelp;
 int run_compress(Options& opts);
 extern const char* const kCompressHelp;
 
+/// attention: decode attention as a fraction of read bandwidth, append as a fraction of
+/// memcpy bandwidth, and prefill attention in GFLOP/s, over one --tokens cache.
+int run_attention(Options& opts);
+extern const char* const kAttentionHelp;
+
 }  // namespace kvc_bench

@@ -1,8 +1,13 @@
 #include "append_kernel.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "kvc/half.hpp"
 #include "parallel.hpp"
@@ -14,6 +19,10 @@ namespace {
 
 // Jobs are often a single decode token; batching them keeps the arena's per-chunk cost small.
 constexpr size_t kMinChunkBytes = size_t{64} << 10;
+// Calls that store more than this copy rows with non-temporal stores: the caches could not
+// keep them for the attention that follows anyway, and streaming skips reading each
+// destination line before overwriting it, which scattered rows would otherwise pay in full.
+constexpr size_t kStreamBytes = size_t{4} << 20;
 
 void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
               kvc_dtype storage_dtype) {
@@ -30,19 +39,40 @@ void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
   }
 }
 
+// dst[0, n) = src[0, n); with `stream`, by non-temporal stores where dst and n allow.
+void copy_bytes(void* dst, const void* src, size_t n, bool stream) {
+#ifdef __SSE2__
+  if (stream && reinterpret_cast<uintptr_t>(dst) % 16 == 0 && n % 16 == 0) {
+    auto* to = static_cast<__m128i*>(dst);
+    const auto* from = static_cast<const __m128i*>(src);
+    for (size_t i = 0; i < n / 16; ++i) _mm_stream_si128(to + i, _mm_loadu_si128(from + i));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+// Makes the non-temporal stores of this thread visible before the host reads the rows.
+void end_streaming() {
+#ifdef __SSE2__
+  _mm_sfence();
+#endif
+}
+
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
-               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens) {
+               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens, bool stream) {
   const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
   auto* dst_bytes = static_cast<char*>(dst);
   if (src_dtype == storage_dtype) {
     const size_t src_row_bytes = src_stride * dtype_size(src_dtype);
     if (src_stride == head_dim) {
-      std::memcpy(dst, src, n_tokens * dst_row_bytes);
+      copy_bytes(dst, src, n_tokens * dst_row_bytes, stream);
       return;
     }
     const auto* src_bytes = static_cast<const char*>(src);
     for (size_t t = 0; t < n_tokens; ++t)
-      std::memcpy(dst_bytes + t * dst_row_bytes, src_bytes + t * src_row_bytes, dst_row_bytes);
+      copy_bytes(dst_bytes + t * dst_row_bytes, src_bytes + t * src_row_bytes, dst_row_bytes,
+                 stream);
     return;
   }
   const auto* src_f32 = static_cast<const float*>(src);
@@ -51,23 +81,25 @@ void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* ds
                   head_dim);
 }
 
-void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype) {
+void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype,
+                bool stream) {
   if (job.n_tokens == 0) return;
   const size_t n = size_t(job.n_tokens);
-  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
-  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
+  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n,
+            stream);
+  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n,
+            stream);
   std::memcpy(job.dst_pos, job.src_pos, n * sizeof(int32_t));
   for (float* stat : {job.dst_attn_sum, job.dst_attn_last, job.dst_attn_window})
     if (stat) std::fill_n(stat, n, 0.0f);
 }
 
-size_t grain_for(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
-                 kvc_dtype storage_dtype) {
+// Bytes the jobs store: K and V rows and positions.
+size_t stored_bytes(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
+                    kvc_dtype storage_dtype) {
   size_t tokens = 0;
   for (size_t j = 0; j < n_jobs; ++j) tokens += size_t(jobs[j].n_tokens);
-  const size_t bytes_per_token = 2 * head_dim * dtype_size(storage_dtype) + sizeof(int32_t);
-  const size_t bytes_per_job = std::max<size_t>(1, tokens * bytes_per_token / n_jobs);
-  return std::max<size_t>(1, kMinChunkBytes / bytes_per_job);
+  return tokens * (2 * head_dim * dtype_size(storage_dtype) + sizeof(int32_t));
 }
 
 }  // namespace
@@ -77,10 +109,13 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
   validate(jobs, n_jobs, head_dim, storage_dtype);
   if (n_jobs == 0) return;
   const size_t dim = size_t(head_dim);
-  parallel_for(host, n_jobs, grain_for(jobs, n_jobs, dim, storage_dtype),
-               [&](size_t begin, size_t end) {
-                 for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype);
-               });
+  const size_t bytes = stored_bytes(jobs, n_jobs, dim, storage_dtype);
+  const size_t grain = std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_jobs));
+  const bool stream = bytes >= kStreamBytes;
+  parallel_for(host, n_jobs, grain, [&](size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype, stream);
+    if (stream) end_streaming();
+  });
 }
 
 }  // namespace kvc::cpu

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 namespace kvc::cpu {
 namespace {
 
 constexpr float kNoLogit = -std::numeric_limits<float>::infinity();
 
+// Queries as f32 rows, scaled: the kernels' dot products are then the logits before soft-cap.
 void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionWorkspace& w) {
   const size_t d = s.head_dim;
   const size_t q_elem = dtype_size(job.q_dtype);
@@ -20,88 +22,109 @@ void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionW
     w.block_visible.first = std::min(w.block_visible.first, visible.first);
     w.block_visible.last = std::max(w.block_visible.last, visible.last);
     const char* q_token = static_cast<const char*>(job.q) + query * job.q_stride * q_elem;
-    for (size_t g = 0; g < s.group_size; ++g)
-      load_row_f32(q_token + g * d * q_elem, job.q_dtype,
-                   w.q.data() + (i * s.group_size + g) * d, d);
+    for (size_t g = 0; g < s.group_size; ++g) {
+      float* q = w.q.data() + (i * s.group_size + g) * s.padded_dim;
+      s.kernels->convert(q_token + g * d * q_elem, job.q_dtype, q, d);
+      for (size_t e = 0; e < d; ++e) q[e] *= s.scale;
+    }
   }
 }
 
-// Folds one tile of keys into one query row's online softmax state.
-void update_row(size_t row, const int32_t* pos, const float* k, const float* v, size_t n_keys,
-                const AttentionShape& s, AttentionWorkspace& w) {
-  const size_t d = s.head_dim;
-  const VisibleRange visible = w.visible[row / s.group_size];
-  const float* q = w.q.data() + row * d;
-  float* acc = w.acc.data() + row * d;
-  float tile_max = kNoLogit;
-  for (size_t t = 0; t < n_keys; ++t) {
-    w.logits[t] = visible.contains(pos[t]) ? logit(q, k + t * d, s) : kNoLogit;
-    tile_max = std::max(tile_max, w.logits[t]);
-  }
-  if (tile_max == kNoLogit) return;
-  float& row_max = w.row_max[row];
-  float& row_sum = w.row_sum[row];
-  if (tile_max > row_max) {
-    const float correction = std::exp(row_max - tile_max);
-    row_sum *= correction;
-    scale(acc, correction, d);
-    row_max = tile_max;
-  }
-  size_t n_seen = 0;
-  for (size_t t = 0; t < n_keys; ++t) {
-    if (w.logits[t] == kNoLogit) continue;
-    w.weights[n_seen] = std::exp(w.logits[t] - row_max);
-    w.values[n_seen] = v + t * d;
-    row_sum += w.weights[n_seen];
-    ++n_seen;
-  }
-  axpy_rows(acc, w.weights.data(), w.values.data(), n_seen, d);
-}
-
-void write_output(const kvc_attend_job& job, const AttentionShape& s,
-                  const AttentionWorkspace& w) {
-  const size_t d = s.head_dim;
-  for (size_t row = 0; row < w.n_queries * s.group_size; ++row) {
-    const size_t query = w.first_query + row / s.group_size;
-    float* out = job.out + query * job.out_stride + (row % s.group_size) * d;
-    const float* acc = w.acc.data() + row * d;
-    // A row that saw no key keeps row_sum 0 and writes zeros.
-    const float inv_sum = w.row_sum[row] > 0.0f ? 1.0f / w.row_sum[row] : 0.0f;
-    for (size_t e = 0; e < d; ++e) out[e] = acc[e] * inv_sum;
+// Folds one scored tile into each row's online softmax state: rescales the row's output
+// when its max grows and leaves the tile's weights in w.weights for the V pass.
+void update_softmax(size_t n_keys, const AttentionShape& s, AttentionWorkspace& w) {
+  for (size_t row = 0; row < w.rows(); ++row) {
+    const float* logits = w.logits.data() + row * kTileKeys;
+    float* weights = w.weights.data() + row * kTileKeys;
+    const float tile_max = *std::max_element(logits, logits + n_keys);
+    if (tile_max == kNoLogit) {
+      std::fill_n(weights, n_keys, 0.0f);
+      continue;
+    }
+    float& row_max = w.row_max[row];
+    if (tile_max > row_max) {
+      const float correction = std::exp(row_max - tile_max);
+      w.row_sum[row] *= correction;
+      float* acc = w.acc.data() + row * s.padded_dim;
+      for (size_t e = 0; e < s.padded_dim; ++e) acc[e] *= correction;
+      row_max = tile_max;
+    }
+    w.row_sum[row] += s.kernels->softmax_weights(logits, n_keys, row_max, weights);
   }
 }
 
 }  // namespace
 
 AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
-    : visible(s.queries_per_block),
-      q(s.queries_per_block * s.group_size * s.head_dim),
+    : head_dim(s.head_dim),
+      padded_dim(s.padded_dim),
+      group_size(s.group_size),
+      visible(s.queries_per_block),
+      q(s.queries_per_block * s.group_size * s.padded_dim),
       acc(q.size()),
       row_max(s.queries_per_block * s.group_size),
       row_sum(row_max.size()),
-      logits(kTileKeys),
-      weights(kTileKeys),
-      values(kTileKeys),
-      k(kTileKeys * s.head_dim),
+      logits(row_max.size() * kTileKeys),
+      weights(logits.size()),
+      k(kTileKeys * s.padded_dim),
       v(k.size()) {}
 
-void attend_block(const kvc_attend_job& job, size_t first, size_t count,
+bool AttentionWorkspace::fits(const AttentionShape& s) const {
+  return head_dim == s.head_dim && padded_dim == s.padded_dim && group_size == s.group_size &&
+         visible.size() == s.queries_per_block;
+}
+
+AttentionWorkspace& thread_workspace(const AttentionShape& s) {
+  thread_local std::unique_ptr<AttentionWorkspace> workspace;
+  if (!workspace || !workspace->fits(s)) workspace = std::make_unique<AttentionWorkspace>(s);
+  return *workspace;
+}
+
+void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w) {
+  const TileRows k = tile_rows(tile.segment->k, tile, w.rows(), s, w.k.data());
+  s.kernels->logits(w.q.data(), w.rows(), k.data, k.dtype, tile.n, s.padded_dim, w.logits.data());
+  const int32_t* pos = tile.segment->pos + tile.first;
+  for (size_t row = 0; row < w.rows(); ++row) {
+    float* logits = w.logits.data() + row * kTileKeys;
+    if (s.softcap > 0.0f)
+      for (size_t t = 0; t < tile.n; ++t) logits[t] = s.softcap * std::tanh(logits[t] / s.softcap);
+    const VisibleRange visible = w.visible[row / s.group_size];
+    if (visible.contains(tile.lowest) && visible.contains(tile.highest)) continue;
+    for (size_t t = 0; t < tile.n; ++t)
+      if (!visible.contains(pos[t])) logits[t] = kNoLogit;
+  }
+}
+
+void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRange keys,
                   const AttentionShape& s, AttentionWorkspace& w) {
-  const size_t rows = count * s.group_size;
   w.first_query = first;
   w.n_queries = count;
   load_queries(job, s, w);
-  std::fill_n(w.acc.begin(), rows * s.head_dim, 0.0f);
-  std::fill_n(w.row_max.begin(), rows, kNoLogit);
-  std::fill_n(w.row_sum.begin(), rows, 0.0f);
-  for_each_visible_tile(job, w.block_visible,
-                        [&](const kvc_segment& segment, size_t first_key, size_t n_keys) {
-                          const float* k = tile_f32(segment.k, first_key, n_keys, s, w.k.data());
-                          const float* v = tile_f32(segment.v, first_key, n_keys, s, w.v.data());
-                          for (size_t row = 0; row < rows; ++row)
-                            update_row(row, segment.pos + first_key, k, v, n_keys, s, w);
-                        });
-  write_output(job, s, w);
+  std::fill_n(w.acc.begin(), w.rows() * s.padded_dim, 0.0f);
+  std::fill_n(w.row_max.begin(), w.rows(), kNoLogit);
+  std::fill_n(w.row_sum.begin(), w.rows(), 0.0f);
+  for_each_visible_tile(job, keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
+    if (next) {
+      prefetch_rows(next->segment->k, *next, s);
+      prefetch_rows(next->segment->v, *next, s);
+    }
+    score_tile(tile, s, w);
+    update_softmax(tile.n, s, w);
+    const TileRows v = tile_rows(tile.segment->v, tile, w.rows(), s, w.v.data());
+    s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.data, v.dtype, tile.n,
+                          s.padded_dim);
+  });
+}
+
+void write_output(const kvc_attend_job& job, const AttentionShape& s, const AttentionWorkspace& w) {
+  for (size_t row = 0; row < w.rows(); ++row) {
+    const size_t query = w.first_query + row / s.group_size;
+    float* out = job.out + query * job.out_stride + (row % s.group_size) * s.head_dim;
+    const float* acc = w.acc.data() + row * s.padded_dim;
+    // A row that saw no key keeps row_sum 0 and writes zeros.
+    const float inv_sum = w.row_sum[row] > 0.0f ? 1.0f / w.row_sum[row] : 0.0f;
+    for (size_t e = 0; e < s.head_dim; ++e) out[e] = acc[e] * inv_sum;
+  }
 }
 
 }  // namespace kvc::cpu

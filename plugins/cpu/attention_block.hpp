@@ -10,28 +10,45 @@
 namespace kvc::cpu {
 
 // Scratch of one thread, reused across blocks. After attend_block it describes that block:
-// the statistics pass reads its queries and softmax state.
+// the output, the merge of split blocks and the statistics pass read its softmax state.
+// Rows are (query, group head) pairs; f32 rows are padded_dim apart.
 struct AttentionWorkspace {
   explicit AttentionWorkspace(const AttentionShape& s);
+  size_t rows() const { return n_queries * group_size; }
+  // Whether the workspace was made for a shape with the same row layout.
+  bool fits(const AttentionShape& s) const;
 
-  size_t first_query = 0;              // of the block, within the job
+  size_t head_dim;  // of the shape it was made for
+  size_t padded_dim;
+  size_t group_size;
+  size_t first_query = 0;  // of the block, within the job
   size_t n_queries = 0;
-  VisibleRange block_visible{};        // union of the block's visible ranges
-  std::vector<VisibleRange> visible;   // [queries_per_block]
-  std::vector<float> q;                // [rows, head_dim]; a row is (query, group head)
-  std::vector<float> acc;              // [rows, head_dim], unnormalised output
-  std::vector<float> row_max;          // [rows], running max logit
-  std::vector<float> row_sum;          // [rows], softmax denominator relative to row_max
-  std::vector<float> logits;           // [kTileKeys], of the row being updated
-  std::vector<float> weights;          // [kTileKeys], exp(logit - row_max) of the keys seen
-  std::vector<const float*> values;    // [kTileKeys], their V rows
-  std::vector<float> k;                // [kTileKeys, head_dim], converted tile
+  VisibleRange block_visible{};       // union of the block's visible ranges
+  std::vector<VisibleRange> visible;  // [queries_per_block]
+  std::vector<float> q;               // [rows, padded_dim]
+  std::vector<float> acc;             // [rows, padded_dim], unnormalised output
+  std::vector<float> row_max;         // [rows], running max logit
+  std::vector<float> row_sum;         // [rows], softmax denominator relative to row_max
+  std::vector<float> logits;          // [rows, kTileKeys], of the current tile
+  std::vector<float> weights;         // [rows, kTileKeys], exp(logit - row_max)
+  std::vector<float> k;               // [kTileKeys, padded_dim], a tile converted to f32
   std::vector<float> v;
 };
 
-// Attention of queries [first, first + count) of the job (count <= queries_per_block):
-// writes their output rows and leaves their softmax state in the workspace.
-void attend_block(const kvc_attend_job& job, size_t first, size_t count,
+// The calling thread's workspace for `s`, kept across calls: making one per call costs as
+// much as a short decode step.
+AttentionWorkspace& thread_workspace(const AttentionShape& s);
+
+// The online softmax of queries [first, first + count) of the job (count <=
+// queries_per_block) over its keys in `keys`: leaves their state in the workspace.
+void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRange keys,
                   const AttentionShape& s, AttentionWorkspace& w);
+
+// Writes the output rows of the block last passed to attend_block.
+void write_output(const kvc_attend_job& job, const AttentionShape& s, const AttentionWorkspace& w);
+
+// The logits of every row of the workspace's block for one tile of keys, in w.logits:
+// soft-capped, and -infinity where the row's query does not see the key.
+void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w);
 
 }  // namespace kvc::cpu

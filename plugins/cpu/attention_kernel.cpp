@@ -1,10 +1,13 @@
 #include "attention_kernel.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "attention_block.hpp"
+#include "attention_split.hpp"
 #include "attention_stats.hpp"
 #include "parallel.hpp"
 #include "plugin_error.hpp"
@@ -15,14 +18,37 @@ namespace {
 
 // Query rows (tokens x group heads) that share one pass over K/V.
 constexpr size_t kBlockRows = 64;
+// Split-K aims at this many work items per hardware thread, in parts of at least
+// kMinPartKeys keys: enough to balance the load, few enough that merging costs little.
+constexpr size_t kItemsPerThread = 4;
+constexpr size_t kMinPartKeys = 512;
+constexpr size_t kWhole = SIZE_MAX;
 
-// Queries [first, first + count) of one job: the unit of parallel work. A job with
-// statistics is one item, so that no two threads add to the same statistic.
+// Queries [first, first + count) of one job over some of its keys: the unit of parallel
+// work. A job with statistics is one item, so that no two threads add to the same statistic.
 struct WorkItem {
   size_t job;
   size_t first;
   size_t count;
+  KeyRange keys;
   StatsRequest stats;
+  size_t part;  // index of its state in PartialStates, or kWhole when it sees all keys
+};
+
+// A query block split across key ranges: parts [first_part, first_part + n_parts).
+struct SplitBlock {
+  size_t job;
+  size_t first;
+  size_t count;
+  size_t first_part;
+  size_t n_parts;
+};
+
+struct WorkPlan {
+  std::vector<WorkItem> items;
+  std::vector<SplitBlock> splits;
+  size_t n_parts = 0;
+  size_t part_rows = 0;  // the most rows of a split block
 };
 
 kvc_attend_config read_config(const kvc_attend_config& given) {
@@ -55,35 +81,71 @@ void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_config
 
 AttentionShape make_shape(const kvc_attend_config& config) {
   const size_t group = size_t(config.group_size);
-  return {size_t(config.head_dim),
+  const size_t dim = size_t(config.head_dim);
+  return {dim,
+          (dim + kDimAlign - 1) / kDimAlign * kDimAlign,
           group,
           std::max<size_t>(1, kBlockRows / group),
           config.storage_dtype,
           config.scale,
           config.sliding_window,
           config.softcap,
-          config.observation_window};
+          config.observation_window,
+          &tile_kernels()};
 }
 
-std::vector<WorkItem> split_work(const kvc_attend_job* jobs, size_t n_jobs,
-                                 const AttentionShape& s) {
-  std::vector<WorkItem> items;
+size_t split_parts(const kvc_attend_job* jobs, size_t n_jobs, const AttentionShape& s) {
+  size_t blocks = 0;
+  for (size_t j = 0; j < n_jobs; ++j)
+    blocks += (size_t(jobs[j].n_queries) + s.queries_per_block - 1) / s.queries_per_block;
+  const size_t wanted = kItemsPerThread * std::max(1u, std::thread::hardware_concurrency());
+  return blocks == 0 || blocks >= wanted ? 1 : (wanted + blocks - 1) / blocks;
+}
+
+WorkPlan plan_work(const kvc_attend_job* jobs, size_t n_jobs, const AttentionShape& s) {
+  const KeyRange all_keys{0, SIZE_MAX};
+  const size_t parts_wanted = split_parts(jobs, n_jobs, s);
+  WorkPlan plan;
   for (size_t j = 0; j < n_jobs; ++j) {
-    const size_t n = size_t(jobs[j].n_queries);
-    const StatsRequest stats = requested_stats(jobs[j]);
-    const size_t per_item = stats.any() ? n : s.queries_per_block;
-    for (size_t first = 0; first < n; first += per_item)
-      items.push_back({j, first, std::min(per_item, n - first), stats});
+    const kvc_attend_job& job = jobs[j];
+    const size_t n = size_t(job.n_queries);
+    const StatsRequest stats = requested_stats(job);
+    if (stats.any()) {
+      if (n > 0) plan.items.push_back({j, 0, n, all_keys, stats, kWhole});
+      continue;
+    }
+    const size_t keys = count_tokens(job.segments, job.n_segments, "attend", j);
+    const size_t parts = std::min(parts_wanted, std::max<size_t>(1, keys / kMinPartKeys));
+    for (size_t first = 0; first < n; first += s.queries_per_block) {
+      const size_t count = std::min(s.queries_per_block, n - first);
+      if (parts == 1) {
+        plan.items.push_back({j, first, count, all_keys, stats, kWhole});
+        continue;
+      }
+      plan.splits.push_back({j, first, count, plan.n_parts, parts});
+      plan.part_rows = std::max(plan.part_rows, count * s.group_size);
+      auto boundary = [&](size_t p) {
+        return p == parts ? keys : keys * p / parts / kTileKeys * kTileKeys;
+      };
+      for (size_t p = 0; p < parts; ++p)
+        plan.items.push_back(
+            {j, first, count, {boundary(p), boundary(p + 1)}, stats, plan.n_parts++});
+    }
   }
-  return items;
+  return plan;
 }
 
 void run_item(const kvc_attend_job& job, const WorkItem& item, const AttentionShape& s,
-              AttentionWorkspace& w) {
+              AttentionWorkspace& w, PartialStates& partials) {
   if (item.stats.any()) reset_latest_stats(job);
   const size_t end = item.first + item.count;
   for (size_t first = item.first; first < end; first += s.queries_per_block) {
-    attend_block(job, first, std::min(s.queries_per_block, end - first), s, w);
+    attend_block(job, first, std::min(s.queries_per_block, end - first), item.keys, s, w);
+    if (item.part != kWhole) {
+      partials.save(item.part, w);
+      continue;
+    }
+    write_output(job, s, w);
     if (item.stats.any()) accumulate_stats(job, item.stats, s, w);
   }
 }
@@ -95,10 +157,18 @@ void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, size_t n_j
   const kvc_attend_config config = read_config(given_config);
   validate(jobs, n_jobs, config);
   const AttentionShape shape = make_shape(config);
-  const std::vector<WorkItem> items = split_work(jobs, n_jobs, shape);
-  parallel_for(host, items.size(), 1, [&](size_t begin, size_t end) {
-    AttentionWorkspace workspace(shape);
-    for (size_t i = begin; i < end; ++i) run_item(jobs[items[i].job], items[i], shape, workspace);
+  const WorkPlan plan = plan_work(jobs, n_jobs, shape);
+  PartialStates partials(plan.n_parts, plan.part_rows, shape);
+  parallel_for(host, plan.items.size(), 1, [&](size_t begin, size_t end) {
+    AttentionWorkspace& workspace = thread_workspace(shape);
+    for (size_t i = begin; i < end; ++i)
+      run_item(jobs[plan.items[i].job], plan.items[i], shape, workspace, partials);
+  });
+  parallel_for(host, plan.splits.size(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const SplitBlock& b = plan.splits[i];
+      partials.merge(jobs[b.job], b.first, b.count, b.first_part, b.n_parts, shape);
+    }
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 
 namespace kvc::cpu {
 namespace {
@@ -20,8 +21,7 @@ RowTargets row_targets(size_t query, const kvc_attend_job& job, StatsRequest req
   const size_t n = size_t(job.n_queries);
   const size_t window = size_t(std::max(0, s.observation_window));
   const size_t first_in_window = n - std::min(n, window);
-  return {request.sum, request.last && query + 1 == n,
-          request.window && query >= first_in_window};
+  return {request.sum, request.last && query + 1 == n, request.window && query >= first_in_window};
 }
 
 }  // namespace
@@ -47,27 +47,27 @@ void reset_latest_stats(const kvc_attend_job& job) {
 
 void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const AttentionShape& s,
                       AttentionWorkspace& w) {
-  const size_t d = s.head_dim;
-  const size_t rows = w.n_queries * s.group_size;
+  // The block's last query feeds every statistic that any of its queries feeds.
+  if (!row_targets(w.first_query + w.n_queries - 1, job, request, s).any()) return;
   const float head_weight = 1.0f / float(s.group_size);  // attn_last is a mean over heads
-  for_each_visible_tile(job, w.block_visible, [&](const kvc_segment& segment, size_t first_key,
-                                                  size_t n_keys) {
-    const float* k = tile_f32(segment.k, first_key, n_keys, s, w.k.data());
-    const int32_t* pos = segment.pos + first_key;
-    for (size_t row = 0; row < rows; ++row) {
+  const KeyRange all_keys{0, std::numeric_limits<size_t>::max()};
+  for_each_visible_tile(job, all_keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
+    if (next) prefetch_rows(next->segment->k, *next, s);
+    score_tile(tile, s, w);
+    const kvc_segment& segment = *tile.segment;
+    for (size_t row = 0; row < w.rows(); ++row) {
       const size_t query = w.first_query + row / s.group_size;
       const RowTargets targets = row_targets(query, job, request, s);
       if (!targets.any() || w.row_sum[row] <= 0.0f) continue;
-      const VisibleRange visible = w.visible[row / s.group_size];
-      const float* q = w.q.data() + row * d;
+      float* p = w.weights.data() + row * kTileKeys;  // probabilities, times row_sum
+      s.kernels->softmax_weights(w.logits.data() + row * kTileKeys, tile.n, w.row_max[row], p);
       const float inv_sum = 1.0f / w.row_sum[row];
-      for (size_t t = 0; t < n_keys; ++t) {
-        if (!visible.contains(pos[t])) continue;
-        const float p = std::exp(logit(q, k + t * d, s) - w.row_max[row]) * inv_sum;
-        const size_t key = first_key + t;
-        if (targets.sum && segment.attn_sum) segment.attn_sum[key] += p;
-        if (targets.last && segment.attn_last) segment.attn_last[key] += p * head_weight;
-        if (targets.window && segment.attn_window) segment.attn_window[key] += p;
+      for (size_t t = 0; t < tile.n; ++t) {
+        const size_t key = tile.first + t;
+        if (targets.sum && segment.attn_sum) segment.attn_sum[key] += p[t] * inv_sum;
+        if (targets.last && segment.attn_last)
+          segment.attn_last[key] += p[t] * inv_sum * head_weight;
+        if (targets.window && segment.attn_window) segment.attn_window[key] += p[t] * inv_sum;
       }
     }
   });

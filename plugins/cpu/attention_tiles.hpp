@@ -1,26 +1,21 @@
 // What the attention passes share: the shape of a call, which keys a query sees, and the
-// walk over stored keys in tiles converted to f32.
+// walk over stored keys in tiles.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
+#include "kernels.hpp"
 #include "kvc/half.hpp"
 #include "kvcache/kvcache_plugin.h"
-#include "row_convert.hpp"
-#include "row_math.hpp"
 
 namespace kvc::cpu {
 
-// Keys converted and scored together: a K and a V tile of 32 rows of f32 stay in L1/L2
-// while every query row of a block passes over them.
-constexpr size_t kTileKeys = 32;
-
 struct AttentionShape {
   size_t head_dim;
+  size_t padded_dim;  // head_dim rounded up to kDimAlign: the stride of f32 rows
   size_t group_size;
   size_t queries_per_block;
   kvc_dtype storage_dtype;
@@ -28,6 +23,7 @@ struct AttentionShape {
   int32_t sliding_window;
   float softcap;
   int32_t observation_window;
+  const TileKernels* kernels;
 };
 
 // Positions a query sees: first <= p <= last.
@@ -43,37 +39,81 @@ inline VisibleRange visible_range(int32_t q_pos, int32_t sliding_window) {
   return {first, q_pos};
 }
 
-// K or V rows [first, first + n) of a segment as f32: in place for f32 storage, else
-// converted into buffer.
-inline const float* tile_f32(const void* rows, size_t first, size_t n, const AttentionShape& s,
-                             float* buffer) {
+// Keys [first, end) of a job, counted across its segments in storage order.
+struct KeyRange {
+  size_t first;
+  size_t end;
+};
+
+// Keys [first, first + n) of one segment, at positions lowest..highest.
+struct Tile {
+  const kvc_segment* segment;
+  size_t first;
+  size_t n;
+  int32_t lowest;
+  int32_t highest;
+};
+
+// K or V rows of a tile as the kernels read them.
+struct TileRows {
+  const void* data;
+  kvc_dtype dtype;
+};
+
+// Where the rows are stored when the kernels can read them there (f32 rows without padding,
+// or 16-bit ones for a block of up to max_rows_in_place rows), else converted into buffer as
+// f32 rows padded_dim apart (its padding stays zero).
+inline TileRows tile_rows(const void* rows, const Tile& tile, size_t block_rows,
+                          const AttentionShape& s, float* buffer) {
   const size_t row_bytes = s.head_dim * dtype_size(s.storage_dtype);
-  const char* base = static_cast<const char*>(rows) + first * row_bytes;
-  if (s.storage_dtype == KVC_DTYPE_F32) return reinterpret_cast<const float*>(base);
-  for (size_t t = 0; t < n; ++t)
-    load_row_f32(base + t * row_bytes, s.storage_dtype, buffer + t * s.head_dim, s.head_dim);
-  return buffer;
+  const char* first = static_cast<const char*>(rows) + tile.first * row_bytes;
+  if (s.head_dim == s.padded_dim) {
+    if (s.storage_dtype == KVC_DTYPE_F32 || block_rows <= s.kernels->max_rows_in_place)
+      return {first, s.storage_dtype};
+    s.kernels->convert(first, s.storage_dtype, buffer, tile.n * s.head_dim);
+    return {buffer, KVC_DTYPE_F32};
+  }
+  for (size_t t = 0; t < tile.n; ++t)
+    s.kernels->convert(first + t * row_bytes, s.storage_dtype, buffer + t * s.padded_dim,
+                       s.head_dim);
+  return {buffer, KVC_DTYPE_F32};
 }
 
-inline float logit(const float* q, const float* k, const AttentionShape& s) {
-  const float raw = s.scale * dot(q, k, s.head_dim);
-  return s.softcap > 0.0f ? s.softcap * std::tanh(raw / s.softcap) : raw;
+// Asks for a tile's K or V rows to be loaded into cache while the previous tile is computed:
+// decode attention streams them from memory, and the blocks of a paged cache are too short
+// for the hardware prefetcher to ramp up within each.
+inline void prefetch_rows(const void* rows, const Tile& tile, const AttentionShape& s) {
+  const size_t row_bytes = s.head_dim * dtype_size(s.storage_dtype);
+  const char* begin = static_cast<const char*>(rows) + tile.first * row_bytes;
+  for (size_t offset = 0; offset < tile.n * row_bytes; offset += 64)
+    __builtin_prefetch(begin + offset);
 }
 
-// Calls visit(segment, first, n_keys) for each tile of up to kTileKeys keys of the job's
-// segments, in storage order, skipping tiles that no position in `visible` can see.
+// Calls visit(tile, next) for each tile of up to kTileKeys keys of `keys`, in storage
+// order, skipping tiles that no position in `visible` can see; next is the tile visited
+// after this one, or null.
 template <class Visit>
-void for_each_visible_tile(const kvc_attend_job& job, VisibleRange visible, Visit&& visit) {
-  for (int32_t si = 0; si < job.n_segments; ++si) {
+void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRange visible,
+                           Visit&& visit) {
+  Tile pending{nullptr, 0, 0, 0, 0};
+  size_t segment_first = 0;  // the key index of the segment's first token
+  for (int32_t si = 0; si < job.n_segments && segment_first < keys.end; ++si) {
     const kvc_segment& segment = job.segments[si];
-    for (size_t first = 0; first < size_t(segment.count); first += kTileKeys) {
-      const size_t n_keys = std::min(kTileKeys, size_t(segment.count) - first);
-      const int32_t* pos = segment.pos + first;
-      const auto [lowest, highest] = std::minmax_element(pos, pos + n_keys);
+    const size_t count = size_t(segment.count);
+    const size_t begin = std::max(keys.first, segment_first) - segment_first;
+    const size_t end = std::min(keys.end, segment_first + count) - segment_first;
+    segment_first += count;
+    for (size_t first = begin; first < end; first += kTileKeys) {
+      const size_t n = std::min(kTileKeys, end - first);
+      const auto [lowest, highest] =
+          std::minmax_element(segment.pos + first, segment.pos + first + n);
       if (*highest < visible.first || *lowest > visible.last) continue;
-      visit(segment, first, n_keys);
+      const Tile tile{&segment, first, n, *lowest, *highest};
+      if (pending.segment) visit(pending, &tile);
+      pending = tile;
     }
   }
+  if (pending.segment) visit(pending, static_cast<const Tile*>(nullptr));
 }
 
 }  // namespace kvc::cpu

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
 #include "compact_kernel.hpp"
+#include "kernels.hpp"
 #include "plugin_error.hpp"
 #include "read_keys_kernel.hpp"
 
@@ -41,6 +43,11 @@ int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* 
     if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
     check_host(host);
     *out_instance = new Instance{host};
+    if (host->log) {
+      char message[64];
+      std::snprintf(message, sizeof message, "cpu backend: %s kernels", tile_kernels().name);
+      host->log(host->host, KVC_LOG_DEBUG, message);
+    }
   });
 }
 

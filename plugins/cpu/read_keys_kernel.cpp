@@ -1,8 +1,7 @@
 #include "read_keys_kernel.hpp"
 
-#include "kvc/half.hpp"
+#include "kernels.hpp"
 #include "parallel.hpp"
-#include "row_convert.hpp"
 #include "validation.hpp"
 
 namespace kvc::cpu {
@@ -20,13 +19,11 @@ void validate(const kvc_read_keys_job* jobs, size_t n_jobs, int32_t head_dim,
 }
 
 void read_keys_job(const kvc_read_keys_job& job, size_t head_dim, kvc_dtype storage_dtype) {
-  const size_t row_bytes = head_dim * dtype_size(storage_dtype);
   float* out = job.out;
   for (int32_t s = 0; s < job.n_segments; ++s) {
-    const kvc_segment& segment = job.segments[s];
-    const char* k = static_cast<const char*>(segment.k);
-    for (int32_t t = 0; t < segment.count; ++t, out += head_dim)
-      load_row_f32(k + size_t(t) * row_bytes, storage_dtype, out, head_dim);
+    const size_t n = size_t(job.segments[s].count) * head_dim;
+    tile_kernels().convert(job.segments[s].k, storage_dtype, out, n);
+    out += n;
   }
 }
 

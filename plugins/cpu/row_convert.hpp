@@ -1,4 +1,4 @@
-// Conversion of one row of head_dim values between f32 and a storage dtype.
+// Conversion of one row of head_dim f32 values to a storage dtype.
 #pragma once
 
 #include <cstddef>
@@ -8,24 +8,6 @@
 #include "kvc/half.hpp"
 
 namespace kvc::cpu {
-
-inline void load_row_f32(const void* src, kvc_dtype dtype, float* __restrict dst, size_t n) {
-  switch (dtype) {
-    case KVC_DTYPE_F32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case KVC_DTYPE_F16: {
-      const auto* __restrict h = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
-      return;
-    }
-    case KVC_DTYPE_BF16: {
-      const auto* __restrict b = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(b[i]);
-      return;
-    }
-  }
-}
 
 inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtype, size_t n) {
   switch (dtype) {

@@ -1,0 +1,171 @@
+// kvc-bench attention: the CPU kernels against the machine's limits, measured in the same run
+// (DESIGN.md section 8). Decode attention over a --tokens cache as a fraction of read
+// bandwidth, append of a prefill chunk for a batch of sequences as a fraction of memcpy
+// bandwidth, and the GFLOP/s of a prefill chunk's attention.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bandwidth.hpp"
+#include "common.hpp"
+#include "filled_cache.hpp"
+#include "report.hpp"
+#include "subcommands.hpp"
+#include "timer.hpp"
+
+namespace kvc_bench {
+
+const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
+    "  --chunk=N       prefill chunk: tokens appended per sequence, queries attended (default "
+    "256)\n"
+    "  --batch=N       sequences appended at once (default 8)\n"
+    "  --reps=N        repeats; the minimum time counts (default 5)\n";
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// One kvc_append of `chunk` new tokens to each of `batch` sequences, on every layer: the
+// seconds of the fastest rep. Storage is reserved before the clock starts, and the blocks of
+// a rep are recycled by the next, so page faults stay out of all but the first.
+double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int reps) {
+  kvc_context* context = nullptr;
+  check(kvc_context_create(nullptr, &context), "kvc_context_create");
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = shape.layers;
+  p.kv_heads = shape.kv_heads;
+  p.q_heads = shape.q_heads;
+  p.head_dim = shape.head_dim;
+  p.dtype = shape.dtype;
+  CacheShape stored = shape;
+  stored.tokens = chunk;
+  p.memory_limit = static_cast<size_t>(stored.kv_bytes() * 2 * batch + (size_t{64} << 20));
+  kvc_cache* cache = nullptr;
+  check(kvc_cache_create(context, &p, &cache), "kvc_cache_create");
+
+  // Source rows in the storage dtype, so that append is a pure scatter of bytes.
+  const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(chunk);
+  const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
+  std::vector<unsigned char> k(rows * row * dtype_size(shape.dtype)), v(k.size());
+  std::mt19937 rng(static_cast<uint32_t>(shape.seed));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> values(rows * row);
+  for (float& x : values) x = u(rng);
+  convert_from_f32(values.data(), k.data(), values.size(), shape.dtype);
+  for (float& x : values) x = u(rng);
+  convert_from_f32(values.data(), v.data(), values.size(), shape.dtype);
+
+  std::vector<int32_t> seq_ids(static_cast<size_t>(batch));
+  std::iota(seq_ids.begin(), seq_ids.end(), 0);
+  const std::vector<int32_t> n_tokens(seq_ids.size(), chunk);
+  std::vector<int32_t> positions(rows);
+  for (size_t i = 0; i < rows; ++i)
+    positions[i] = static_cast<int32_t>(i % static_cast<size_t>(chunk));
+  kvc_batch b;
+  kvc_batch_init(&b, batch, seq_ids.data(), n_tokens.data(), positions.data());
+  const kvc_tensor tk{k.data(), shape.dtype, KVC_DEVICE_HOST, 0};
+  const kvc_tensor tv{v.data(), shape.dtype, KVC_DEVICE_HOST, 0};
+
+  double best = kInfinity;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 touches the pages
+    for (int32_t s : seq_ids) {
+      check(kvc_seq_create(cache, s), "kvc_seq_create");
+      check(kvc_seq_reserve(cache, s, chunk), "kvc_seq_reserve");
+    }
+    Timer t;
+    for (int32_t layer = 0; layer < shape.layers; ++layer)
+      check(kvc_append(cache, layer, &b, &tk, &tv), "kvc_append");
+    if (rep > 0) best = std::min(best, t.seconds());
+    for (int32_t s : seq_ids) check(kvc_seq_remove(cache, s), "kvc_seq_remove");
+  }
+  kvc_cache_destroy(cache);
+  kvc_context_destroy(context);
+  return best;
+}
+
+// Attention of the last `chunk` tokens' queries of the filled sequence (positions
+// tokens - chunk .. tokens - 1, causal) on every layer: the seconds of the fastest rep.
+double time_prefill(const CacheShape& shape, FilledCache& filled, int32_t chunk, int reps) {
+  const size_t width = static_cast<size_t>(shape.q_heads) * static_cast<size_t>(shape.head_dim);
+  std::vector<float> q(static_cast<size_t>(chunk) * width), out(q.size());
+  std::mt19937 rng(static_cast<uint32_t>(shape.seed) + 1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : q) x = u(rng);
+  std::vector<int32_t> positions(static_cast<size_t>(chunk));
+  for (int32_t i = 0; i < chunk; ++i) positions[static_cast<size_t>(i)] = shape.tokens - chunk + i;
+  int32_t seq = 0;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &chunk, positions.data());
+  const kvc_tensor tq{q.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  kvc_tensor_mut tout{out.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  double best = kInfinity;
+  for (int rep = 0; rep < reps; ++rep) {
+    Timer t;
+    for (int32_t layer = 0; layer < shape.layers; ++layer)
+      check(kvc_attend(filled.cache(), layer, &batch, &tq, nullptr, &tout), "kvc_attend");
+    best = std::min(best, t.seconds());
+  }
+  return best;
+}
+
+// Multiply-adds of QK^T and PV: 4 * head_dim flops per (query head, visible key).
+double prefill_flops(const CacheShape& shape, int32_t chunk) {
+  double keys = 0;
+  for (int32_t i = 0; i < chunk; ++i) keys += shape.tokens - chunk + i + 1;
+  return 4.0 * shape.head_dim * keys * shape.q_heads * shape.layers;
+}
+
+}  // namespace
+
+int run_attention(Options& opts) {
+  CacheShape shape = CacheShape::read(opts);
+  const int32_t chunk = static_cast<int32_t>(opts.get_int("chunk", 256, 1, shape.tokens));
+  const int32_t batch = static_cast<int32_t>(opts.get_int("batch", 8, 1, 4096));
+  const int reps = static_cast<int>(opts.get_int("reps", 5, 1, 1000));
+  opts.reject_unknown();
+
+  // The library's arena uses every core: so does the baseline.
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const Bandwidth bw = measure_bandwidth(size_t{256} << 20, threads);
+
+  FilledCache filled(shape, nullptr, 0);
+  double decode_s = kInfinity;
+  filled.attend_decode_step();  // warm-up
+  for (int rep = 0; rep < reps; ++rep) {
+    Timer t;
+    filled.attend_decode_step();
+    decode_s = std::min(decode_s, t.seconds());
+  }
+  const double prefill_s = time_prefill(shape, filled, chunk, reps);
+  const double append_s = time_append(shape, batch, chunk, reps);
+
+  CacheShape appended = shape;
+  appended.tokens = chunk;
+  const double decode_bps = static_cast<double>(shape.kv_bytes()) / decode_s;
+  const double append_bps = static_cast<double>(appended.kv_bytes()) * batch / append_s;
+  report("tokens", shape.tokens);
+  report("layers", shape.layers);
+  report("kv_heads", shape.kv_heads);
+  report("q_heads", shape.q_heads);
+  report("head_dim", shape.head_dim);
+  report("dtype", dtype_name(shape.dtype));
+  report("chunk", chunk);
+  report("batch", batch);
+  report_bandwidth(bw);
+  report("kv_bytes", shape.kv_bytes());
+  report("decode_attention_seconds", decode_s);
+  report("decode_attention_kv_gbps", decode_bps / 1e9);
+  report("prefill_attention_seconds", prefill_s);
+  report("prefill_attention_gflops", prefill_flops(shape, chunk) / prefill_s / 1e9);
+  report("append_seconds", append_s);
+  report("append_gbps", append_bps / 1e9);
+  report("decode_attention_fraction_of_read_bw", decode_bps / bw.read_bytes_per_s);
+  report("append_fraction_of_memcpy_bw", append_bps / bw.memcpy_bytes_per_s);
+  return 0;
+}
+
+}  // namespace kvc_bench

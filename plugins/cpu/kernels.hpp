@@ -1,0 +1,51 @@
+// The inner loops of attention over one tile of keys, chosen once for the running CPU: an
+// AVX2/FMA/F16C set where the CPU has them, else the portable set, which GCC auto-vectorises
+// for plain x86-64. Rows of f32 are `dim` apart: the head dimension rounded up to kDimAlign,
+// zero-padded.
+#pragma once
+
+#include <cstddef>
+
+#include "kvcache/kvcache_plugin.h"
+
+namespace kvc::cpu {
+
+constexpr size_t kDimAlign = 8;  // f32 lanes of an AVX register
+// Keys scored together: a tile's K and V rows stay in L1/L2 while every query row of a block
+// passes over them. Rows of logits and weights are this long.
+constexpr size_t kTileKeys = 32;
+
+struct TileKernels {
+  const char* name;
+  // Blocks of up to this many query rows read f16/bf16 K and V rows where they are stored
+  // (when the head dimension needs no padding) instead of converting a tile to f32 first;
+  // 0: never. For decode's few rows a separate conversion pass would cost more than the
+  // arithmetic.
+  size_t max_rows_in_place;
+  // dst[0..n) = src[0..n) of `dtype` as f32.
+  void (*convert)(const void* src, kvc_dtype dtype, float* dst, size_t n);
+  // logits[r * kTileKeys + t] = dot(q row r, k row t) for r < rows, t < n_keys. k rows are
+  // f32, or of the storage dtype for blocks of up to max_rows_in_place rows.
+  void (*logits)(const float* q, size_t rows, const void* k, kvc_dtype k_dtype, size_t n_keys,
+                 size_t dim, float* logits);
+  // acc row r += sum over t < n_keys of weights[r * kTileKeys + t] * v row t, for r < rows;
+  // v rows as k rows above.
+  void (*accumulate)(float* acc, size_t rows, const float* weights, const void* v,
+                     kvc_dtype v_dtype, size_t n_keys, size_t dim);
+  // weights[t] = exp(logits[t] - max) for t < n (0 for a logit of -infinity); returns their
+  // sum. max >= every logit; both arrays are kTileKeys long, and weights past n may be
+  // overwritten.
+  float (*softmax_weights)(const float* logits, size_t n, float max, float* weights);
+};
+
+extern const TileKernels portable_kernels;
+#if defined(__x86_64__)
+#define KVC_CPU_HAVE_AVX2_KERNELS 1
+extern const TileKernels avx2_kernels;  // run only where the CPU has AVX2, FMA and F16C
+#endif
+
+// The set for this CPU, picked on the first call. KVC_CPU_KERNELS=portable in the
+// environment forces the portable set, so that it can be tested on any machine.
+const TileKernels& tile_kernels();
+
+}  // namespace kvc::cpu

@@ -1,0 +1,87 @@
+// The portable tile kernels: plain loops written so that GCC -O3 vectorises them with the
+// baseline ISA (SSE2 on x86-64). They read f32 K/V rows only (max_rows_in_place is 0).
+#include <cmath>
+#include <cstring>
+
+#include "kernels.hpp"
+#include "kvc/half.hpp"
+
+namespace kvc::cpu {
+namespace {
+
+void convert(const void* src, kvc_dtype dtype, float* __restrict dst, size_t n) {
+  const auto* __restrict h = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case KVC_DTYPE_F32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KVC_DTYPE_F16:
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+      return;
+    case KVC_DTYPE_BF16:
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+      return;
+  }
+}
+
+// Sixteen independent partial sums: without -ffast-math GCC vectorises no float reduction
+// (it may not reassociate), but it does vectorise these lanes, and four SSE accumulators
+// hide the latency of the adds.
+float dot(const float* __restrict a, const float* __restrict b, size_t n) {
+  constexpr size_t kLanes = 16;
+  float partial[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t lane = 0; lane < kLanes; ++lane) partial[lane] += a[i + lane] * b[i + lane];
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (size_t lane = 0; lane < kLanes; ++lane) sum += partial[lane];
+  return sum;
+}
+
+void logits(const float* q, size_t rows, const void* k, kvc_dtype, size_t n_keys, size_t dim,
+            float* out) {
+  const auto* keys = static_cast<const float*>(k);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t t = 0; t < n_keys; ++t)
+      out[r * kTileKeys + t] = dot(q + r * dim, keys + t * dim, dim);
+}
+
+// y += sum over j of w[j] * row j of x: four rows per pass, so y is loaded and stored a
+// quarter as often as with one pass per row.
+void weighted_sum(float* __restrict y, const float* w, const float* x, size_t n_rows, size_t n) {
+  size_t j = 0;
+  for (; j + 4 <= n_rows; j += 4) {
+    const float* __restrict x0 = x + j * n;
+    const float* __restrict x1 = x0 + n;
+    const float* __restrict x2 = x1 + n;
+    const float* __restrict x3 = x2 + n;
+    const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+    for (size_t i = 0; i < n; ++i) y[i] += w0 * x0[i] + w1 * x1[i] + w2 * x2[i] + w3 * x3[i];
+  }
+  for (; j < n_rows; ++j) {
+    const float* __restrict xj = x + j * n;
+    for (size_t i = 0; i < n; ++i) y[i] += w[j] * xj[i];
+  }
+}
+
+void accumulate(float* acc, size_t rows, const float* weights, const void* v, kvc_dtype,
+                size_t n_keys, size_t dim) {
+  for (size_t r = 0; r < rows; ++r)
+    weighted_sum(acc + r * dim, weights + r * kTileKeys, static_cast<const float*>(v), n_keys, dim);
+}
+
+float softmax_weights(const float* logits, size_t n, float max, float* weights) {
+  float sum = 0.0f;
+  for (size_t t = 0; t < n; ++t) {
+    weights[t] = std::exp(logits[t] - max);
+    sum += weights[t];
+  }
+  return sum;
+}
+
+}  // namespace
+
+const TileKernels portable_kernels = {"portable", 0, convert, logits, accumulate, softmax_weights};
+
+}  // namespace kvc::cpu
