@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvc/half.hpp"
 #include "kvcache/kvcache.h"
 
 namespace kvc_bench {
@@ -52,40 +53,6 @@ inline kvc_dtype parse_dtype(const std::string& text, const char* option) {
   throw UsageError(std::string("--") + option + ": expected f32, f16 or bf16, got '" + text + "'");
 }
 
-/// IEEE binary16 bits of @p f, rounded to nearest even (overflow gives infinity).
-inline uint16_t f32_to_f16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // inf or NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-  }
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past max
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // under half the smallest
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(abs >> 23);  // 14 .. 24
-    uint32_t half = mant >> shift;
-    const uint32_t rest = mant & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t bits = abs - 0x38000000u;  // rebias exponent 127 -> 15
-  bits += 0xfffu + ((bits >> 13) & 1u);
-  return static_cast<uint16_t>(sign | (bits >> 13));
-}
-
-/// bfloat16 bits of @p f, rounded to nearest even (NaN stays NaN).
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 /// Converts @p n floats to @p dtype at @p dst.
 inline void convert_from_f32(const float* src, void* dst, size_t n, kvc_dtype dtype) {
   if (dtype == KVC_DTYPE_F32) {
@@ -94,9 +61,9 @@ inline void convert_from_f32(const float* src, void* dst, size_t n, kvc_dtype dt
   }
   auto* out = static_cast<uint16_t*>(dst);
   if (dtype == KVC_DTYPE_F16) {
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = kvc::f32_to_f16(src[i]);
   } else {
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = kvc::f32_to_bf16(src[i]);
   }
 }
 
