@@ -21,8 +21,9 @@ namespace kvc_bench {
 const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "  --chunk=N       prefill chunk: tokens appended per sequence, queries attended (default "
     "256)\n"
-    "  --batch=N       sequences appended at once (default 8)\n"
-    "  --reps=N        repeats; the minimum time counts (default 5)\n";
+    "  --batch=N       sequences appended at once (default 32)\n"
+    "  --reps=N        repeats of decode and append; the minimum time counts (default 20)\n"
+    "  --prefill_reps=N  repeats of the prefill chunk's attention (default 3)\n";
 
 namespace {
 
@@ -124,8 +125,9 @@ double prefill_flops(const CacheShape& shape, int32_t chunk) {
 int run_attention(Options& opts) {
   CacheShape shape = CacheShape::read(opts);
   const int32_t chunk = static_cast<int32_t>(opts.get_int("chunk", 256, 1, shape.tokens));
-  const int32_t batch = static_cast<int32_t>(opts.get_int("batch", 8, 1, 4096));
-  const int reps = static_cast<int>(opts.get_int("reps", 5, 1, 1000));
+  const int32_t batch = static_cast<int32_t>(opts.get_int("batch", 32, 1, 4096));
+  const int reps = static_cast<int>(opts.get_int("reps", 20, 1, 1000));
+  const int prefill_reps = static_cast<int>(opts.get_int("prefill_reps", 3, 1, 1000));
   opts.reject_unknown();
 
   // The library's arena uses every core: so does the baseline.
@@ -140,7 +142,7 @@ int run_attention(Options& opts) {
     filled.attend_decode_step();
     decode_s = std::min(decode_s, t.seconds());
   }
-  const double prefill_s = time_prefill(shape, filled, chunk, reps);
+  const double prefill_s = time_prefill(shape, filled, chunk, prefill_reps);
   const double append_s = time_append(shape, batch, chunk, reps);
 
   CacheShape appended = shape;
