@@ -8,57 +8,75 @@
 namespace kvc {
 namespace {
 
-// Tokens one (layer, KV head) holds over a request, with the policy's triggers.
-class LengthSimulation {
- public:
-  LengthSimulation(const PolicyConfig* policy, const Geometry& g) : policy_(policy), g_(g) {}
+// When one store of tokens compresses: not at all, before storing (the "once" mode at the
+// first decode token), after attending (per-chunk prefill), or as decoding triggers say.
+enum class Trigger { none, before, after, decode };
 
-  void add(int32_t tokens) {
+// The tokens every (layer, KV head) of one sequence holds over a request. Layers store a
+// step's tokens one after another, so while one layer holds its step's peak, the others hold
+// what they held before or after that step.
+class Simulation {
+ public:
+  Simulation(const PolicyConfig* policy, const Geometry& g, int32_t layers)
+      : policy_(policy), g_(g), layers_(layers) {}
+
+  void store(int32_t tokens, Trigger trigger) {
+    const size_t before = held_bytes();
+    if (trigger == Trigger::before) compress();
     length_ += tokens;
     seen_ += tokens;
-    note();
+    const size_t peak = grow();
+    ++steps_since_compression_;
+    if (trigger == Trigger::after || (trigger == Trigger::decode && decode_due())) compress();
+    const size_t after = held_bytes();
+    peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
-  void compress() {
-    if (!policy_) return;
-    int64_t budget = budget_tokens();
-    int64_t protected_tokens = std::min<int64_t>(length_, int64_t{policy_->sinks} + policy_->recent);
-    length_ = std::min(length_, std::max(budget, protected_tokens));
-  }
-  bool over(int64_t slack) const { return policy_ && length_ > budget_tokens() + slack; }
+  // Bytes of all layers of one KV head at the worst moment.
   size_t peak_bytes() const { return peak_bytes_; }
 
  private:
+  void compress() {
+    steps_since_compression_ = 0;
+    if (!policy_) return;
+    int64_t protected_tokens = std::min<int64_t>(length_, int64_t{policy_->sinks} + policy_->recent);
+    length_ = std::min(length_, std::max(budget_tokens(), protected_tokens));
+  }
+  bool decode_due() const {
+    if (!policy_) return false;
+    bool every = policy_->decode_every > 0 && steps_since_compression_ >= policy_->decode_every;
+    bool slack = policy_->decode_slack > 0 && length_ > budget_tokens() + policy_->decode_slack;
+    return every || slack;
+  }
   int64_t budget_tokens() const {
     if (policy_->budget_ratio > 0.0) {
       return static_cast<int64_t>(std::ceil(policy_->budget_ratio * static_cast<double>(seen_)));
     }
     return policy_->budget_tokens > 0 ? policy_->budget_tokens : INT64_MAX / 2;
   }
-  void note() {
-    size_t bytes;
-    if (g_.layout == KVC_LAYOUT_PAGED) {
-      int64_t blocks = (length_ + g_.block_tokens - 1) / g_.block_tokens;
-      bytes = static_cast<size_t>(blocks) * g_.bytes_for(g_.block_tokens);
-    } else {
-      // Contiguous segments keep their capacity after compaction and grow by the factor.
-      if (length_ > capacity_) {
-        int64_t grown = static_cast<int64_t>(std::ceil(static_cast<double>(capacity_) * g_.growth_factor));
-        int64_t old_capacity = capacity_;
-        capacity_ = std::max<int64_t>({length_, grown, 16});
-        // Both segments exist while the old one is copied.
-        peak_bytes_ = std::max(peak_bytes_, g_.bytes_for(static_cast<int32_t>(old_capacity)) +
-                                                g_.bytes_for(static_cast<int32_t>(capacity_)));
-      }
-      bytes = g_.bytes_for(static_cast<int32_t>(capacity_));
-    }
-    peak_bytes_ = std::max(peak_bytes_, bytes);
+  size_t bytes_of(int64_t tokens) const { return g_.bytes_for(static_cast<int32_t>(tokens)); }
+  // Paged: whole blocks. Contiguous: the capacity, which compaction keeps.
+  size_t held_bytes() const {
+    if (g_.layout == KVC_LAYOUT_CONTIGUOUS) return bytes_of(capacity_);
+    int64_t blocks = (length_ + g_.block_tokens - 1) / g_.block_tokens;
+    return static_cast<size_t>(blocks) * bytes_of(g_.block_tokens);
+  }
+  // Grows a contiguous segment as the cache does; returns the bytes held at the peak (old and
+  // new segment together while the copy runs).
+  size_t grow() {
+    if (g_.layout != KVC_LAYOUT_CONTIGUOUS || length_ <= capacity_) return held_bytes();
+    int64_t grown = static_cast<int64_t>(std::ceil(static_cast<double>(capacity_) * g_.growth_factor));
+    int64_t old_capacity = capacity_;
+    capacity_ = std::max<int64_t>({length_, grown, 16});
+    return bytes_of(old_capacity) + bytes_of(capacity_);
   }
 
   const PolicyConfig* policy_;
   const Geometry& g_;
+  const int32_t layers_;
   int64_t length_ = 0;
   int64_t seen_ = 0;
   int64_t capacity_ = 0;
+  int32_t steps_since_compression_ = 0;
   size_t peak_bytes_ = 0;
 };
 
@@ -71,25 +89,18 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
   }
   if (chunk_tokens < 1) throw Error(KVC_ERR_INVALID_ARGUMENT, "chunk_tokens must be >= 1");
   const PolicyConfig* policy = policy_ ? &policy_->config() : nullptr;
-  LengthSimulation head(policy, geometry_);
+  const PrefillCompression prefill = policy ? policy->prefill : PrefillCompression::none;
+  Simulation sequence(policy, geometry_, config_.layers);
   for (int32_t done = 0; done < prompt_tokens; done += chunk_tokens) {
     int32_t chunk = std::min(chunk_tokens, prompt_tokens - done);
-    head.add(chunk);
-    if (policy && chunk > 1 && policy->prefill == PrefillCompression::per_chunk) head.compress();
+    bool per_chunk = prefill == PrefillCompression::per_chunk && chunk > 1;
+    sequence.store(chunk, per_chunk ? Trigger::after : Trigger::none);
   }
-  if (policy && policy->prefill == PrefillCompression::once && new_tokens > 0) head.compress();
-  int32_t steps_since_compression = 0;
-  for (int32_t step = 1; step <= new_tokens; ++step) {
-    head.add(1);
-    ++steps_since_compression;
-    bool every = policy && policy->decode_every > 0 && steps_since_compression >= policy->decode_every;
-    bool slack = policy && policy->decode_slack > 0 && head.over(policy->decode_slack);
-    if (every || slack) {
-      head.compress();
-      steps_since_compression = 0;
-    }
+  for (int32_t step = 0; step < new_tokens; ++step) {
+    bool once = step == 0 && prompt_tokens > 1 && prefill == PrefillCompression::once;
+    sequence.store(1, once ? Trigger::before : Trigger::decode);
   }
-  return head.peak_bytes() * static_cast<size_t>(config_.layers) * static_cast<size_t>(config_.kv_heads);
+  return sequence.peak_bytes() * static_cast<size_t>(config_.kv_heads);
 }
 
 }  // namespace kvc
