@@ -104,12 +104,12 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
   std::fill_n(w.row_max.begin(), w.rows(), kNoLogit);
   std::fill_n(w.row_sum.begin(), w.rows(), 0.0f);
   for_each_visible_tile(job, keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
-    if (next) {
-      prefetch_rows(next->segment->k, *next, s);
-      prefetch_rows(next->segment->v, *next, s);
-    }
+    // The next tile's K and V are asked for in two bursts, each ahead of the work that can
+    // hide it.
+    if (next) prefetch_rows(next->segment->k, *next, s);
     score_tile(tile, s, w);
     update_softmax(tile.n, s, w);
+    if (next) prefetch_rows(next->segment->v, *next, s);
     const TileRows v = tile_rows(tile.segment->v, tile, w.rows(), s, w.v.data());
     s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.data, v.dtype, tile.n,
                           s.padded_dim);
