@@ -35,13 +35,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int reps) {
   kvc_context* context = nullptr;
   check(kvc_context_create(nullptr, &context), "kvc_context_create");
-  kvc_cache_params p;
-  kvc_cache_params_init(&p);
-  p.layers = shape.layers;
-  p.kv_heads = shape.kv_heads;
-  p.q_heads = shape.q_heads;
-  p.head_dim = shape.head_dim;
-  p.dtype = shape.dtype;
+  kvc_cache_params p = shape.params();
   CacheShape stored = shape;
   stored.tokens = chunk;
   p.memory_limit = static_cast<size_t>(stored.kv_bytes() * 2 * batch + (size_t{64} << 20));
@@ -149,12 +143,7 @@ int run_attention(Options& opts) {
   appended.tokens = chunk;
   const double decode_bps = static_cast<double>(shape.kv_bytes()) / decode_s;
   const double append_bps = static_cast<double>(appended.kv_bytes()) * batch / append_s;
-  report("tokens", shape.tokens);
-  report("layers", shape.layers);
-  report("kv_heads", shape.kv_heads);
-  report("q_heads", shape.q_heads);
-  report("head_dim", shape.head_dim);
-  report("dtype", dtype_name(shape.dtype));
+  shape.report();
   report("chunk", chunk);
   report("batch", batch);
   report_bandwidth(bw);

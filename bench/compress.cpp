@@ -51,12 +51,7 @@ int run_compress(Options& opts) {
     throw Error("compression evicted " + std::to_string(evicted) + " tokens, expected " +
                 std::to_string(expected));
   }
-  report("tokens", shape.tokens);
-  report("layers", shape.layers);
-  report("kv_heads", shape.kv_heads);
-  report("q_heads", shape.q_heads);
-  report("head_dim", shape.head_dim);
-  report("dtype", dtype_name(shape.dtype));
+  shape.report();
   report("policy", policy);
   report("budget", budget);
   report("kv_bytes", shape.kv_bytes());

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "common.hpp"
+#include "report.hpp"
 
 namespace kvc_bench {
 
@@ -24,16 +25,31 @@ uint64_t CacheShape::kv_bytes() const {
          static_cast<uint64_t>(kv_heads) * static_cast<uint64_t>(head_dim) * dtype_size(dtype);
 }
 
+kvc_cache_params CacheShape::params() const {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = layers;
+  p.kv_heads = kv_heads;
+  p.q_heads = q_heads;
+  p.head_dim = head_dim;
+  p.dtype = dtype;
+  p.memory_limit = size_t{64} << 20;
+  return p;
+}
+
+void CacheShape::report() const {
+  kvc_bench::report("tokens", tokens);
+  kvc_bench::report("layers", layers);
+  kvc_bench::report("kv_heads", kv_heads);
+  kvc_bench::report("q_heads", q_heads);
+  kvc_bench::report("head_dim", head_dim);
+  kvc_bench::report("dtype", dtype_name(dtype));
+}
+
 FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget)
     : shape_(shape) {
   check(kvc_context_create(nullptr, &context_), "kvc_context_create");
-  kvc_cache_params p;
-  kvc_cache_params_init(&p);
-  p.layers = shape.layers;
-  p.kv_heads = shape.kv_heads;
-  p.q_heads = shape.q_heads;
-  p.head_dim = shape.head_dim;
-  p.dtype = shape.dtype;
+  kvc_cache_params p = shape.params();
   p.memory_limit = static_cast<size_t>(shape.kv_bytes() * 2 + (size_t{64} << 20));
   p.policy = policy;
   p.budget = budget;

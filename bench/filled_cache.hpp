@@ -24,6 +24,10 @@ struct CacheShape {
   static CacheShape read(Options& opts);
   /// Bytes of K and V the sequence stores.
   uint64_t kv_bytes() const;
+  /// Cache parameters of this shape (paged, block 16, no policy, a 64 MiB limit).
+  kvc_cache_params params() const;
+  /// Prints the shape as name=value lines.
+  void report() const;
 };
 
 /// The options CacheShape::read() takes, for a subcommand's help text.
