@@ -95,6 +95,8 @@ int kvl_cli_create_cache(const kvl_model *model, const char *config_path, kvc_co
 void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache);
 /** One line of the cache's counters (peak bytes, tokens stored and evicted) to `out`. */
 void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache);
+/* Reads the cache's stats into *stats; returns 0, or -1 (the status is dropped). */
+int kvl_cli_read_stats(const kvc_cache *cache, kvc_cache_stats *stats);
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -161,14 +161,7 @@ static int eval_open(eval_state *st, const eval_setup *setup, kvc_cache **out_ca
 static double held_tokens(const eval_state *st, const kvc_cache *cache) {
   const kvl_config *c = kvl_model_config(st->model);
   kvc_cache_stats stats;
-  kvc_status *status;
-  memset(&stats, 0, sizeof stats);
-  stats.struct_size = sizeof stats;
-  status = kvc_cache_get_stats(cache, &stats);
-  if (status != NULL) {
-    kvc_status_free(status);
-    return NAN;
-  }
+  if (kvl_cli_read_stats(cache, &stats) != 0) return NAN;
   return (double)stats.tokens_stored / ((double)st->n_windows * c->n_layers * c->n_kv_heads);
 }
 

@@ -184,16 +184,19 @@ void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache) {
   fprintf(out, ")\n");
 }
 
+int kvl_cli_read_stats(const kvc_cache *cache, kvc_cache_stats *stats) {
+  kvc_status *status;
+  memset(stats, 0, sizeof *stats);
+  stats->struct_size = sizeof *stats;
+  status = kvc_cache_get_stats(cache, stats);
+  if (status == NULL) return 0;
+  kvc_status_free(status);
+  return -1;
+}
+
 void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache) {
   kvc_cache_stats st;
-  kvc_status *status;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  status = kvc_cache_get_stats(cache, &st);
-  if (status != NULL) {
-    kvc_status_free(status);
-    return;
-  }
+  if (kvl_cli_read_stats(cache, &st) != 0) return;
   fprintf(out, "kvcache: peak ");
   print_bytes(out, (double)st.bytes_peak);
   fprintf(out,
