@@ -29,7 +29,17 @@ struct kvl_model {
   const float *w3;              /* [layers, hidden_dim, dim] */
   const float *rms_final;       /* [dim] */
   const float *wcls;            /* [vocab, dim]; the embedding when shared */
+  int32_t bos;                  /* the token windows start with, -1: none (see llama.h) */
+  int32_t eos;                  /* the token that ends a text, -1: none */
 };
+
+/** Checks a configuration's dimensions; `source` starts the message. */
+int kvl_model_check_config(const kvl_config *c, const char *source, char *error,
+                           size_t error_size);
+/** A model of this (checked) configuration with uninitialised weights, bos 1 and eos 2. */
+int kvl_model_allocate(const kvl_config *config, kvl_model **out, char *error, size_t error_size);
+/** Loads a GGUF file of the llama architecture (model_gguf.c). */
+int kvl_model_load_gguf(const char *path, kvl_model **out_model, char *error, size_t error_size);
 
 /** Writes a printf-style message into error (if any) and returns -1. */
 int kvl_fail(char *error, size_t error_size, const char *format, ...)

@@ -35,12 +35,21 @@ typedef struct kvl_config {
 
 typedef struct kvl_model kvl_model;
 
-/** Loads a llama2.c "version 0" checkpoint. */
+/** Loads a llama2.c "version 0" checkpoint, or a GGUF file (versions 2, 3) of the llama
+ * architecture with F32, F16, Q8_0, Q4_0 or Q4_1 tensors (dequantised to f32). */
 int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t error_size);
 /** A model of the given shape with reproducible random weights (for benchmarks). */
 int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_model, char *error,
                      size_t error_size);
+/** 1 if the file is a GGUF file (starts with "GGUF"), else 0. */
+int kvl_model_is_gguf(const char *path);
 const kvl_config *kvl_model_config(const kvl_model *model);
+/** The token a text starts with (llama2.c: 1), or -1 when the model has no BOS convention
+ * (a GGUF file whose tokenizer.ggml.add_bos_token is false): texts then start at their first
+ * token. */
+int32_t kvl_model_bos(const kvl_model *model);
+/** The token that ends a text (llama2.c: 2; GGUF: tokenizer.ggml.eos_token_id), or -1. */
+int32_t kvl_model_eos(const kvl_model *model);
 void kvl_model_free(kvl_model *model);
 
 /** Fills cache parameters that match the model (layers, heads, head_dim); the caller then

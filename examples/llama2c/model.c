@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "internal.h"
 
 /* Each dimension stays below this so that products of two fit easily in 64 bits and any one
@@ -28,7 +29,8 @@ typedef struct layout {
   uint64_t in_file; /* floats in a version 0 file */
 } layout;
 
-static int check_config(const kvl_config *c, const char *source, char *error, size_t error_size) {
+int kvl_model_check_config(const kvl_config *c, const char *source, char *error,
+                           size_t error_size) {
   const struct {
     const char *name;
     int32_t value;
@@ -100,7 +102,7 @@ static layout layout_of(const kvl_config *c) {
 }
 
 /* Allocates a model with storage for `stored` floats and sets its views. */
-static int allocate(const kvl_config *config, kvl_model **out, char *error, size_t error_size) {
+int kvl_model_allocate(const kvl_config *config, kvl_model **out, char *error, size_t error_size) {
   layout l = layout_of(config);
   kvl_model *m;
   float *p;
@@ -132,6 +134,8 @@ static int allocate(const kvl_config *config, kvl_model **out, char *error, size
   m->w3 = p, p += l.w3;
   m->rms_final = p, p += l.rms_final;
   m->wcls = config->shared_classifier ? m->token_embedding : p;
+  m->bos = 1; /* llama2.c's convention */
+  m->eos = 2;
   *out = m;
   return 0;
 }
@@ -160,6 +164,7 @@ int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t 
   if (path == NULL || out_model == NULL) {
     return kvl_fail(error, error_size, "kvl_model_load: path and out_model must not be NULL");
   }
+  if (kvl_gguf_is_gguf(path)) return kvl_model_load_gguf(path, out_model, error, error_size);
   f = fopen(path, "rb");
   if (f == NULL) return kvl_fail(error, error_size, "%s: cannot open: %s", path, strerror(errno));
   if (fseek(f, 0, SEEK_END) != 0 || (file_size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -197,7 +202,7 @@ int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t 
   {
     char source[64 + 4096];
     snprintf(source, sizeof source, "%s: bad header", path);
-    if (check_config(&c, source, error, error_size) != 0) {
+    if (kvl_model_check_config(&c, source, error, error_size) != 0) {
       fclose(f);
       return -1;
     }
@@ -215,7 +220,7 @@ int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t 
                     (int)c.n_kv_heads, (int)c.vocab_size, (int)c.seq_len,
                     c.shared_classifier ? "shared" : "separate", (unsigned long long)expected);
   }
-  if (allocate(&c, &m, error, error_size) != 0) {
+  if (kvl_model_allocate(&c, &m, error, error_size) != 0) {
     fclose(f);
     return -1;
   }
@@ -269,8 +274,8 @@ int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_mo
   /* 0 means the llama2.c constants. */
   if (c.rope_theta == 0.0f) c.rope_theta = 10000.0f;
   if (c.norm_eps == 0.0f) c.norm_eps = 1e-5f;
-  if (check_config(&c, "kvl_model_random", error, error_size) != 0) return -1;
-  if (allocate(&c, &m, error, error_size) != 0) return -1;
+  if (kvl_model_check_config(&c, "kvl_model_random", error, error_size) != 0) return -1;
+  if (kvl_model_allocate(&c, &m, error, error_size) != 0) return -1;
   l = layout_of(&c);
   fill_random((float *)m->token_embedding, l.emb, &state);
   fill_ones((float *)m->rms_att, l.rms_att);
@@ -282,6 +287,12 @@ int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_mo
   *out_model = m;
   return 0;
 }
+
+int kvl_model_is_gguf(const char *path) { return kvl_gguf_is_gguf(path); }
+
+int32_t kvl_model_bos(const kvl_model *model) { return model != NULL ? model->bos : -1; }
+
+int32_t kvl_model_eos(const kvl_model *model) { return model != NULL ? model->eos : -1; }
 
 const kvl_config *kvl_model_config(const kvl_model *model) {
   return model != NULL ? &model->config : NULL;

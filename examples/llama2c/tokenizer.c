@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"
+#include "gguf.h"
 #include "internal.h"
 
 #define KVL_MAX_PIECE_BYTES (1 << 16)
@@ -33,6 +35,7 @@ struct kvl_tokenizer {
   piece_index *sorted;   /* pieces in strcmp order, for lookups */
   size_t max_piece;      /* bytes of the longest piece */
   char byte_pieces[512]; /* byte b is the string at 2 * b */
+  kvl_bpe *bpe;          /* a GGUF byte-level BPE vocabulary instead of llama2.c's */
 };
 
 static int compare_pieces(const void *a, const void *b) {
@@ -63,6 +66,7 @@ void kvl_tokenizer_free(kvl_tokenizer *t) {
   free(t->vocab);
   free(t->scores);
   free(t->sorted);
+  kvl_bpe_free(t->bpe);
   free(t);
 }
 
@@ -74,6 +78,17 @@ int kvl_tokenizer_load(const char *path, int32_t vocab_size, kvl_tokenizer **out
   if (path == NULL || out_tokenizer == NULL) {
     return kvl_fail(error, error_size,
                     "kvl_tokenizer_load: path and out_tokenizer must not be NULL");
+  }
+  if (kvl_gguf_is_gguf(path)) {
+    t = (kvl_tokenizer *)calloc(1, sizeof *t);
+    if (t == NULL) return kvl_fail(error, error_size, "out of host memory");
+    t->vocab_size = vocab_size;
+    if (kvl_bpe_load(path, vocab_size, &t->bpe, error, error_size) != 0) {
+      kvl_tokenizer_free(t);
+      return -1;
+    }
+    *out_tokenizer = t;
+    return 0;
   }
   if (vocab_size < 259) {
     return kvl_fail(error, error_size,
@@ -220,6 +235,19 @@ static void push_pair(const kvl_tokenizer *t, const symbol *s, int32_t left, cha
   heap_push(heap, n, c);
 }
 
+static int32_t encode_bpe(const kvl_tokenizer *t, const char *text, int bos, int eos,
+                          int32_t *tokens, int32_t max_tokens) {
+  const int32_t extra = (bos && t->bpe->bos >= 0 ? 1 : 0) + (eos && t->bpe->eos >= 0 ? 1 : 0);
+  int32_t n, k = 0;
+  if (max_tokens < extra) return -1;
+  if (bos && t->bpe->bos >= 0) tokens[k++] = t->bpe->bos;
+  n = kvl_bpe_encode(t->bpe, text, tokens + k, max_tokens - extra);
+  if (n < 0) return -1;
+  k += n;
+  if (eos && t->bpe->eos >= 0) tokens[k++] = t->bpe->eos;
+  return k;
+}
+
 int32_t kvl_tokenizer_encode(const kvl_tokenizer *t, const char *text, int bos, int eos,
                              int32_t *tokens, int32_t max_tokens) {
   size_t len, n = 0, heap_n = 0, i;
@@ -230,6 +258,7 @@ int32_t kvl_tokenizer_encode(const kvl_tokenizer *t, const char *text, int bos, 
   size_t cp_len = 0;
   int32_t count = 0, at;
   if (t == NULL || text == NULL || (tokens == NULL && max_tokens > 0)) return -1;
+  if (t->bpe != NULL) return encode_bpe(t, text, bos, eos, tokens, max_tokens);
   len = strlen(text);
   if (len > (size_t)INT32_MAX - 4) return -1;
   s = (symbol *)malloc((len + 1) * sizeof(symbol));
@@ -314,6 +343,7 @@ static int hex_digit(char c) {
 const char *kvl_tokenizer_decode(const kvl_tokenizer *t, int32_t previous, int32_t token) {
   const char *piece;
   if (t == NULL || token < 0 || token >= t->vocab_size) return "";
+  if (t->bpe != NULL) return kvl_bpe_decode(t->bpe, token);
   piece = t->vocab[token];
   if (previous == 1 && piece[0] == ' ') ++piece; /* the dummy prefix after BOS */
   if (piece[0] == '<' && piece[1] == '0' && piece[2] == 'x' && piece[3] != '\0' &&

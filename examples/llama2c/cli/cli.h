@@ -70,6 +70,9 @@ typedef struct kvl_cli_session {
  * kvl_cli_create_cache()). Prints any error; returns KVL_EXIT_OK or KVL_EXIT_FAILURE. */
 int kvl_cli_open(kvl_cli_session *session, const char *model_path, const char *tokenizer_path,
                  const char *config_path);
+/** The tokenizer file to load: tokenizer_path, else the model itself when it is a GGUF file;
+ * NULL after printing an error. */
+const char *kvl_cli_tokenizer_path(const char *model_path, const char *tokenizer_path);
 /** Creates the session's engine for steps of at most max_batch_tokens tokens. */
 int kvl_cli_open_engine(kvl_cli_session *session, int32_t max_batch_tokens);
 /** Frees everything the session holds (in the right order); accepts a zeroed session. */
@@ -104,6 +107,9 @@ int kvl_cli_read_stats(const kvc_cache *cache, kvc_cache_stats *stats);
 double kvl_cli_now(void);
 /** Reads a whole file as a NUL-terminated string (malloc'd); NULL after printing an error. */
 char *kvl_cli_read_text(const char *path, size_t *out_size);
+/** Reads whitespace-separated decimal token ids, each checked against the vocabulary; NULL
+ * after printing an error. */
+int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count);
 /** Prints a decoded piece, skipping lone control bytes other than whitespace (as run.c). */
 void kvl_cli_print_piece(FILE *out, const char *piece);
 /** The index of the largest logit. */

@@ -1,4 +1,4 @@
-/* kvc-llama ppl: teacher-forced perplexity of a text, in windows that each start at BOS. */
+/* kvc-llama ppl: teacher-forced perplexity of a text, in windows that each start afresh. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,19 +7,22 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: kvc-llama ppl --model FILE --tokenizer FILE --text FILE [--window N] [--tokens N]\n"
-    "                     [--chunk N] [--config FILE]\n"
+    "usage: kvc-llama ppl --model FILE [--tokenizer FILE] (--text FILE | --token-ids FILE)\n"
+    "                     [--window N] [--tokens N] [--chunk N] [--config FILE]\n"
     "\n"
-    "Encodes the text (llama2.c BPE, no BOS), then scores its first tokens: each window is a\n"
-    "new sequence [BOS, t0, t1, ...] whose logits at every position predict the next text\n"
-    "token, so a window of N positions scores N - 1 tokens. With a policy in --config the\n"
-    "cache evicts while the window is processed, which is what the perplexity then measures.\n"
+    "Scores the first tokens of a text: each window is a new sequence whose logits at every\n"
+    "position predict the next token, so a window of N positions scores N - 1 tokens. With a\n"
+    "model that starts texts with BOS (llama2.c) a window is [BOS, t0, t1, ...]; without one\n"
+    "(a GGUF file whose add_bos_token is false) it is [t0, t1, ...], and the next window\n"
+    "starts where this one ended. With a policy in --config the cache evicts while the window\n"
+    "is processed, which is what the perplexity then measures.\n"
     "\n"
-    "  --model FILE       llama2.c version 0 checkpoint\n"
-    "  --tokenizer FILE   llama2.c tokenizer file\n"
-    "  --text FILE        UTF-8 text\n"
-    "  --window N         positions per window, BOS included (default 512; >= 2)\n"
-    "  --tokens N         text tokens to score (default: window - 1, one window; 0: all)\n"
+    "  --model FILE       llama2.c version 0 checkpoint or GGUF file (llama architecture)\n"
+    "  --tokenizer FILE   llama2.c tokenizer file (default for GGUF: the model's vocabulary)\n"
+    "  --text FILE        UTF-8 text, encoded with the tokenizer (no BOS)\n"
+    "  --token-ids FILE   the text already encoded: whitespace-separated decimal ids\n"
+    "  --window N         positions per window (default 512; >= 2)\n"
+    "  --tokens N         tokens to score (default: window - 1, one window; 0: all)\n"
     "  --chunk N          feed each window in chunks of N tokens (default: the whole window;\n"
     "                     1 makes every token a decode step)\n"
     "  --config FILE      kvcache YAML (cache:, policy:, ...); the model sets the shape.\n"
@@ -27,14 +30,15 @@ static const char usage[] =
 
 int kvl_cmd_ppl(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *text_path = NULL, *config = NULL;
-  const char *window_text = NULL, *tokens_text = NULL, *chunk_text = NULL;
+  const char *ids_path = NULL, *window_text = NULL, *tokens_text = NULL, *chunk_text = NULL;
   const kvl_cli_option options[] = {
-      {"--model", &model_path, NULL},   {"--tokenizer", &tokenizer_path, NULL},
-      {"--text", &text_path, NULL},     {"--window", &window_text, NULL},
-      {"--tokens", &tokens_text, NULL}, {"--chunk", &chunk_text, NULL},
-      {"--config", &config, NULL},
+      {"--model", &model_path, NULL},    {"--tokenizer", &tokenizer_path, NULL},
+      {"--text", &text_path, NULL},      {"--token-ids", &ids_path, NULL},
+      {"--window", &window_text, NULL},  {"--tokens", &tokens_text, NULL},
+      {"--chunk", &chunk_text, NULL},    {"--config", &config, NULL},
   };
-  int32_t window = 512, n_score = -1, chunk = 0, vocab, n_text, seq = 0, scored = 0, windows = 0;
+  int32_t window = 512, n_score = -1, chunk = 0, vocab, n_text = 0, seq = 0, scored = 0;
+  int32_t windows = 0, bos, consumed = 0;
   int32_t *text_tokens = NULL, *input = NULL, *positions = NULL;
   float *logits = NULL;
   char *text = NULL;
@@ -48,10 +52,9 @@ int kvl_cmd_ppl(int argc, char **argv) {
   rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
   if (rc != KVL_EXIT_OK) return rc < 0 ? KVL_EXIT_OK : rc;
   if (model_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--model is required");
-  if (tokenizer_path == NULL) {
-    return kvl_cli_usage_error(argv[0], usage, "--tokenizer is required");
+  if ((text_path == NULL) == (ids_path == NULL)) {
+    return kvl_cli_usage_error(argv[0], usage, "give exactly one of --text and --token-ids");
   }
-  if (text_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--text is required");
   if ((rc = kvl_cli_int(argv[0], usage, "--window", window_text, 2, 1L << 24, &window)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--tokens", tokens_text, 0, 2147483647L, &n_score)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 1, 1L << 24, &chunk)) != 0) {
@@ -59,18 +62,37 @@ int kvl_cmd_ppl(int argc, char **argv) {
   }
   if (chunk == 0 || chunk > window) chunk = window;
 
-  text = kvl_cli_read_text(text_path, &text_size);
-  if (text == NULL) return KVL_EXIT_FAILURE;
+  if (text_path != NULL) {
+    text = kvl_cli_read_text(text_path, &text_size);
+    if (text == NULL) return KVL_EXIT_FAILURE;
+  }
   if (kvl_cli_open(&s, model_path, tokenizer_path, config) != 0) {
     free(text);
     return KVL_EXIT_FAILURE;
   }
   vocab = kvl_model_config(s.model)->vocab_size;
+  bos = kvl_model_bos(s.model);
   if (window > kvl_model_config(s.model)->seq_len) {
-    fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's seq_len %d\n",
+    fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's context %d\n",
             (int)window, (int)kvl_model_config(s.model)->seq_len);
   }
-  text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
+  if (text != NULL) {
+    text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
+    if (text_tokens != NULL) {
+      n_text = kvl_tokenizer_encode(s.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
+      if (n_text < 0) {
+        kvl_cli_error("%s: the tokenizer cannot encode this text", text_path);
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
+    }
+  } else {
+    text_tokens = kvl_cli_read_ids(ids_path, vocab, &n_text);
+    if (text_tokens == NULL) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
   input = (int32_t *)malloc((size_t)window * sizeof(int32_t));
   positions = (int32_t *)malloc((size_t)window * sizeof(int32_t));
   logits = (float *)malloc((size_t)chunk * (size_t)vocab * sizeof(float));
@@ -79,14 +101,18 @@ int kvl_cmd_ppl(int argc, char **argv) {
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
-  n_text = kvl_tokenizer_encode(s.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
-  if (n_text < 1) {
-    kvl_cli_error("%s: no tokens to score", text_path);
+  /* Without BOS the first token of each window is context only. */
+  if (n_text < (bos >= 0 ? 1 : 2)) {
+    kvl_cli_error("%s: no tokens to score", text_path != NULL ? text_path : ids_path);
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
   if (n_score < 0) n_score = window - 1;
-  if (n_score == 0 || n_score > n_text) n_score = n_text;
+  {
+    /* The most the text allows: every token with BOS, all but each window's first without. */
+    const int32_t most = bos >= 0 ? n_text : n_text - (n_text + window - 1) / window;
+    if (n_score == 0 || n_score > most) n_score = most;
+  }
   if (kvl_cli_open_engine(&s, chunk) != 0) {
     rc = KVL_EXIT_FAILURE;
     goto done;
@@ -95,9 +121,11 @@ int kvl_cmd_ppl(int argc, char **argv) {
 
   t_start = kvl_cli_now();
   while (scored < n_score) {
-    /* Window: input [BOS, t_first .. t_first+n-2] predicts targets t_first .. t_first+n-1. */
-    const int32_t first = scored;
+    /* input[i] predicts target[i]: with BOS input = [BOS, x0 .. x(n-2)] and targets x0 ..
+     * x(n-1); without, input = x0 .. x(n-1) and targets x1 .. xn (n + 1 tokens consumed). */
     const int32_t n = n_score - scored < window - 1 ? n_score - scored : window - 1;
+    const int32_t *x = text_tokens + consumed;
+    const int32_t *target = bos >= 0 ? x : x + 1;
     int32_t at, i;
     kvc_status *status = kvc_seq_create(s.cache, seq);
     if (status != NULL) {
@@ -106,8 +134,12 @@ int kvl_cmd_ppl(int argc, char **argv) {
       rc = KVL_EXIT_FAILURE;
       goto done;
     }
-    input[0] = 1;
-    for (i = 1; i < n; ++i) input[i] = text_tokens[first + i - 1];
+    if (bos >= 0) {
+      input[0] = bos;
+      for (i = 1; i < n; ++i) input[i] = x[i - 1];
+    } else {
+      for (i = 0; i < n; ++i) input[i] = x[i];
+    }
     for (i = 0; i < n; ++i) positions[i] = i;
     for (at = 0; at < n; at += chunk) {
       int32_t m = n - at < chunk ? n - at : chunk;
@@ -119,14 +151,14 @@ int kvl_cmd_ppl(int argc, char **argv) {
       }
       for (i = 0; i < m; ++i) {
         const float *row = logits + (size_t)i * vocab;
-        const int32_t target = text_tokens[first + at + i];
         double sum = 0.0;
         int32_t j, best = kvl_cli_argmax(row, vocab);
         for (j = 0; j < vocab; ++j) sum += exp((double)row[j] - row[best]);
-        nll += log(sum) + row[best] - row[target];
+        nll += log(sum) + row[best] - row[target[at + i]];
       }
     }
     scored += n;
+    consumed += bos >= 0 ? n : n + 1;
     if (scored < n_score) { /* the last window stays, for the counters printed below */
       status = kvc_seq_remove(s.cache, seq);
       if (status != NULL) {
@@ -144,6 +176,7 @@ int kvl_cmd_ppl(int argc, char **argv) {
       "positions, chunks of %d\n",
       exp(nll / scored), nll / scored, (int)scored, (int)windows, windows == 1 ? "" : "s",
       (int)window, (int)chunk);
+  printf("ppl=%.4f\nnll=%.6f\nscored_tokens=%d\n", exp(nll / scored), nll / scored, (int)scored);
   fprintf(stderr, "%d tokens in %.2f ms (%.0f tokens/s)\n", (int)scored, 1e3 * (t_end - t_start),
           scored / (t_end - t_start));
   kvl_cli_print_cache_stats(stderr, s.cache);

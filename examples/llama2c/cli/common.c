@@ -102,10 +102,20 @@ int kvl_cli_double(const char *command, const char *usage, const char *option, c
   return KVL_EXIT_OK;
 }
 
+const char *kvl_cli_tokenizer_path(const char *model_path, const char *tokenizer_path) {
+  if (tokenizer_path != NULL) return tokenizer_path;
+  if (kvl_model_is_gguf(model_path)) return model_path;
+  kvl_cli_error("--tokenizer is required with a llama2.c checkpoint (a GGUF model carries its "
+                "own vocabulary)");
+  return NULL;
+}
+
 int kvl_cli_open(kvl_cli_session *s, const char *model_path, const char *tokenizer_path,
                  const char *config_path) {
   char error[1024];
   memset(s, 0, sizeof *s);
+  tokenizer_path = kvl_cli_tokenizer_path(model_path, tokenizer_path);
+  if (tokenizer_path == NULL) return KVL_EXIT_FAILURE;
   if (kvl_model_load(model_path, &s->model, error, sizeof error) != 0 ||
       kvl_tokenizer_load(tokenizer_path, kvl_model_config(s->model)->vocab_size, &s->tokenizer,
                          error, sizeof error) != 0 ||
@@ -251,6 +261,60 @@ char *kvl_cli_read_text(const char *path, size_t *out_size) {
   }
   if (out_size != NULL) *out_size = size;
   return data;
+}
+
+int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count) {
+  size_t size = 0, capacity = 0, n = 0;
+  char *text = kvl_cli_read_text(path, &size), *at;
+  int32_t *ids = NULL;
+  if (text == NULL) return NULL;
+  at = text;
+  for (;;) {
+    char *end;
+    long value;
+    while (isspace((unsigned char)*at)) ++at;
+    if (*at == '\0') break;
+    errno = 0;
+    value = strtol(at, &end, 10);
+    if (end == at || errno != 0 || (*end != '\0' && !isspace((unsigned char)*end))) {
+      kvl_cli_error("%s: token %zu at byte %zu is not a decimal integer", path, n + 1,
+                    (size_t)(at - text));
+      goto fail;
+    }
+    if (value < 0 || value >= vocab) {
+      kvl_cli_error("%s: token %zu is %ld, outside the model's vocabulary 0..%d", path, n + 1,
+                    value, (int)vocab - 1);
+      goto fail;
+    }
+    if (n == capacity) {
+      int32_t *grown;
+      if (capacity > (size_t)INT32_MAX / 2) {
+        kvl_cli_error("%s: too many tokens", path);
+        goto fail;
+      }
+      grown = (int32_t *)realloc(ids, (capacity * 2 + 4096) * sizeof(int32_t));
+      if (grown == NULL) {
+        kvl_cli_error("%s: out of host memory", path);
+        goto fail;
+      }
+      ids = grown;
+      capacity = capacity * 2 + 4096;
+    }
+    ids[n++] = (int32_t)value;
+    at = end;
+  }
+  free(text);
+  if (n == 0) {
+    kvl_cli_error("%s: no token ids", path);
+    free(ids);
+    return NULL;
+  }
+  *out_count = (int32_t)n;
+  return ids;
+fail:
+  free(text);
+  free(ids);
+  return NULL;
 }
 
 void kvl_cli_print_piece(FILE *out, const char *piece) {
