@@ -31,19 +31,7 @@ inline void check(kvc_status* status, const char* what) {
   throw Error(msg);
 }
 
-inline size_t dtype_size(kvc_dtype dtype) { return dtype == KVC_DTYPE_F32 ? 4 : 2; }
-
-inline const char* dtype_name(kvc_dtype dtype) {
-  switch (dtype) {
-    case KVC_DTYPE_F32:
-      return "f32";
-    case KVC_DTYPE_F16:
-      return "f16";
-    case KVC_DTYPE_BF16:
-      return "bf16";
-  }
-  return "?";
-}
+inline const char* dtype_name(kvc_dtype dtype) { return kvc_dtype_name(dtype); }
 
 /// Parses "f32", "f16" or "bf16"; throws UsageError naming @p option otherwise.
 inline kvc_dtype parse_dtype(const std::string& text, const char* option) {

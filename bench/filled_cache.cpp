@@ -22,7 +22,7 @@ CacheShape CacheShape::read(Options& opts) {
 
 uint64_t CacheShape::kv_bytes() const {
   return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
-         static_cast<uint64_t>(kv_heads) * static_cast<uint64_t>(head_dim) * dtype_size(dtype);
+         static_cast<uint64_t>(kv_heads) * static_cast<uint64_t>(head_dim) * kvc_dtype_size(dtype);
 }
 
 kvc_cache_params CacheShape::params() const {
@@ -43,7 +43,7 @@ void CacheShape::report() const {
   kvc_bench::report("kv_heads", kv_heads);
   kvc_bench::report("q_heads", q_heads);
   kvc_bench::report("head_dim", head_dim);
-  kvc_bench::report("dtype", dtype_name(dtype));
+  kvc_bench::report("dtype", kvc_dtype_name(dtype));
 }
 
 FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget)

@@ -58,7 +58,7 @@ struct Config {
   int reps = 3;
   uint64_t seed = 1;
 
-  size_t head_row_bytes() const { return static_cast<size_t>(head_dim) * dtype_size(dtype); }
+  size_t head_row_bytes() const { return static_cast<size_t>(head_dim) * kvc_dtype_size(dtype); }
   /// Bytes of K plus V that the run stores.
   uint64_t stored_bytes() const {
     return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
@@ -71,7 +71,7 @@ class Inputs {
  public:
   explicit Inputs(const Config& cfg)
       : row_elems_(static_cast<size_t>(cfg.kv_heads) * static_cast<size_t>(cfg.head_dim)),
-        row_bytes_(row_elems_ * dtype_size(cfg.input_dtype)),
+        row_bytes_(row_elems_ * kvc_dtype_size(cfg.input_dtype)),
         layers_(static_cast<size_t>(cfg.layers)) {
     const size_t rows = static_cast<size_t>(cfg.tokens) * layers_;
     k_.resize(rows * row_bytes_);
@@ -235,7 +235,7 @@ inline size_t grow_by_one(unsigned char*& buf, size_t n, const unsigned char* sr
 
 WayResult run_realloc(const Config& cfg, const Inputs& in) {
   const size_t heads = static_cast<size_t>(cfg.kv_heads);
-  const size_t in_head_bytes = static_cast<size_t>(cfg.head_dim) * dtype_size(cfg.input_dtype);
+  const size_t in_head_bytes = static_cast<size_t>(cfg.head_dim) * kvc_dtype_size(cfg.input_dtype);
   ReallocBuffers bufs(static_cast<size_t>(cfg.layers) * heads);
   uint64_t copied = 0;
 
@@ -287,7 +287,7 @@ Config read_config(Options& opts) {
   cfg.head_dim = static_cast<int32_t>(opts.get_int("head_dim", 128, 1, 1 << 16));
   cfg.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
   cfg.input_dtype =
-      parse_dtype(opts.get_string("input_dtype", dtype_name(cfg.dtype)), "input_dtype");
+      parse_dtype(opts.get_string("input_dtype", kvc_dtype_name(cfg.dtype)), "input_dtype");
   cfg.growth_factor = opts.get_double("growth_factor", 2.0, 1.0 + 1e-9, 1e6);
   cfg.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", 16, 1, 1 << 20));
   const int64_t limit_mib = opts.get_int("memory_limit_mib", 0, 1, int64_t{1} << 30);
@@ -353,8 +353,8 @@ int run_growth(Options& opts) {
   report("kv_heads", cfg.kv_heads);
   report("q_heads", cfg.q_heads);
   report("head_dim", cfg.head_dim);
-  report("dtype", dtype_name(cfg.dtype));
-  report("input_dtype", dtype_name(cfg.input_dtype));
+  report("dtype", kvc_dtype_name(cfg.dtype));
+  report("input_dtype", kvc_dtype_name(cfg.input_dtype));
   report("growth_factor", cfg.growth_factor);
   report("block_tokens", cfg.block_tokens);
   report("reps", cfg.reps);

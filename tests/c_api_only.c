@@ -126,8 +126,10 @@ int main(void) {
   REQUIRE_OK(kvc_seq_length(cache, seq, 1, 1, &length));
   CHECK(length == N);
 
-  memset(&stats, 0, sizeof stats);
-  stats.struct_size = sizeof stats;
+  memset(&stats, 0xAB, sizeof stats);
+  kvc_cache_stats_init(&stats);
+  CHECK(stats.struct_size == sizeof stats);
+  CHECK(stats.tokens_stored == 0);
   REQUIRE_OK(kvc_cache_get_stats(cache, &stats));
   CHECK(stats.tokens_stored == (uint64_t)(N * KVH * 2));
   CHECK(stats.sequences == 1);
@@ -149,6 +151,51 @@ int main(void) {
   CHECK(kvc_status_get_code(st) == KVC_ERR_NOT_FOUND);
   CHECK(length == -1);
   kvc_status_free(st);
+
+  /* Dtype helpers, and values this library does not know. */
+  CHECK(kvc_dtype_size(KVC_DTYPE_F32) == 4);
+  CHECK(kvc_dtype_size(KVC_DTYPE_BF16) == 2);
+  CHECK(strcmp(kvc_dtype_name(KVC_DTYPE_F16), "f16") == 0);
+  CHECK(kvc_dtype_size((kvc_dtype)17) == 0);
+  CHECK(strcmp(kvc_dtype_name((kvc_dtype)17), "unknown") == 0);
+
+  /* Policy info: this cache has no policy; misuse is refused and changes nothing. */
+  {
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    CHECK(info.struct_size == sizeof info);
+    CHECK(info.name == NULL);
+    st = kvc_cache_policy_info(cache, &info);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_NOT_FOUND);
+    CHECK(info.name == NULL);
+    kvc_status_free(st);
+    st = kvc_cache_policy_info(NULL, &info);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    kvc_status_free(st);
+    st = kvc_cache_policy_info(cache, NULL);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    kvc_status_free(st);
+    info.struct_size = 0;
+    st = kvc_cache_policy_info(cache, &info);
+    CHECK(kvc_status_get_code(st) == KVC_ERR_INVALID_ARGUMENT);
+    kvc_status_free(st);
+  }
+  {
+    kvc_cache_params with_policy = params;
+    kvc_cache *compressing = NULL;
+    kvc_policy_info info;
+    with_policy.policy = "window";
+    with_policy.budget = 8;
+    with_policy.recent = 2;
+    REQUIRE_OK(kvc_cache_create(ctx, &with_policy, &compressing));
+    kvc_policy_info_init(&info);
+    REQUIRE_OK(kvc_cache_policy_info(compressing, &info));
+    CHECK(info.name != NULL && strcmp(info.name, "window") == 0);
+    CHECK(info.budget_tokens == 8);
+    CHECK(info.sinks == 0);
+    CHECK(info.recent == 2);
+    kvc_cache_destroy(compressing);
+  }
 
   /* Error path: enum values this library does not know (legal C, from an FFI caller). */
   CHECK(kvc_status_code_name((kvc_status_code)999) != NULL);

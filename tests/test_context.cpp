@@ -185,6 +185,144 @@ TEST_CASE("context: init functions fill defaults and struct_size") {
   CHECK(b.positions == pos);
 }
 
+TEST_CASE("context: dtype sizes and names") {
+  CHECK(kvc_dtype_size(KVC_DTYPE_F32) == 4);
+  CHECK(kvc_dtype_size(KVC_DTYPE_F16) == 2);
+  CHECK(kvc_dtype_size(KVC_DTYPE_BF16) == 2);
+  CHECK(std::string(kvc_dtype_name(KVC_DTYPE_F32)) == "f32");
+  CHECK(std::string(kvc_dtype_name(KVC_DTYPE_F16)) == "f16");
+  CHECK(std::string(kvc_dtype_name(KVC_DTYPE_BF16)) == "bf16");
+  for (int raw : {-1, 3, 999}) {
+    CAPTURE(raw);
+    kvc_dtype unknown;
+    set_raw(&unknown, raw);
+    CHECK(kvc_dtype_size(unknown) == 0);
+    CHECK(std::string(kvc_dtype_name(unknown)) == "unknown");
+  }
+}
+
+TEST_CASE("context: stats and policy info init functions") {
+  kvc_cache_stats s;
+  std::memset(&s, 0xAB, sizeof s);
+  kvc_cache_stats_init(&s);
+  CHECK(s.struct_size == sizeof s);
+  CHECK(s.bytes_used == 0);
+  CHECK(s.tokens_stored == 0);
+  CHECK(s.sequences == 0);
+
+  kvc_policy_info i;
+  std::memset(&i, 0xAB, sizeof i);
+  kvc_policy_info_init(&i);
+  CHECK(i.struct_size == sizeof i);
+  CHECK(i.name == nullptr);
+  CHECK(i.budget_tokens == 0);
+  CHECK(i.stats == 0);
+  CHECK(i.observation_window == 0);
+
+  kvc_cache_stats_init(nullptr);
+  kvc_policy_info_init(nullptr);
+}
+
+TEST_CASE("cache: policy info gives the policy's effective parameters") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = small_params();
+
+  SUBCASE("defaults of the policy are applied") {
+    const kvc_key_value params[] = {{"window", "8"}};
+    p.policy = "snapkv";
+    p.budget = 40;
+    p.policy_params = params;
+    p.n_policy_params = 1;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    KVT_REQUIRE_OK(kvc_cache_policy_info(cache.get(), &info));
+    CHECK(std::string(info.name) == "snapkv");
+    CHECK(info.sinks == 0);
+    CHECK(info.recent == 8);
+    CHECK(info.budget_tokens == 40);
+    CHECK(info.budget_ratio == 0.0);
+    CHECK(info.stats == KVC_STAT_KIND_ATTN_WINDOW);
+    CHECK(info.observation_window == 8);
+  }
+  SUBCASE("given sinks, recent and a ratio win") {
+    p.policy = "streaming";
+    p.budget_ratio = 0.5;
+    p.sinks = 2;
+    p.recent = 3;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    KVT_REQUIRE_OK(kvc_cache_policy_info(cache.get(), &info));
+    CHECK(std::string(info.name) == "streaming");
+    CHECK(info.sinks == 2);
+    CHECK(info.recent == 3);
+    CHECK(info.budget_tokens == 0);
+    CHECK(info.budget_ratio == 0.5);
+    CHECK(info.stats == 0);
+  }
+  SUBCASE("a wrapper reports its scorer's statistics") {
+    p.policy = "pyramidkv";
+    p.budget = 64;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    KVT_REQUIRE_OK(kvc_cache_policy_info(cache.get(), &info));
+    CHECK(std::string(info.name) == "pyramidkv");
+    CHECK(info.stats == KVC_STAT_KIND_ATTN_WINDOW);
+    CHECK(info.observation_window == 32);
+    CHECK(info.recent == 32);
+  }
+  SUBCASE("from YAML") {
+    kvc_cache* raw = nullptr;
+    KVT_REQUIRE_OK(kvc_cache_create_from_yaml(
+        ctx.get(), "cache: { layers: 1 }\npolicy: { name: streaming, budget: 16 }\n", &raw));
+    kvt::CachePtr cache(raw);
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    KVT_REQUIRE_OK(kvc_cache_policy_info(cache.get(), &info));
+    CHECK(std::string(info.name) == "streaming");
+    CHECK(info.sinks == 4);
+    CHECK(info.recent == 0);
+    CHECK(info.budget_tokens == 16);
+  }
+}
+
+TEST_CASE("cache: policy info misuse changes nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = small_params();
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), p);
+  p.policy = "window";
+  p.budget = 8;
+  kvt::CachePtr with_policy = kvt::make_cache(ctx.get(), p);
+
+  kvc_policy_info info;
+  std::memset(&info, 0x5A, sizeof info);
+  info.struct_size = sizeof info;
+  kvc_policy_info before = info;
+  KVT_CHECK_ERR(kvc_cache_policy_info(plain.get(), &info), KVC_ERR_NOT_FOUND);
+  KVT_CHECK_ERR(kvc_cache_policy_info(nullptr, &info), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_cache_policy_info(with_policy.get(), nullptr), KVC_ERR_INVALID_ARGUMENT);
+  CHECK(std::memcmp(&info, &before, sizeof info) == 0);
+
+  info.struct_size = 0;
+  before = info;
+  KVT_CHECK_ERR(kvc_cache_policy_info(with_policy.get(), &info), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_cache_policy_info(plain.get(), &info), KVC_ERR_INVALID_ARGUMENT);
+  CHECK(std::memcmp(&info, &before, sizeof info) == 0);
+
+  // An older caller's smaller struct is written no further than its struct_size.
+  info.struct_size = offsetof(kvc_policy_info, recent);
+  before = info;
+  KVT_REQUIRE_OK(kvc_cache_policy_info(with_policy.get(), &info));
+  CHECK(info.struct_size == offsetof(kvc_policy_info, recent));
+  CHECK(std::string(info.name) == "window");
+  CHECK(info.sinks == 0);
+  CHECK(std::memcmp(reinterpret_cast<const char*>(&info) + offsetof(kvc_policy_info, recent),
+                    reinterpret_cast<const char*>(&before) + offsetof(kvc_policy_info, recent),
+                    sizeof info - offsetof(kvc_policy_info, recent)) == 0);
+}
+
 TEST_CASE("context: YAML errors are CONFIG errors naming the key and line") {
   SUBCASE("unknown key") {
     kvc_context* ctx = kContextSentinel;

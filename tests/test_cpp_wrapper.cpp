@@ -48,6 +48,17 @@ TEST_CASE("cpp wrapper: context, plugins and errors") {
   p.q_heads = 3;
   p.kv_heads = 2;
   CHECK(code_of([&] { kvcache::Cache c(ctx, p); }) == KVC_ERR_INVALID_ARGUMENT);
+
+  p.q_heads = 2;
+  kvcache::Cache plain(ctx, p);
+  CHECK(code_of([&] { plain.policy_info(); }) == KVC_ERR_NOT_FOUND);
+  p.policy = "streaming";
+  p.budget = 32;
+  kvcache::Cache streaming(ctx, p);
+  const kvc_policy_info info = streaming.policy_info();
+  CHECK(std::string(info.name) == "streaming");
+  CHECK(info.sinks == 4);
+  CHECK(info.budget_tokens == 32);
 }
 
 TEST_CASE("cpp wrapper: a cache round trip against the reference") {

@@ -148,6 +148,39 @@ kvc_status* kvc_seq_view(const kvc_cache* cache, int32_t seq_id, int32_t layer, 
   });
 }
 
+void kvc_cache_stats_init(kvc_cache_stats* stats) {
+  if (!stats) return;
+  *stats = kvc_cache_stats{};
+  stats->struct_size = sizeof(kvc_cache_stats);
+}
+
+void kvc_policy_info_init(kvc_policy_info* info) {
+  if (!info) return;
+  *info = kvc_policy_info{};
+  info->struct_size = sizeof(kvc_policy_info);
+}
+
+kvc_status* kvc_cache_policy_info(const kvc_cache* cache, kvc_policy_info* out_info) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_info != nullptr, "out_info is NULL");
+    kvc::require(out_info->struct_size != 0, "out_info->struct_size is 0: call kvc_policy_info_init()");
+    const kvc::Policy* policy = cache->impl->policy();
+    if (!policy) throw kvc::Error(KVC_ERR_NOT_FOUND, "the cache was created without a policy");
+    const kvc::PolicyConfig& config = policy->config();
+    kvc_policy_info info{};
+    info.struct_size = sizeof(info);
+    info.name = config.name.c_str();
+    info.sinks = config.sinks;
+    info.recent = config.recent;
+    info.budget_tokens = config.budget_tokens;
+    info.budget_ratio = config.budget_ratio;
+    info.stats = policy->stats();
+    info.observation_window = policy->observation_window();
+    kvc::write_versioned(out_info, info);
+  });
+}
+
 kvc_status* kvc_cache_get_stats(const kvc_cache* cache, kvc_cache_stats* out_stats) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");

@@ -146,6 +146,14 @@ typedef struct kvc_cache kvc_cache;
 /** @brief Element types of stored and passed tensors. */
 typedef enum kvc_dtype { KVC_DTYPE_F32 = 0, KVC_DTYPE_F16 = 1, KVC_DTYPE_BF16 = 2 } kvc_dtype;
 
+/** @brief Bytes per element of @p dtype; 0 for a value that is not a ::kvc_dtype. */
+KVC_API size_t kvc_dtype_size(kvc_dtype dtype);
+/**
+ * @brief The name of @p dtype as written in YAML ("f32", "f16", "bf16"), or "unknown" for a
+ * value that is not a ::kvc_dtype; static storage.
+ */
+KVC_API const char *kvc_dtype_name(kvc_dtype dtype);
+
 /** @brief Storage layouts; both are read by the same kernels as a list of segments. */
 typedef enum kvc_layout {
   KVC_LAYOUT_PAGED = 0,      /**< fixed blocks of block_tokens; growth never copies */
@@ -224,7 +232,9 @@ typedef struct kvc_cache_stats {
   int32_t sequences;       /**< live sequences */
 } kvc_cache_stats;
 
-/** @brief Fills @p out_stats; set out_stats->struct_size first. */
+/** @brief Zero-fills @p stats and sets struct_size, ready for kvc_cache_get_stats(). */
+KVC_API void kvc_cache_stats_init(kvc_cache_stats *stats);
+/** @brief Fills @p out_stats; set out_stats->struct_size first (kvc_cache_stats_init()). */
 KVC_API kvc_status *kvc_cache_get_stats(const kvc_cache *cache, kvc_cache_stats *out_stats);
 
 /* -------------------------------------------------------------- sequences */
@@ -352,6 +362,31 @@ KVC_API kvc_status *kvc_append_attend(kvc_cache *cache, int32_t layer, const kvc
  */
 KVC_API kvc_status *kvc_compress(kvc_cache *cache, int32_t layer, int32_t n_seqs,
                                  const int32_t *seq_ids);
+
+/**
+ * @brief The policy a cache compresses with, as in effect: the policy's defaults applied to
+ * what the cache was created with.
+ */
+typedef struct kvc_policy_info {
+  uint32_t struct_size;  /**< sizeof(kvc_policy_info), set by kvc_policy_info_init() */
+  const char *name;      /**< the policy plugin's name; owned by the cache, valid while it lives */
+  int32_t sinks;         /**< first tokens always kept (the policy's default if none was given) */
+  int32_t recent;        /**< newest tokens always kept (the policy's default if none was given) */
+  int32_t budget_tokens; /**< tokens kept per (sequence, layer, KV head); 0: budget_ratio applies */
+  double budget_ratio;   /**< budget as a share of a head's received tokens; 0 with budget_tokens */
+  uint32_t stats;        /**< what the policy reads, as kvc_stat_flags bits of kvcache_plugin.h:
+                              the ::kvc_stat_kind values, and 8 for the keys */
+  int32_t observation_window; /**< last queries summed by KVC_STAT_KIND_ATTN_WINDOW */
+} kvc_policy_info;
+
+/** @brief Zero-fills @p info and sets struct_size. */
+KVC_API void kvc_policy_info_init(kvc_policy_info *info);
+
+/**
+ * @brief Describes the cache's policy in @p out_info (set its struct_size first, e.g. with
+ * kvc_policy_info_init()). A cache created without a policy returns NOT_FOUND.
+ */
+KVC_API kvc_status *kvc_cache_policy_info(const kvc_cache *cache, kvc_policy_info *out_info);
 
 /** @brief Attention statistics an engine computed itself (see kvcache_plugin.h). */
 typedef enum kvc_stat_kind {

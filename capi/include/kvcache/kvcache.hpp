@@ -127,10 +127,17 @@ class Cache {
   }
   /** @brief See kvc_cache_get_stats(). */
   kvc_cache_stats stats() const {
-    kvc_cache_stats s{};
-    s.struct_size = sizeof(s);
+    kvc_cache_stats s;
+    kvc_cache_stats_init(&s);
     check(kvc_cache_get_stats(get(), &s));
     return s;
+  }
+  /** @brief See kvc_cache_policy_info(); throws a NOT_FOUND Error for a cache without policy. */
+  kvc_policy_info policy_info() const {
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    check(kvc_cache_policy_info(get(), &info));
+    return info;
   }
   /** @brief The C handle, still owned by this object. */
   kvc_cache* get() const { return handle_.get(); }

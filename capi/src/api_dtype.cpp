@@ -1,0 +1,28 @@
+#include "handles.hpp"
+#include "kvc/half.hpp"
+
+namespace {
+
+// A C caller may pass any int; only enumerators reach the C++ enum.
+bool is_dtype(kvc_dtype dtype) {
+  const int32_t value = kvc::raw_enum(dtype);
+  return value >= KVC_DTYPE_F32 && value <= KVC_DTYPE_BF16;
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t kvc_dtype_size(kvc_dtype dtype) { return is_dtype(dtype) ? kvc::dtype_size(dtype) : 0; }
+
+const char* kvc_dtype_name(kvc_dtype dtype) {
+  if (!is_dtype(dtype)) return "unknown";
+  switch (dtype) {
+    case KVC_DTYPE_F32: return "f32";
+    case KVC_DTYPE_F16: return "f16";
+    case KVC_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+}  // extern "C"
