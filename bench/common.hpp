@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kvc/half.hpp"
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_half.h"
 
 namespace kvc_bench {
 
@@ -49,9 +49,9 @@ inline void convert_from_f32(const float* src, void* dst, size_t n, kvc_dtype dt
   }
   auto* out = static_cast<uint16_t*>(dst);
   if (dtype == KVC_DTYPE_F16) {
-    for (size_t i = 0; i < n; ++i) out[i] = kvc::f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = kvc_f32_to_f16(src[i]);
   } else {
-    for (size_t i = 0; i < n; ++i) out[i] = kvc::f32_to_bf16(src[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = kvc_f32_to_bf16(src[i]);
   }
 }
 

@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvc/half.hpp"
+#include "kvcache/kvcache.h"
+#include "kvcache/kvcache_half.h"
 
 namespace kvc::cpu {
 
@@ -16,12 +17,12 @@ inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtyp
       return;
     case KVC_DTYPE_F16: {
       auto* __restrict h = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+      for (size_t i = 0; i < n; ++i) h[i] = kvc_f32_to_f16(src[i]);
       return;
     }
     case KVC_DTYPE_BF16: {
       auto* __restrict b = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(src[i]);
+      for (size_t i = 0; i < n; ++i) b[i] = kvc_f32_to_bf16(src[i]);
       return;
     }
   }
