@@ -157,7 +157,7 @@ TEST_CASE("context: init functions fill defaults and struct_size") {
   CHECK(p.struct_size == sizeof p);
   CHECK(p.layers == 1);
   CHECK(p.kv_heads == 1);
-  CHECK(p.q_heads == 1);
+  CHECK(p.q_heads == 0);  // as many as kv_heads
   CHECK(p.head_dim == 64);
   CHECK(p.dtype == KVC_DTYPE_F16);
   CHECK(p.layout == KVC_LAYOUT_PAGED);
@@ -516,8 +516,8 @@ TEST_CASE("cache: invalid parameters are refused") {
     q.kv_heads = bad;
     check_create_fails(ctx.get(), q, KVC_ERR_INVALID_ARGUMENT, "kv_heads <= 0");
     q = p;
-    q.q_heads = bad;
-    check_create_fails(ctx.get(), q, KVC_ERR_INVALID_ARGUMENT, "q_heads <= 0");
+    q.q_heads = bad - 1;  // 0 is the default: as many as kv_heads
+    check_create_fails(ctx.get(), q, KVC_ERR_INVALID_ARGUMENT, "q_heads < 0");
     q = p;
     q.head_dim = bad;
     check_create_fails(ctx.get(), q, KVC_ERR_INVALID_ARGUMENT, "head_dim <= 0");
@@ -551,6 +551,60 @@ TEST_CASE("cache: invalid parameters are refused") {
     CHECK(st.code() == KVC_ERR_NOT_FOUND);
     CHECK(kvt::contains(st.message(), "no_such_backend"));
     CHECK(cache == kCacheSentinel);
+  }
+}
+
+TEST_CASE("cache: parameters from C and from YAML get the same defaults") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.kv_heads = 8;  // q_heads left at its default
+  kvt::CachePtr from_c = kvt::make_cache(ctx.get(), p);
+  kvc_cache* raw = nullptr;
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(ctx.get(), "cache:\n  kv_heads: 8\n", &raw));
+  kvt::CachePtr from_yaml(raw);
+  for (kvc_cache* cache : {from_c.get(), from_yaml.get()}) {
+    kvc_cache_params got;
+    kvc_cache_params_init(&got);
+    KVT_REQUIRE_OK(kvc_cache_get_params(cache, &got));
+    CHECK(got.kv_heads == 8);
+    CHECK(got.q_heads == 8);
+  }
+}
+
+TEST_CASE("cache: parameters from C and from YAML are refused with the same message") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  struct Bad {
+    const char* yaml;  // one cache key, on line 2
+    void (*set)(kvc_cache_params&);
+  };
+  const Bad cases[] = {
+      {"  layers: 0\n", [](kvc_cache_params& p) { p.layers = 0; }},
+      {"  kv_heads: -2\n", [](kvc_cache_params& p) { p.kv_heads = -2; }},
+      {"  q_heads: 3\n", [](kvc_cache_params& p) { p.q_heads = 3; p.kv_heads = 2; }},
+      {"  head_dim: 2048\n", [](kvc_cache_params& p) { p.head_dim = 2048; }},
+      {"  block_tokens: 0\n", [](kvc_cache_params& p) { p.block_tokens = 0; }},
+      {"  growth_factor: 1\n", [](kvc_cache_params& p) { p.growth_factor = 1.0; }},
+      {"  memory_limit: 0\n", [](kvc_cache_params& p) { p.memory_limit = 0; }},
+  };
+  for (const Bad& bad : cases) {
+    std::string yaml = std::string("cache:\n") + bad.yaml;
+    if (std::string(bad.yaml).find("q_heads") != std::string::npos) yaml += "  kv_heads: 2\n";
+    CAPTURE(yaml);
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    bad.set(p);
+    kvc_cache* cache = kCacheSentinel;
+    kvt::Status from_c{kvc_cache_create(ctx.get(), &p, &cache)};
+    kvt::Status from_yaml{kvc_cache_create_from_yaml(ctx.get(), yaml.c_str(), &cache)};
+    CHECK(cache == kCacheSentinel);
+    CHECK(from_c.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(from_yaml.code() == KVC_ERR_CONFIG);
+    REQUIRE(!from_c.message().empty());
+    // YAML adds where: "<cache yaml>:2: cache.<key>: " then the same words.
+    const std::string key = std::string(bad.yaml).substr(2, std::string(bad.yaml).find(':') - 2);
+    CHECK(from_yaml.message() == "<cache yaml>:2: cache." + key + ": " + from_c.message());
+    CHECK(kvt::contains(from_c.message(), key + " must be"));
   }
 }
 

@@ -1,6 +1,7 @@
 #include <functional>
 #include <optional>
 
+#include "cache_params.hpp"
 #include "handles.hpp"
 
 namespace {
@@ -38,7 +39,7 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
   c.growth_factor = p.growth_factor;
   c.memory_limit = p.memory_limit;
   if (p.backend) c.backend = p.backend;
-  return c;
+  return kvc::resolve_cache_config(c);
 }
 
 std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {

@@ -52,31 +52,6 @@ const char* dtype_name(kvc_dtype dtype) {
 
 }  // namespace
 
-void validate_cache_config(const CacheConfig& c) {
-  if (c.layers < 1) throw invalid("layers must be >= 1, got " + std::to_string(c.layers));
-  if (c.kv_heads < 1) throw invalid("kv_heads must be >= 1, got " + std::to_string(c.kv_heads));
-  if (c.q_heads < 1 || c.q_heads % c.kv_heads != 0) {
-    throw invalid("q_heads must be a positive multiple of kv_heads (" +
-                  std::to_string(c.kv_heads) + "), got " + std::to_string(c.q_heads));
-  }
-  if (c.head_dim < 1 || c.head_dim > 1024) {
-    throw invalid("head_dim must be in 1..1024, got " + std::to_string(c.head_dim));
-  }
-  if (c.dtype != KVC_DTYPE_F32 && c.dtype != KVC_DTYPE_F16 && c.dtype != KVC_DTYPE_BF16) {
-    throw invalid("dtype " + std::to_string(static_cast<int>(c.dtype)) + " is not a dtype");
-  }
-  if (c.layout != KVC_LAYOUT_PAGED && c.layout != KVC_LAYOUT_CONTIGUOUS) {
-    throw invalid("layout " + std::to_string(static_cast<int>(c.layout)) + " is not a layout");
-  }
-  if (c.block_tokens < 1 || c.block_tokens > 65536) {
-    throw invalid("block_tokens must be in 1..65536, got " + std::to_string(c.block_tokens));
-  }
-  if (!(c.growth_factor > 1.0) || !std::isfinite(c.growth_factor)) {
-    throw invalid("growth_factor must be > 1, got " + std::to_string(c.growth_factor));
-  }
-  if (c.memory_limit == 0) throw invalid("memory_limit must be > 0");
-}
-
 Cache::Cache(Context& context, const CacheConfig& config,
              const std::optional<PolicyConfig>& policy)
     : context_(context),

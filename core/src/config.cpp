@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_params.hpp"
 #include "error.hpp"
 
 namespace kvc {
@@ -135,7 +136,9 @@ struct IntRange {
   int64_t max;
 };
 
+constexpr int64_t kIntMin = std::numeric_limits<int32_t>::min();
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+constexpr IntRange kAnyInt{kIntMin, kIntMax};
 constexpr IntRange kPositive{1, kIntMax};
 constexpr IntRange kNonNegative{0, kIntMax};
 
@@ -164,6 +167,7 @@ std::string describe(const YAML::Node& node) {
 }
 
 std::string describe(const IntRange& range) {
+  if (range.min == kIntMin && range.max == kIntMax) return "an integer";
   if (range.max == kIntMax) return "an integer >= " + std::to_string(range.min);
   return "an integer in " + std::to_string(range.min) + ".." + std::to_string(range.max);
 }
@@ -219,7 +223,12 @@ class ConfigReader {
   Config read(const std::string& yaml_text) const {
     Config config;
     const Field document = load_document(yaml_text);
-    if (document.value.IsNull()) return config;  // empty, only comments, or an explicit null
+    std::optional<Field> cache_section;
+    std::map<std::string, Field> cache_fields;
+    if (document.value.IsNull()) {  // empty, only comments, or an explicit null
+      config.cache = resolve_cache_config(config.cache);
+      return config;
+    }
     if (!document.value.IsMap()) {
       fail_value(document, "expected a mapping, got " + describe(document.value));
     }
@@ -227,10 +236,15 @@ class ConfigReader {
         int_key("threads", config.threads, kNonNegative),
         {"plugins", [&](const Field& f) { config.plugin_paths = read_plugins(f); }},
         {"backend", [&](const Field& f) { config.cache.backend = read_name(f); }},
-        {"cache", [&](const Field& f) { read_cache(f, config.cache); }},
+        {"cache",
+         [&](const Field& f) {
+           read_cache(f, config.cache, cache_fields);
+           cache_section = f;
+         }},
         {"policy", [&](const Field& f) { config.policy = read_policy(f); }},
     };
     read_section(document, keys);
+    config.cache = resolve_cache(config.cache, cache_section.value_or(document), cache_fields);
     return config;
   }
 
@@ -338,26 +352,20 @@ class ConfigReader {
     fail_value(field, "expected " + describe(choices) + ", got '" + text + "'");
   }
 
-  double read_growth_factor(const Field& field) const {
-    const std::string expected = "a number > 1";
-    const std::string text = read_scalar(field, expected);
+  double read_number(const Field& field) const {
+    const std::string text = read_scalar(field, "a number");
     const std::optional<double> value = parse_number(text);
-    if (!value || !(*value > 1.0)) {
-      fail_value(field, "expected " + expected + ", got '" + text + "'");
-    }
+    if (!value) fail_value(field, "expected a number, got '" + text + "'");
     return *value;
   }
 
-  size_t read_memory_limit(const Field& field) const {
+  size_t read_byte_size(const Field& field) const {
     const std::string text = read_scalar(field, "a byte size such as 2GiB");
-    size_t bytes = 0;
     try {
-      bytes = parse_byte_size(text);
+      return parse_byte_size(text);
     } catch (const std::invalid_argument& e) {
       fail_value(field, e.what());
     }
-    if (bytes == 0) fail_value(field, "expected a byte size > 0, got '" + text + "'");
-    return bytes;
   }
 
   std::vector<std::string> read_plugins(const Field& section) const {
@@ -381,29 +389,38 @@ class ConfigReader {
     return paths;
   }
 
-  void read_cache(const Field& section, CacheConfig& cache) const {
-    std::optional<Field> q_heads;
+  // Reads the values' types only; resolve_cache() applies the limits every entry point shares.
+  void read_cache(const Field& section, CacheConfig& cache,
+                  std::map<std::string, Field>& fields) const {
+    const auto field = [&](const char* key, const std::function<void(const Field&)>& read) {
+      return KeyReader{key, [&fields, key, read](const Field& f) {
+                         read(f);
+                         fields.emplace(key, f);
+                       }};
+    };
     const std::vector<KeyReader> keys{
-        int_key("layers", cache.layers, kPositive),
-        int_key("kv_heads", cache.kv_heads, kPositive),
-        {"q_heads",
-         [&](const Field& f) {
-           cache.q_heads = read_int(f, kPositive);
-           q_heads = f;
-         }},
-        int_key("head_dim", cache.head_dim, {1, 1024}),
-        choice_key("dtype", cache.dtype, kDtypes),
-        choice_key("layout", cache.layout, kLayouts),
-        int_key("block_tokens", cache.block_tokens, {1, 65536}),
-        {"growth_factor", [&](const Field& f) { cache.growth_factor = read_growth_factor(f); }},
-        {"memory_limit", [&](const Field& f) { cache.memory_limit = read_memory_limit(f); }},
+        field("layers", [&](const Field& f) { cache.layers = read_int(f, kAnyInt); }),
+        field("kv_heads", [&](const Field& f) { cache.kv_heads = read_int(f, kAnyInt); }),
+        field("q_heads", [&](const Field& f) { cache.q_heads = read_int(f, kAnyInt); }),
+        field("head_dim", [&](const Field& f) { cache.head_dim = read_int(f, kAnyInt); }),
+        field("dtype", [&](const Field& f) { cache.dtype = read_choice(f, kDtypes); }),
+        field("layout", [&](const Field& f) { cache.layout = read_choice(f, kLayouts); }),
+        field("block_tokens", [&](const Field& f) { cache.block_tokens = read_int(f, kAnyInt); }),
+        field("growth_factor", [&](const Field& f) { cache.growth_factor = read_number(f); }),
+        field("memory_limit", [&](const Field& f) { cache.memory_limit = read_byte_size(f); }),
     };
     read_section(section, keys);
-    if (!q_heads) {
-      cache.q_heads = cache.kv_heads;
-    } else if (cache.q_heads % cache.kv_heads != 0) {
-      fail_value(*q_heads, "expected a multiple of kv_heads (" + std::to_string(cache.kv_heads) +
-                               "), got '" + std::to_string(cache.q_heads) + "'");
+  }
+
+  // The shared defaults and checks; a refused value is reported at its key's line.
+  CacheConfig resolve_cache(const CacheConfig& cache, const Field& section,
+                            const std::map<std::string, Field>& fields) const {
+    try {
+      return resolve_cache_config(cache);
+    } catch (const CacheParamError& e) {
+      const auto it = fields.find(e.field());
+      if (it != fields.end()) fail_value(it->second, e.what());
+      fail(section.key_mark, "cache." + e.field(), e.what());
     }
   }
 

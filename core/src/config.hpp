@@ -15,7 +15,7 @@ namespace kvc {
 struct CacheConfig {
   int32_t layers = 1;
   int32_t kv_heads = 1;
-  int32_t q_heads = 1;
+  int32_t q_heads = 0;  // 0: as many as kv_heads (resolve_cache_config)
   int32_t head_dim = 64;
   kvc_dtype dtype = KVC_DTYPE_F16;
   kvc_layout layout = KVC_LAYOUT_PAGED;
