@@ -178,7 +178,7 @@ typedef struct kvc_cache_params {
   uint32_t struct_size;  /**< sizeof(kvc_cache_params), set by kvc_cache_params_init() */
   int32_t layers;        /**< default 1 */
   int32_t kv_heads;      /**< default 1 */
-  int32_t q_heads;       /**< a multiple of kv_heads (GQA); default 1 */
+  int32_t q_heads;       /**< a multiple of kv_heads (GQA); default 0: as many as kv_heads */
   int32_t head_dim;      /**< default 64 */
   kvc_dtype dtype;       /**< storage dtype; default f16 */
   kvc_layout layout;     /**< default paged */
