@@ -19,17 +19,21 @@
 #define EVAL_MAX_POLICIES 64
 
 static const char usage[] =
-    "usage: kvc-llama eval --model FILE --tokenizer FILE --text FILE [--windows N]\n"
-    "                      [--policies a,b,...] [--budgets r1,r2,...] [--chunk N]\n"
+    "usage: kvc-llama eval --model FILE [--tokenizer FILE] (--text FILE | --token-ids FILE)\n"
+    "                      [--windows N] [--prompt P] [--policies a,b,...]\n"
+    "                      [--budgets r1,r2,...] [--chunk N] [--skip-decode]\n"
     "                      [--csv FILE] [--markdown FILE]\n"
     "\n"
     "Quality of every eviction policy at every budget, against the full cache. The text\n"
-    "(llama2.c BPE, no BOS) is cut into N windows of W = the model's seq_len positions:\n"
-    "window k is [BOS, t(k*(W-1)), ..., t(k*(W-1) + W-2)], W - 1 consecutive text tokens\n"
-    "after BOS, each predicted from the positions before it (the windows of `ppl --tokens\n"
-    "N*(W-1)`). All windows run as one batch; the numbers are averaged over them.\n"
+    "is cut into N windows of W = P + 64 positions. With a model that starts texts with BOS\n"
+    "(llama2.c) window k is [BOS, t(k*(W-1)), ..., t(k*(W-1) + W-2)]; without one (a GGUF\n"
+    "model whose add_bos_token is false) it is [t(k*W), ..., t(k*W + W-1)]: the windows of\n"
+    "`ppl --window W --tokens N*(W-1)`. Each token is predicted from the positions before\n"
+    "it. All windows run as one batch; the numbers are averaged over them, and every\n"
+    "difference from the full cache comes with its standard error (windows as clusters).\n"
     "\n"
-    "  (a) perplexity: each window is fed one token at a time (W - 1 decode steps, W - 1\n"
+    "  (a) perplexity (unless --skip-decode): each window is fed one token at a time\n"
+    "      (W - 1 decode steps, W - 1\n"
     "      scored tokens); the cache compresses after every step (decode_every 1) any\n"
     "      (layer, KV head) holding more than budget = round(r * W) tokens, so attention\n"
     "      sees at most budget + 1 tokens. perplexity = exp(mean NLL).\n"
@@ -45,10 +49,13 @@ static const char usage[] =
     "half the budget at most (a note says so). The full cache is the same procedure with no\n"
     "policy. Prints tables and name=value lines on stdout, progress on stderr.\n"
     "\n"
-    "  --model FILE       llama2.c version 0 checkpoint\n"
-    "  --tokenizer FILE   llama2.c tokenizer file\n"
-    "  --text FILE        UTF-8 text with at least N * (W - 1) tokens\n"
+    "  --model FILE       llama2.c version 0 checkpoint or GGUF file (llama architecture)\n"
+    "  --tokenizer FILE   llama2.c tokenizer file (default for GGUF: the model's vocabulary)\n"
+    "  --text FILE        UTF-8 text with at least N * W tokens\n"
+    "  --token-ids FILE   the text already encoded: whitespace-separated decimal ids\n"
     "  --windows N        windows to average over (default 4)\n"
+    "  --prompt P         prompt positions in (b) (default: min(context, 512) - 64)\n"
+    "  --skip-decode      leave out (a), the slow part with long windows\n"
     "  --policies LIST    comma-separated policy plugins (default: full,window,streaming,\n"
     "                     h2o,tova,snapkv,pyramidkv,adakv,knorm,keydiff,random)\n"
     "  --budgets LIST     comma-separated budget ratios in (0, 1] (default 0.125,0.25,0.5)\n"
@@ -61,15 +68,6 @@ static const char *const default_policies[] = {"full",   "window",    "streaming
                                                "tova",   "snapkv",    "pyramidkv", "adakv",
                                                "knorm",  "keydiff",   "random"};
 
-/* Default protected tokens of the built-in policies that have any (docs/policies.md). */
-typedef struct eval_protected {
-  const char *policy;
-  int32_t sinks, recent;
-} eval_protected;
-
-static const eval_protected protected_defaults[] = {
-    {"streaming", 4, 0}, {"snapkv", 0, 32}, {"pyramidkv", 0, 32}, {"adakv", 0, 32}};
-
 /* One cache configuration: a policy (NULL: full cache), its budget and triggers. */
 typedef struct eval_setup {
   const char *policy;
@@ -79,8 +77,10 @@ typedef struct eval_setup {
 } eval_setup;
 
 typedef struct eval_result {
-  double nll;  /* mean NLL (nats) of the scored tokens */
-  double held; /* tokens held at the end, mean over (window, layer, KV head) */
+  double nll;        /* mean NLL (nats) of the scored tokens */
+  double held;       /* tokens held at the end, mean over (window, layer, KV head) */
+  double *token_nll; /* [windows, per_window]: each scored token's NLL */
+  int32_t per_window;
 } eval_result;
 
 /* One (policy, budget) row of the report. */
@@ -88,7 +88,8 @@ typedef struct eval_row {
   const char *policy;
   double ratio;
   int32_t budget_decode, budget_prompt;
-  int32_t sinks_decode, recent_decode, sinks_prompt, recent_prompt;
+  int32_t sinks_decode, recent_decode, sinks_prompt, recent_prompt; /* in effect */
+  int explicit_decode, explicit_prompt; /* eval set them (the defaults did not fit) */
   eval_result decode, per_chunk, once;
 } eval_row;
 
@@ -96,7 +97,7 @@ typedef struct eval_state {
   kvl_model *model;
   kvl_tokenizer *tokenizer;
   kvc_context *context;
-  int32_t vocab, n_windows, window, prompt, chunk;
+  int32_t vocab, n_windows, window, prompt, chunk, skip_decode;
   int32_t *windows; /* [n_windows, window]: BOS then window - 1 text tokens */
   int32_t *tokens, *positions, *n_tokens, *seq_ids; /* one step's batch */
   float *logits;                                     /* [n_windows, vocab] */
@@ -165,9 +166,30 @@ static double held_tokens(const eval_state *st, const kvc_cache *cache) {
   return (double)stats.tokens_stored / ((double)st->n_windows * c->n_layers * c->n_kv_heads);
 }
 
-/* One decode step of every window at position `pos`; adds the NLL of each window's next
- * token to *nll. */
-static int decode_step(eval_state *st, kvl_engine *engine, int32_t pos, double *nll) {
+/* Room for every scored token's NLL: n_windows rows of per_window. */
+static int result_alloc(const eval_state *st, eval_result *out, int32_t per_window) {
+  free(out->token_nll);
+  out->per_window = per_window;
+  out->token_nll = (double *)calloc((size_t)st->n_windows * per_window, sizeof(double));
+  if (out->token_nll == NULL) {
+    kvl_cli_error("out of host memory");
+    return -1;
+  }
+  return 0;
+}
+
+static double result_mean(const eval_state *st, const eval_result *r) {
+  const size_t n = (size_t)st->n_windows * r->per_window;
+  double sum = 0.0;
+  size_t i;
+  for (i = 0; i < n; ++i) sum += r->token_nll[i];
+  return sum / (double)n;
+}
+
+/* One decode step of every window at position `pos`; stores the NLL of each window's next
+ * token as its scored token `index`. */
+static int decode_step(eval_state *st, kvl_engine *engine, int32_t pos, eval_result *out,
+                       int32_t index) {
   char error[1024];
   int32_t s;
   for (s = 0; s < st->n_windows; ++s) {
@@ -181,8 +203,9 @@ static int decode_step(eval_state *st, kvl_engine *engine, int32_t pos, double *
     return -1;
   }
   for (s = 0; s < st->n_windows; ++s) {
-    *nll += token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
-                      st->windows[(size_t)s * st->window + pos + 1]);
+    out->token_nll[(size_t)s * out->per_window + index] =
+        token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
+                  st->windows[(size_t)s * st->window + pos + 1]);
   }
   return 0;
 }
@@ -191,17 +214,17 @@ static int decode_step(eval_state *st, kvl_engine *engine, int32_t pos, double *
 static int run_decode(eval_state *st, const eval_setup *setup, eval_result *out) {
   kvc_cache *cache;
   kvl_engine *engine;
-  double nll = 0.0;
   int32_t pos;
+  if (result_alloc(st, out, st->window - 1) != 0) return -1;
   if (eval_open(st, setup, &cache, &engine) != 0) return -1;
   for (pos = 0; pos + 1 < st->window; ++pos) {
-    if (decode_step(st, engine, pos, &nll) != 0) {
+    if (decode_step(st, engine, pos, out, pos) != 0) {
       kvl_engine_free(engine);
       kvc_cache_destroy(cache);
       return -1;
     }
   }
-  out->nll = nll / ((double)st->n_windows * (st->window - 1));
+  out->nll = result_mean(st, out);
   out->held = held_tokens(st, cache);
   kvl_engine_free(engine);
   kvc_cache_destroy(cache);
@@ -214,8 +237,8 @@ static int run_prefill(eval_state *st, const eval_setup *setup, eval_result *out
   kvc_cache *cache;
   kvl_engine *engine;
   char error[1024];
-  double nll = 0.0;
   int32_t at = 0, pos, s, j;
+  if (result_alloc(st, out, st->window - st->prompt) != 0) return -1;
   if (eval_open(st, setup, &cache, &engine) != 0) return -1;
   while (at < st->prompt) {
     int32_t m = st->prompt - at < st->chunk ? st->prompt - at : st->chunk;
@@ -235,13 +258,14 @@ static int run_prefill(eval_state *st, const eval_setup *setup, eval_result *out
     at += m;
   }
   for (s = 0; s < st->n_windows; ++s) { /* the prompt's last logits predict position P */
-    nll += token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
-                     st->windows[(size_t)s * st->window + st->prompt]);
+    out->token_nll[(size_t)s * out->per_window] =
+        token_nll(st->logits + (size_t)s * st->vocab, st->vocab,
+                  st->windows[(size_t)s * st->window + st->prompt]);
   }
   for (pos = st->prompt; pos + 1 < st->window; ++pos) {
-    if (decode_step(st, engine, pos, &nll) != 0) goto fail;
+    if (decode_step(st, engine, pos, out, pos - st->prompt + 1) != 0) goto fail;
   }
-  out->nll = nll / ((double)st->n_windows * (st->window - st->prompt));
+  out->nll = result_mean(st, out);
   out->held = held_tokens(st, cache);
   kvl_engine_free(engine);
   kvc_cache_destroy(cache);
@@ -252,41 +276,49 @@ fail:
   return -1;
 }
 
-/* Sinks and recent for `policy` at `budget`: -1 (the policy's default) unless the default
- * protected window does not fit inside the budget; then recent = min(default, budget / 2)
- * and sinks = min(default, budget / 2 - recent), with a note. */
-static void protected_for(const char *policy, int32_t budget, const char *what, int32_t *sinks,
-                          int32_t *recent) {
-  size_t i;
-  *sinks = -1;
-  *recent = -1;
-  for (i = 0; i < sizeof protected_defaults / sizeof protected_defaults[0]; ++i) {
-    const eval_protected *d = &protected_defaults[i];
-    if (strcmp(d->policy, policy) != 0) continue;
-    if (d->sinks + d->recent < budget) return;
-    *recent = d->recent < budget / 2 ? d->recent : budget / 2;
-    *sinks = d->sinks < budget / 2 - *recent ? d->sinks : budget / 2 - *recent;
-    fprintf(stderr,
-            "kvc-llama eval: note: %s at %s budget %d: default sinks %d + recent %d do not fit; "
-            "using sinks %d, recent %d\n",
-            policy, what, (int)budget, (int)d->sinks, (int)d->recent, (int)*sinks, (int)*recent);
+/* The sinks and recent tokens `policy` protects at `budget` by default, as the library
+ * reports them for a cache created with it (kvc_cache_policy_info). */
+static int policy_defaults(const eval_state *st, const char *policy, int32_t budget,
+                           int32_t *sinks, int32_t *recent) {
+  kvc_cache_params p;
+  kvc_cache *cache = NULL;
+  kvc_policy_info info;
+  kvc_status *status;
+  kvl_cache_params_for(st->model, &p);
+  p.dtype = KVC_DTYPE_F32;
+  p.policy = policy;
+  p.budget = budget;
+  status = kvc_cache_create(st->context, &p, &cache);
+  if (status != NULL) return fail_status(status, "kvc_cache_create");
+  kvc_policy_info_init(&info);
+  status = kvc_cache_policy_info(cache, &info);
+  if (status == NULL) {
+    *sinks = info.sinks;
+    *recent = info.recent;
   }
+  kvc_cache_destroy(cache);
+  return status != NULL ? fail_status(status, "kvc_cache_policy_info") : 0;
 }
 
-/* The protected tokens a row actually uses, for the CSV: the explicit value, else the
- * documented default of a built-in policy (0 when it has none), else -1 (unknown). */
-static int32_t effective_protected(const char *policy, int32_t value, int sinks) {
-  size_t i;
-  if (value >= 0) return value;
-  for (i = 0; i < sizeof protected_defaults / sizeof protected_defaults[0]; ++i) {
-    if (strcmp(protected_defaults[i].policy, policy) == 0) {
-      return sinks ? protected_defaults[i].sinks : protected_defaults[i].recent;
-    }
-  }
-  for (i = 0; i < sizeof default_policies / sizeof default_policies[0]; ++i) {
-    if (strcmp(default_policies[i], policy) == 0) return 0;
-  }
-  return -1;
+/* Sinks and recent for `policy` at `budget`: *explicit_ = 0 and the policy's defaults unless
+ * the default protected window does not fit inside the budget; then recent = min(default,
+ * budget / 2) and sinks = min(default, budget / 2 - recent), *explicit_ = 1, with a note. */
+static int protected_for(const eval_state *st, const char *policy, int32_t budget,
+                         const char *what, int32_t *sinks, int32_t *recent, int *explicit_) {
+  int32_t d_sinks, d_recent;
+  if (policy_defaults(st, policy, budget, &d_sinks, &d_recent) != 0) return -1;
+  *sinks = d_sinks;
+  *recent = d_recent;
+  *explicit_ = 0;
+  if (d_sinks + d_recent < budget) return 0;
+  *recent = d_recent < budget / 2 ? d_recent : budget / 2;
+  *sinks = d_sinks < budget / 2 - *recent ? d_sinks : budget / 2 - *recent;
+  *explicit_ = 1;
+  fprintf(stderr,
+          "kvc-llama eval: note: %s at %s budget %d: default sinks %d + recent %d do not fit; "
+          "using sinks %d, recent %d\n",
+          policy, what, (int)budget, (int)d_sinks, (int)d_recent, (int)*sinks, (int)*recent);
+  return 0;
 }
 
 /* Splits a comma-separated list in place. Returns the number of items, or -1 if one is empty
@@ -325,6 +357,39 @@ static void format_ratio(char *out, size_t size, double ratio) {
   snprintf(out, size, "%g%%", 100.0 * ratio);
 }
 
+
+/* ------------------------------------------------------------------ statistics */
+
+/* The mean of a - b over the scored tokens (b NULL: the mean of a) and its standard error.
+ * Tokens of one window are correlated, so the windows are the independent units: the
+ * cluster-robust variance sum_w (sum_{t in w} (d_t - mean))^2 / n^2, times N / (N - 1). */
+static void paired_stats(const eval_state *st, const eval_result *a, const eval_result *b,
+                         double *mean, double *se) {
+  const int32_t k = a->per_window, nw = st->n_windows;
+  const double n = (double)nw * k;
+  double sum = 0.0, var = 0.0;
+  int32_t w, t;
+  for (w = 0; w < nw; ++w) {
+    for (t = 0; t < k; ++t) {
+      const size_t i = (size_t)w * k + t;
+      sum += a->token_nll[i] - (b != NULL ? b->token_nll[i] : 0.0);
+    }
+  }
+  *mean = sum / n;
+  for (w = 0; w < nw; ++w) {
+    double s_w = 0.0;
+    for (t = 0; t < k; ++t) {
+      const size_t i = (size_t)w * k + t;
+      s_w += a->token_nll[i] - (b != NULL ? b->token_nll[i] : 0.0) - *mean;
+    }
+    var += s_w * s_w;
+  }
+  *se = nw > 1 ? sqrt(var / (n * n) * nw / (nw - 1)) : NAN;
+}
+
+/* |difference| > 1.96 standard errors: significant at about 5%, two-sided. */
+static int significant(double diff, double se) { return se > 0.0 && fabs(diff) > 1.96 * se; }
+
 /* ------------------------------------------------------------------ the report */
 
 typedef struct eval_report {
@@ -346,48 +411,49 @@ static void print_tables(FILE *out, const eval_report *r, int markdown) {
   char label[32];
   int p, b;
 
-  if (markdown) {
-    fprintf(out,
-            "**(a) Perplexity, decoding one token at a time** (%d window%s x %d scored tokens; "
-            "budget = r x %d tokens per (layer, KV head), compressed after every step)\n\n",
-            (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
-            (int)st->window);
-    fprintf(out, "| policy");
-    for (b = 0; b < r->n_budgets; ++b) {
-      format_ratio(label, sizeof label, r->ratios[b]);
-      fprintf(out, " | %s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
+  if (!st->skip_decode) {
+    if (markdown) {
+      fprintf(out,
+              "**(a) Perplexity, decoding one token at a time** (%d window%s x %d scored tokens; "
+              "budget = r x %d tokens per (layer, KV head), compressed after every step)\n\n",
+              (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
+              (int)st->window);
+      fprintf(out, "| policy");
+      for (b = 0; b < r->n_budgets; ++b) {
+        format_ratio(label, sizeof label, r->ratios[b]);
+        fprintf(out, " | %s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
+      }
+      fprintf(out, " |\n|---");
+      for (b = 0; b < r->n_budgets; ++b) fprintf(out, "|---:");
+      fprintf(out, "|\n| full cache");
+    } else {
+      fprintf(out,
+              "(a) perplexity, decoding one token at a time: %d window%s x %d scored tokens,\n"
+              "    budget = r x %d tokens per (layer, KV head), compressed after every step\n",
+              (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
+              (int)st->window);
+      fprintf(out, "%-12s", "policy");
+      for (b = 0; b < r->n_budgets; ++b) {
+        char head[64];
+        format_ratio(label, sizeof label, r->ratios[b]);
+        snprintf(head, sizeof head, "%s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
+        fprintf(out, "%s%14s", sep, head);
+      }
+      fprintf(out, "\n%-12s", "full cache");
     }
-    fprintf(out, " |\n|---");
-    for (b = 0; b < r->n_budgets; ++b) fprintf(out, "|---:");
-    fprintf(out, "|\n| full cache");
-  } else {
-    fprintf(out,
-            "(a) perplexity, decoding one token at a time: %d window%s x %d scored tokens,\n"
-            "    budget = r x %d tokens per (layer, KV head), compressed after every step\n",
-            (int)st->n_windows, st->n_windows == 1 ? "" : "s", (int)(st->window - 1),
-            (int)st->window);
-    fprintf(out, "%-12s", "policy");
     for (b = 0; b < r->n_budgets; ++b) {
-      char head[64];
-      format_ratio(label, sizeof label, r->ratios[b]);
-      snprintf(head, sizeof head, "%s (%d)", label, (int)row_at(r, 0, b)->budget_decode);
-      fprintf(out, "%s%14s", sep, head);
-    }
-    fprintf(out, "\n%-12s", "full cache");
-  }
-  for (b = 0; b < r->n_budgets; ++b) {
-    fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(r->full_decode.nll));
-  }
-  fprintf(out, markdown ? " |\n" : "\n");
-  for (p = 0; p < r->n_policies; ++p) {
-    fprintf(out, markdown ? "| %s" : "%-12s", row_at(r, p, 0)->policy);
-    for (b = 0; b < r->n_budgets; ++b) {
-      fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(row_at(r, p, b)->decode.nll));
+      fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(r->full_decode.nll));
     }
     fprintf(out, markdown ? " |\n" : "\n");
+    for (p = 0; p < r->n_policies; ++p) {
+      fprintf(out, markdown ? "| %s" : "%-12s", row_at(r, p, 0)->policy);
+      for (b = 0; b < r->n_budgets; ++b) {
+        fprintf(out, markdown ? "%s%.2f" : "%s%14.4f", sep, exp(row_at(r, p, b)->decode.nll));
+      }
+      fprintf(out, markdown ? " |\n" : "\n");
+    }
+    fprintf(out, "\n");
   }
-
-  fprintf(out, "\n");
   if (markdown) {
     fprintf(out,
             "**(b) Continuation NLL (nats)** of the last %d tokens of each window after a "
@@ -443,6 +509,152 @@ static void print_tables(FILE *out, const eval_report *r, int markdown) {
   }
 }
 
+
+static const eval_result *mode_result(const eval_row *row, int mode) {
+  return mode == 0 ? &row->decode : mode == 1 ? &row->per_chunk : &row->once;
+}
+
+static const char *const mode_names[] = {"decode", "per_chunk", "once"};
+
+/* Differences from the full cache, with standard errors: (a) in mean NLL, (b) in
+ * continuation NLL. A '*' marks a difference larger than 1.96 standard errors. */
+static void print_differences(FILE *out, const eval_report *r, int markdown) {
+  const eval_state *st = r->st;
+  char label[32];
+  int p, b, mode;
+  for (mode = st->skip_decode ? 1 : 0; mode < 3; ++mode) {
+    const eval_result *full = mode == 0 ? &r->full_decode : &r->full_prompt;
+    if (mode == 2) continue; /* printed with per_chunk */
+    if (markdown) {
+      fprintf(out, "\n**%s: increase over the full cache (nats, +- standard error; * = beyond "
+                   "1.96 SE)**\n\n| policy",
+              mode == 0 ? "(a) mean NLL while decoding" : "(b) continuation NLL");
+      for (b = 0; b < r->n_budgets; ++b) {
+        format_ratio(label, sizeof label, r->ratios[b]);
+        if (mode == 0) {
+          fprintf(out, " | %s", label);
+        } else {
+          fprintf(out, " | %s per_chunk | %s once", label, label);
+        }
+      }
+      fprintf(out, " |\n|---");
+      for (b = 0; b < r->n_budgets; ++b) fprintf(out, mode == 0 ? "|---:" : "|---:|---:");
+      fprintf(out, "|\n");
+    } else {
+      fprintf(out, "\n%s: increase over the full cache in nats, +- standard error (windows as\n"
+                   "    clusters); * = beyond 1.96 standard errors\n%-12s",
+              mode == 0 ? "(a) mean NLL while decoding" : "(b) continuation NLL", "policy");
+      for (b = 0; b < r->n_budgets; ++b) {
+        format_ratio(label, sizeof label, r->ratios[b]);
+        if (mode == 0) {
+          fprintf(out, "  %-17s", label);
+        } else {
+          char head[64];
+          snprintf(head, sizeof head, "%s per_chunk", label);
+          fprintf(out, "  %-17s  %-17s", head, "once");
+        }
+      }
+      fprintf(out, "\n");
+    }
+    for (p = 0; p < r->n_policies; ++p) {
+      fprintf(out, markdown ? "| %s" : "%-12s", row_at(r, p, 0)->policy);
+      for (b = 0; b < r->n_budgets; ++b) {
+        int m;
+        for (m = mode; m <= (mode == 0 ? 0 : 2); ++m) {
+          double d, se;
+          char cell[64];
+          paired_stats(st, mode_result(row_at(r, p, b), m), full, &d, &se);
+          snprintf(cell, sizeof cell, "%+.4f +- %.4f%s", d, se, significant(d, se) ? "*" : "");
+          fprintf(out, markdown ? " | %s" : "  %-17s", cell);
+        }
+      }
+      fprintf(out, markdown ? " |\n" : "\n");
+    }
+  }
+}
+
+static int find_policy(const eval_report *r, const char *name) {
+  int p;
+  for (p = 0; p < r->n_policies; ++p) {
+    if (strcmp(row_at(r, p, 0)->policy, name) == 0) return p;
+  }
+  return -1;
+}
+
+/* For each budget and prefill mode: the best policy against StreamingLLM, and random against
+ * the others. As text lines (values = 0) or name=value lines (values = 1). */
+static void print_summary(FILE *out, const eval_report *r, int values) {
+  const eval_state *st = r->st;
+  const int streaming = find_policy(r, "streaming"), random_ = find_policy(r, "random");
+  int b, mode;
+  if (!values) fprintf(out, "\nsummary (continuation NLL increase over the full cache):\n");
+  for (b = 0; b < r->n_budgets; ++b) {
+    for (mode = 1; mode < 3; ++mode) {
+      int p, best = -1, worst_other = -1, rank = 1;
+      double best_d, best_se, s_d = NAN, s_se = NAN, bs_d = NAN, bs_se = NAN;
+      char label[32], key[96];
+      for (p = 0; p < r->n_policies; ++p) {
+        const double v = mode_result(row_at(r, p, b), mode)->nll;
+        if (strcmp(row_at(r, p, 0)->policy, "full") == 0) continue;
+        if (best < 0 || v < mode_result(row_at(r, best, b), mode)->nll) best = p;
+        if (p != random_ && (worst_other < 0 ||
+                             v > mode_result(row_at(r, worst_other, b), mode)->nll)) {
+          worst_other = p;
+        }
+      }
+      if (best < 0) continue;
+      format_ratio(label, sizeof label, r->ratios[b]);
+      snprintf(key, sizeof key, "summary.r%g.%s", r->ratios[b], mode_names[mode]);
+      paired_stats(st, mode_result(row_at(r, best, b), mode), &r->full_prompt, &best_d, &best_se);
+      if (streaming >= 0) {
+        paired_stats(st, mode_result(row_at(r, streaming, b), mode), &r->full_prompt, &s_d, &s_se);
+        paired_stats(st, mode_result(row_at(r, best, b), mode),
+                     mode_result(row_at(r, streaming, b), mode), &bs_d, &bs_se);
+      }
+      if (values) {
+        fprintf(out, "%s.best=%s\n%s.best_delta=%.6f\n%s.best_delta_se=%.6f\n", key,
+                row_at(r, best, 0)->policy, key, best_d, key, best_se);
+        if (streaming >= 0) {
+          fprintf(out,
+                  "%s.streaming_delta=%.6f\n%s.streaming_delta_se=%.6f\n"
+                  "%s.best_minus_streaming=%.6f\n%s.best_minus_streaming_se=%.6f\n",
+                  key, s_d, key, s_se, key, bs_d, key, bs_se);
+        }
+      } else {
+        fprintf(out, "  %s %s: best %s %+.4f +- %.4f", label, mode_names[mode],
+                row_at(r, best, 0)->policy, best_d, best_se);
+        if (streaming >= 0) {
+          fprintf(out, "; streaming %+.4f +- %.4f; best - streaming %+.4f +- %.4f (%s)", s_d,
+                  s_se, bs_d, bs_se, significant(bs_d, bs_se) ? "significant" : "not significant");
+        }
+        fprintf(out, "\n");
+      }
+      if (random_ >= 0 && worst_other >= 0) {
+        double rd, rse, ro, rose;
+        const double rv = mode_result(row_at(r, random_, b), mode)->nll;
+        for (p = 0; p < r->n_policies; ++p) {
+          if (p != random_ && mode_result(row_at(r, p, b), mode)->nll > rv) ++rank;
+        }
+        paired_stats(st, mode_result(row_at(r, random_, b), mode), &r->full_prompt, &rd, &rse);
+        paired_stats(st, mode_result(row_at(r, random_, b), mode),
+                     mode_result(row_at(r, worst_other, b), mode), &ro, &rose);
+        if (values) {
+          fprintf(out,
+                  "%s.random_delta=%.6f\n%s.random_rank_from_worst=%d\n"
+                  "%s.random_minus_next_worst=%.6f\n%s.random_minus_next_worst_se=%.6f\n",
+                  key, rd, key, rank, key, ro, key, rose);
+        } else {
+          fprintf(out,
+                  "      random %+.4f +- %.4f, rank %d from the worst; random - %s (the worst "
+                  "other) %+.4f +- %.4f (%s)\n",
+                  rd, rse, rank, row_at(r, worst_other, 0)->policy, ro, rose,
+                  significant(ro, rose) ? "significant" : "not significant");
+        }
+      }
+    }
+  }
+}
+
 static void print_values(FILE *out, const eval_report *r) {
   int p, b;
   fprintf(out, "windows=%d\nwindow_positions=%d\nscored_tokens=%d\n", (int)r->st->n_windows,
@@ -476,8 +688,8 @@ static int write_csv(const char *path, const eval_report *r) {
           "held_once\n");
   /* The full cache: no policy, no budget (0), no protected tokens (-1 = not applicable). The
    * sinks and recent columns of a policy are the tokens the host protects: the policy's
-   * documented default unless eval set them (-1: a policy not built in, default unknown);
-   * h2o's recent half is part of its score, not protected by the host. held_*: tokens held at
+   * default as kvc_cache_policy_info reports it, unless eval set them; h2o's recent half is
+   * part of its score, not protected by the host. held_*: tokens held at
    * the end, mean over (window, layer, KV head). */
   fprintf(f, "full_cache,1,0,-1,-1,%.6f,%.6f,%.2f,0,-1,-1,%.6f,%.6f,%.2f,%.2f\n",
           exp(r->full_decode.nll), r->full_decode.nll, r->full_decode.held, r->full_prompt.nll,
@@ -487,11 +699,9 @@ static int write_csv(const char *path, const eval_report *r) {
       const eval_row *row = row_at(r, p, b);
       fprintf(f, "%s,%g,%d,%d,%d,%.6f,%.6f,%.2f,%d,%d,%d,%.6f,%.6f,%.2f,%.2f\n", row->policy,
               row->ratio, (int)row->budget_decode,
-              (int)effective_protected(row->policy, row->sinks_decode, 1),
-              (int)effective_protected(row->policy, row->recent_decode, 0), exp(row->decode.nll),
+              (int)row->sinks_decode, (int)row->recent_decode, exp(row->decode.nll),
               row->decode.nll, row->decode.held, (int)row->budget_prompt,
-              (int)effective_protected(row->policy, row->sinks_prompt, 1),
-              (int)effective_protected(row->policy, row->recent_prompt, 0),
+              (int)row->sinks_prompt, (int)row->recent_prompt,
               row->per_chunk.nll, row->once.nll, row->per_chunk.held, row->once.held);
     }
   }
@@ -509,6 +719,7 @@ static int write_markdown(const char *path, const eval_report *r) {
     return -1;
   }
   print_tables(f, r, 1);
+  print_differences(f, r, 1);
   if (fclose(f) != 0) {
     kvl_cli_error("%s: write error", path);
     return -1;
@@ -521,20 +732,23 @@ static int write_markdown(const char *path, const eval_report *r) {
 int kvl_cmd_eval(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *text_path = NULL;
   const char *windows_text = NULL, *policies_text = NULL, *budgets_text = NULL;
-  const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL;
+  const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL, *ids_path = NULL;
+  const char *prompt_text = NULL;
+  int skip_decode = 0;
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},       {"--tokenizer", &tokenizer_path, NULL},
-      {"--text", &text_path, NULL},         {"--windows", &windows_text, NULL},
+      {"--text", &text_path, NULL},         {"--token-ids", &ids_path, NULL},
+      {"--windows", &windows_text, NULL},   {"--prompt", &prompt_text, NULL},
       {"--policies", &policies_text, NULL}, {"--budgets", &budgets_text, NULL},
       {"--chunk", &chunk_text, NULL},       {"--csv", &csv_path, NULL},
-      {"--markdown", &markdown_path, NULL},
+      {"--markdown", &markdown_path, NULL}, {"--skip-decode", NULL, &skip_decode},
   };
   char *policy_list = NULL, *budget_list = NULL, *text = NULL;
   char *policy_items[EVAL_MAX_POLICIES], *budget_items[EVAL_MAX_BUDGETS];
   const char *policies[EVAL_MAX_POLICIES];
   double ratios[EVAL_MAX_BUDGETS];
   int n_policies = 0, n_budgets = 0, p, b, done_runs = 0, total_runs;
-  int32_t n_windows = 4, chunk = 64, n_text, i;
+  int32_t n_windows = 4, chunk = 64, n_text = 0, prompt = 0, i, bos;
   int32_t *text_tokens = NULL;
   eval_row *rows = NULL;
   eval_state st;
@@ -550,11 +764,11 @@ int kvl_cmd_eval(int argc, char **argv) {
   rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
   if (rc != KVL_EXIT_OK) return rc < 0 ? KVL_EXIT_OK : rc;
   if (model_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--model is required");
-  if (tokenizer_path == NULL) {
-    return kvl_cli_usage_error(argv[0], usage, "--tokenizer is required");
+  if ((text_path == NULL) == (ids_path == NULL)) {
+    return kvl_cli_usage_error(argv[0], usage, "give exactly one of --text and --token-ids");
   }
-  if (text_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--text is required");
   if ((rc = kvl_cli_int(argv[0], usage, "--windows", windows_text, 1, 4096, &n_windows)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--prompt", prompt_text, 2, 1L << 20, &prompt)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 2, 1L << 20, &chunk)) != 0) {
     return rc;
   }
@@ -603,14 +817,18 @@ int kvl_cmd_eval(int argc, char **argv) {
   }
 
   /* Model, tokenizer, context, text. */
-  text = kvl_cli_read_text(text_path, &text_size);
-  if (text == NULL) {
-    rc = KVL_EXIT_FAILURE;
-    goto done;
+  if (text_path != NULL) {
+    text = kvl_cli_read_text(text_path, &text_size);
+    tokenizer_path = kvl_cli_tokenizer_path(model_path, tokenizer_path);
+    if (text == NULL || tokenizer_path == NULL) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
   }
   if (kvl_model_load(model_path, &st.model, error, sizeof error) != 0 ||
-      kvl_tokenizer_load(tokenizer_path, kvl_model_config(st.model)->vocab_size, &st.tokenizer,
-                         error, sizeof error) != 0) {
+      (tokenizer_path != NULL &&
+       kvl_tokenizer_load(tokenizer_path, kvl_model_config(st.model)->vocab_size, &st.tokenizer,
+                          error, sizeof error) != 0)) {
     kvl_cli_error("%s", error);
     rc = KVL_EXIT_FAILURE;
     goto done;
@@ -631,17 +849,37 @@ int kvl_cmd_eval(int argc, char **argv) {
     }
   }
   st.vocab = kvl_model_config(st.model)->vocab_size;
-  st.window = kvl_model_config(st.model)->seq_len;
-  st.prompt = st.window - EVAL_CONTINUATION;
+  bos = kvl_model_bos(st.model);
+  {
+    const int32_t context = kvl_model_config(st.model)->seq_len;
+    st.prompt = prompt > 0 ? prompt : (context < 512 ? context : 512) - EVAL_CONTINUATION;
+    st.window = st.prompt + EVAL_CONTINUATION;
+    if (st.prompt < 2) {
+      kvl_cli_error("the model's context %d leaves no prompt before a %d-token continuation",
+                    (int)context, EVAL_CONTINUATION);
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+    if (st.window > context) {
+      fprintf(stderr, "kvc-llama eval: note: windows of %d positions exceed the model's context %d\n",
+              (int)st.window, (int)context);
+    }
+  }
   st.n_windows = n_windows;
   st.chunk = chunk;
-  if (st.prompt < 2) {
-    kvl_cli_error("the model's seq_len %d leaves no prompt before a %d-token continuation",
-                  (int)st.window, EVAL_CONTINUATION);
-    rc = KVL_EXIT_FAILURE;
-    goto done;
+  st.skip_decode = skip_decode;
+  if (text != NULL) {
+    text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
+    if (text_tokens != NULL) {
+      n_text = kvl_tokenizer_encode(st.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
+    }
+  } else {
+    text_tokens = kvl_cli_read_ids(ids_path, st.vocab, &n_text);
+    if (text_tokens == NULL) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
   }
-  text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
   st.windows = (int32_t *)malloc((size_t)n_windows * st.window * sizeof(int32_t));
   st.tokens = (int32_t *)malloc((size_t)n_windows * (chunk + 1) * sizeof(int32_t));
   st.positions = (int32_t *)malloc((size_t)n_windows * (chunk + 1) * sizeof(int32_t));
@@ -655,19 +893,26 @@ int kvl_cmd_eval(int argc, char **argv) {
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
-  n_text = kvl_tokenizer_encode(st.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
-  if (n_text < n_windows * (st.window - 1)) {
-    kvl_cli_error("%s has %d tokens; %d windows need %d", text_path, (int)n_text, (int)n_windows,
-                  (int)(n_windows * (st.window - 1)));
-    rc = KVL_EXIT_FAILURE;
-    goto done;
-  }
-  for (i = 0; i < n_windows; ++i) {
-    int32_t j;
-    st.seq_ids[i] = i;
-    st.windows[(size_t)i * st.window] = 1; /* BOS */
-    for (j = 1; j < st.window; ++j) {
-      st.windows[(size_t)i * st.window + j] = text_tokens[(size_t)i * (st.window - 1) + j - 1];
+  {
+    /* With BOS a window holds W - 1 text tokens, without W. */
+    const int32_t per = bos >= 0 ? st.window - 1 : st.window;
+    if ((int64_t)n_text < (int64_t)n_windows * per) {
+      kvl_cli_error("%s has %d tokens; %d windows need %lld", text_path ? text_path : ids_path,
+                    (int)n_text, (int)n_windows, (long long)n_windows * per);
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+    for (i = 0; i < n_windows; ++i) {
+      int32_t *w = st.windows + (size_t)i * st.window;
+      const int32_t *x = text_tokens + (size_t)i * per;
+      int32_t j;
+      st.seq_ids[i] = i;
+      if (bos >= 0) {
+        w[0] = bos;
+        for (j = 1; j < st.window; ++j) w[j] = x[j - 1];
+      } else {
+        for (j = 0; j < st.window; ++j) w[j] = x[j];
+      }
     }
   }
 
@@ -682,8 +927,9 @@ int kvl_cmd_eval(int argc, char **argv) {
 
   /* The full cache: no policy. Per_chunk and once are the same procedure without one. */
   memset(&setup, 0, sizeof setup);
+  report.full_decode.nll = NAN;
   t_run = kvl_cli_now();
-  if (run_decode(&st, &setup, &report.full_decode) != 0 ||
+  if ((!st.skip_decode && run_decode(&st, &setup, &report.full_decode) != 0) ||
       run_prefill(&st, &setup, &report.full_prompt) != 0) {
     rc = KVL_EXIT_FAILURE;
     goto done;
@@ -697,31 +943,35 @@ int kvl_cmd_eval(int argc, char **argv) {
       eval_row *row = &rows[p * n_budgets + b];
       long rounded;
       char label[32];
+      row->decode.nll = NAN;
       row->policy = policies[p];
       row->ratio = ratios[b];
       rounded = lround(ratios[b] * st.window);
       row->budget_decode = rounded < 1 ? 1 : (int32_t)rounded;
       rounded = lround(ratios[b] * st.prompt);
       row->budget_prompt = rounded < 1 ? 1 : (int32_t)rounded;
-      protected_for(row->policy, row->budget_decode, "decode", &row->sinks_decode,
-                    &row->recent_decode);
-      protected_for(row->policy, row->budget_prompt, "prompt", &row->sinks_prompt,
-                    &row->recent_prompt);
+      if (protected_for(&st, row->policy, row->budget_decode, "decode", &row->sinks_decode,
+                        &row->recent_decode, &row->explicit_decode) != 0 ||
+          protected_for(&st, row->policy, row->budget_prompt, "prompt", &row->sinks_prompt,
+                        &row->recent_prompt, &row->explicit_prompt) != 0) {
+        rc = KVL_EXIT_FAILURE;
+        goto done;
+      }
       t_run = kvl_cli_now();
 
       setup.policy = row->policy;
       setup.budget = row->budget_decode;
-      setup.sinks = row->sinks_decode;
-      setup.recent = row->recent_decode;
+      setup.sinks = row->explicit_decode ? row->sinks_decode : -1;
+      setup.recent = row->explicit_decode ? row->recent_decode : -1;
       setup.prefill = KVC_PREFILL_NONE;
       setup.decode_every = 1;
-      if (run_decode(&st, &setup, &row->decode) != 0) {
+      if (!st.skip_decode && run_decode(&st, &setup, &row->decode) != 0) {
         rc = KVL_EXIT_FAILURE;
         goto done;
       }
       setup.budget = row->budget_prompt;
-      setup.sinks = row->sinks_prompt;
-      setup.recent = row->recent_prompt;
+      setup.sinks = row->explicit_prompt ? row->sinks_prompt : -1;
+      setup.recent = row->explicit_prompt ? row->recent_prompt : -1;
       setup.decode_every = 0;
       setup.prefill = KVC_PREFILL_PER_CHUNK;
       if (run_prefill(&st, &setup, &row->per_chunk) != 0) {
@@ -749,8 +999,11 @@ int kvl_cmd_eval(int argc, char **argv) {
   report.n_budgets = n_budgets;
   report.ratios = ratios;
   print_tables(stdout, &report, 0);
+  print_differences(stdout, &report, 0);
+  print_summary(stdout, &report, 0);
   printf("\n");
   print_values(stdout, &report);
+  print_summary(stdout, &report, 1);
   printf("seconds=%.2f\n", kvl_cli_now() - t_start);
   fprintf(stderr, "kvc-llama eval: %d runs in %.2f s\n", total_runs, kvl_cli_now() - t_start);
   rc = KVL_EXIT_OK;
@@ -760,6 +1013,15 @@ int kvl_cmd_eval(int argc, char **argv) {
   }
 
 done:
+  if (rows != NULL) {
+    for (i = 0; i < n_policies * n_budgets; ++i) {
+      free(rows[i].decode.token_nll);
+      free(rows[i].per_chunk.token_nll);
+      free(rows[i].once.token_nll);
+    }
+  }
+  free(report.full_decode.token_nll);
+  free(report.full_prompt.token_nll);
   free(rows);
   free(st.logits);
   free(st.seq_ids);
