@@ -9,7 +9,8 @@
  *     unsupported versions and tensor types, missing keys and other architectures.
  *   kvc-llama-gguf-tests smollm2 MODEL IDS TEXT
  *     loads SmolLM2-135M-Instruct (Q4_1) and checks its configuration, that the first ids of
- *     Tom Sawyer decode to the start of the text, and that the full-cache NLL of the first
+ *     Tom Sawyer decode to the start of the text, that encoding the whole text gives exactly
+ *     the ids Hugging Face tokenizers gave (the ids file), and that the full-cache NLL of the first
  *     512 ids (511 predictions) is 3.4268 within 1e-3, the figure the model's README gives
  *     from an independent forward pass. Exits with 77 (skipped) when the files are absent.
  */
@@ -504,6 +505,42 @@ static int test_smollm2(const char *model_path, const char *ids_path, const char
               text);
       ++failures;
     }
+  }
+
+  { /* The encoder against Hugging Face tokenizers: the whole book gives the ids file. */
+    FILE *tf = fopen(text_path, "rb"), *idf = fopen(ids_path, "r");
+    char *book = NULL;
+    int32_t *mine = NULL, n_mine = -1, k = 0, id;
+    long size = 0;
+    if (tf != NULL && idf != NULL && fseek(tf, 0, SEEK_END) == 0 && (size = ftell(tf)) > 0 &&
+        fseek(tf, 0, SEEK_SET) == 0 && (book = (char *)malloc((size_t)size + 1)) != NULL &&
+        fread(book, 1, (size_t)size, tf) == (size_t)size &&
+        (mine = (int32_t *)malloc((size_t)size * sizeof(int32_t))) != NULL) {
+      book[size] = '\0';
+      n_mine = kvl_tokenizer_encode(t, book, 0, 0, mine, (int32_t)size);
+      while (fscanf(idf, "%d", &id) == 1) {
+        if (k < n_mine && mine[k] != id) {
+          fprintf(stderr, "encode: token %d is %d, tokenizers gives %d\n", (int)k,
+                  (int)mine[k], (int)id);
+          ++failures;
+          break;
+        }
+        ++k;
+      }
+      if (k != n_mine) {
+        fprintf(stderr, "encode: %d tokens, tokenizers gives %d\n", (int)n_mine, (int)k);
+        ++failures;
+      }
+    }
+    if (tf != NULL) fclose(tf);
+    if (idf != NULL) fclose(idf);
+    free(book);
+    free(mine);
+  }
+  {
+    int32_t chat[16], n_chat = kvl_tokenizer_encode(t, "<|im_start|>user\nHi<|im_end|>", 0, 0,
+                                                    chat, 16);
+    CHECK(n_chat >= 4 && chat[0] == 1 && chat[n_chat - 1] == 2); /* control tokens */
   }
 
   kvc_context_create(NULL, &ctx);
