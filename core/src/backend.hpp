@@ -1,4 +1,5 @@
-// One instance of a backend plugin, owned by a cache. Turns plugin error codes into kvc::Error.
+// One instance of a backend plugin, owned by a cache: builds the versioned call structs and
+// turns plugin error codes into kvc::Error.
 #pragma once
 
 #include <string>
@@ -9,9 +10,15 @@
 
 namespace kvc {
 
+// What every data call of one cache shares.
+struct CallShape {
+  int32_t head_dim;
+  kvc_dtype storage_dtype;
+};
+
 class Backend {
  public:
-  Backend(const LoadedPlugin& plugin, const kvc_host_api* host);
+  Backend(const LoadedPlugin& plugin, const kvc_host_api* host, CallShape shape);
   ~Backend();
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -21,18 +28,22 @@ class Backend {
   void* alloc(size_t bytes) { return vtable_.alloc(instance_, bytes); }
   void free(void* ptr) { vtable_.free(instance_, ptr); }
   void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind);
-  void append(const std::vector<kvc_append_job>& jobs, int32_t head_dim, kvc_dtype storage);
-  void attend(const std::vector<kvc_attend_job>& jobs, const kvc_attend_config& config);
-  void compact(const std::vector<kvc_compact_job>& jobs, int32_t head_dim, kvc_dtype storage);
-  // The keys of one (sequence, layer, KV head) as f32 rows in host memory.
-  void read_keys(const std::vector<kvc_segment>& segments, float* out, int32_t head_dim,
-                 kvc_dtype storage);
+  void append(const std::vector<kvc_append_job>& jobs, void* stream);
+  // `call` holds the options; its jobs, shape and struct_size are filled in here.
+  void attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call call);
+  void compact(const std::vector<kvc_compact_job>& jobs, void* stream);
+  void read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream);
+  // Positions and statistics into host memory: one read_tokens call, or, for a backend
+  // without it (ABI 1.0), one copy per segment and statistic.
+  void read_tokens(const std::vector<kvc_read_tokens_job>& jobs, void* stream);
 
  private:
   void check(int32_t code, const kvc_plugin_error& error, const char* what) const;
+  void read_tokens_by_copy(const kvc_read_tokens_job& job);
 
   std::string name_;
   kvc_backend_vtable vtable_;
+  CallShape shape_;
   void* instance_ = nullptr;
 };
 

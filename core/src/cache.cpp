@@ -10,10 +10,6 @@
 namespace kvc {
 namespace {
 
-// Query tokens per attention job: enough work per job to amortise the pass over K/V, small
-// enough that a long prefill chunk still spreads over the cores.
-constexpr int32_t kQueryTile = 32;
-
 Error invalid(const std::string& message) { return Error(KVC_ERR_INVALID_ARGUMENT, message); }
 
 const LoadedPlugin& find_backend(Context& context, const std::string& name) {
@@ -32,7 +28,6 @@ Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
                   c.dtype,
                   static_cast<size_t>(c.head_dim) * dtype_size(c.dtype),
                   c.block_tokens,
-                  c.growth_factor,
                   policy ? policy->stats() & attention_stats : 0u};
 }
 
@@ -57,8 +52,10 @@ Cache::Cache(Context& context, const CacheConfig& config,
     : context_(context),
       config_((validate_cache_config(config), config)),
       policy_(make_policy(context, policy)),
+      schedule_(policy_ ? &policy_->config() : nullptr, config_.growth_factor),
       geometry_(make_geometry(config_, policy_.get())),
-      backend_(find_backend(context, config_.backend), context.host().api()),
+      backend_(find_backend(context, config_.backend), context.host().api(),
+               CallShape{config_.head_dim, config_.dtype}),
       pool_(backend_, config_.memory_limit,
             config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0) {}
 
@@ -80,8 +77,7 @@ void Cache::create_sequence(int32_t seq_id) {
   if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
   auto sequence = std::make_unique<Sequence>();
   sequence->heads.resize(static_cast<size_t>(config_.layers) * config_.kv_heads);
-  sequence->decode_steps.assign(static_cast<size_t>(config_.layers), 0);
-  sequence->prefill_pending.assign(static_cast<size_t>(config_.layers), 0);
+  sequence->triggers.assign(static_cast<size_t>(config_.layers), TriggerState{});
   std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
   if (!sequences_.emplace(seq_id, std::move(sequence)).second) {
     throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
@@ -138,46 +134,73 @@ std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_h
 
 void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
                         bool exact) {
-  if (geometry_.layout == KVC_LAYOUT_PAGED) {
-    std::vector<size_t> needed(stores.size());
-    size_t total = 0;
+  auto plan = [&](bool exact_growth, std::vector<Growth>& growth, size_t& blocks,
+                  std::vector<size_t>& sizes) {
+    growth.resize(stores.size());
+    blocks = 0;
+    sizes.clear();
     for (size_t i = 0; i < stores.size(); ++i) {
-      needed[i] = stores[i]->blocks_needed(extra[i], geometry_);
-      total += needed[i];
+      growth[i] = stores[i]->growth_for(extra[i], geometry_, schedule_, exact_growth);
+      blocks += growth[i].blocks;
+      if (growth[i].segment_capacity > 0) sizes.push_back(geometry_.bytes_for(growth[i].segment_capacity));
+      if (growth[i].stats_capacity > 0) sizes.push_back(geometry_.stats_bytes_for(growth[i].stats_capacity));
     }
-    if (total == 0) return;
-    std::vector<void*> blocks = pool_.take_blocks(total);
-    size_t next = 0;
-    for (size_t i = 0; i < stores.size(); ++i) {
-      stores[i]->add_blocks(blocks.data() + next, needed[i], geometry_);
-      next += needed[i];
-    }
-    return;
-  }
-  auto plan = [&](bool exact_growth) {
-    std::vector<int32_t> capacities(stores.size());
-    std::vector<size_t> sizes;
-    for (size_t i = 0; i < stores.size(); ++i) {
-      capacities[i] = stores[i]->capacity_for(extra[i], geometry_, exact_growth);
-      if (capacities[i] > 0) sizes.push_back(geometry_.bytes_for(capacities[i]));
-    }
-    return std::make_pair(capacities, sizes);
   };
-  auto [capacities, sizes] = plan(exact);
-  if (sizes.empty()) return;
-  std::vector<void*> memory;
+  std::vector<Growth> growth;
+  size_t n_blocks = 0;
+  std::vector<size_t> sizes;
+  plan(exact, growth, n_blocks, sizes);
+  if (n_blocks == 0 && sizes.empty()) return;
+  auto take = [&](std::vector<void*>& blocks, std::vector<void*>& memory) {
+    blocks = pool_.take_blocks(n_blocks);
+    try {
+      memory = pool_.allocate(sizes);
+    } catch (...) {
+      for (void* block : blocks) pool_.give_back_block(block);
+      throw;
+    }
+  };
+  std::vector<void*> blocks, memory;
   try {
-    memory = pool_.allocate(sizes);
+    take(blocks, memory);
   } catch (const Error& e) {
     if (exact || e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
     // Growth by the factor does not fit: grow only as much as needed.
-    std::tie(capacities, sizes) = plan(true);
-    memory = pool_.allocate(sizes);
+    plan(true, growth, n_blocks, sizes);
+    take(blocks, memory);
+  }
+  apply_growth(stores, growth, blocks, memory, sizes);
+}
+
+// Hands the taken memory to the stores. A failed copy leaves every store as it was or fully
+// grown, and releases the memory not yet handed over.
+void Cache::apply_growth(const std::vector<HeadStore*>& stores, const std::vector<Growth>& growth,
+                         const std::vector<void*>& blocks, const std::vector<void*>& memory,
+                         const std::vector<size_t>& sizes) {
+  size_t next_block = 0;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    stores[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
+    next_block += growth[i].blocks;
   }
   size_t next = 0;
-  for (size_t i = 0; i < stores.size(); ++i) {
-    if (capacities[i] == 0) continue;
-    bytes_copied_ += stores[i]->move_to(memory[next++], capacities[i], backend_, pool_, geometry_);
+  try {
+    for (size_t i = 0; i < stores.size(); ++i) {
+      if (growth[i].segment_capacity > 0) {
+        void* target = memory[next++];
+        bytes_copied_ += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
+                                                    pool_, geometry_);
+      }
+      if (growth[i].stats_capacity > 0) {
+        void* target = memory[next++];
+        bytes_copied_ += stores[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
+                                                  pool_, geometry_);
+      }
+    }
+  } catch (...) {
+    // The failing move released its own target; release the ones after it, and the blocks.
+    for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
+    for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
+    throw;
   }
 }
 
@@ -304,7 +327,7 @@ void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
     stores[s]->plan_append(extra[s], source, geometry_, jobs);
   }
   try {
-    backend_.append(jobs, config_.head_dim, config_.dtype);
+    backend_.append(jobs, batch.stream);
   } catch (...) {
     for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);
     throw;
@@ -336,43 +359,43 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < kv_heads; ++h) total_segments += store(*seq, layer, h).segments().size();
   }
-  // Statistics need every query of a (sequence, head) in one job: jobs must not race on them.
-  const int32_t query_tile = geometry_.stats != 0 ? INT32_MAX : kQueryTile;
   std::vector<kvc_segment> segments;
   segments.reserve(total_segments);  // jobs point into it: it must not reallocate
   std::vector<kvc_attend_job> jobs;
+  jobs.reserve(resolved.sequences.size() * static_cast<size_t>(kv_heads));
   const size_t q_element = dtype_size(q.dtype);
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
+    const size_t token = static_cast<size_t>(resolved.offsets[i]);
     for (int32_t h = 0; h < kv_heads; ++h) {
-      size_t first_segment = segments.size();
-      store(*resolved.sequences[i], layer, h).gather(segments, geometry_);
-      size_t head_offset = static_cast<size_t>(h) * group * d;
-      for (int32_t t0 = 0; t0 < batch.n_tokens[i]; t0 += query_tile) {
-        size_t token = static_cast<size_t>(resolved.offsets[i] + t0);
-        kvc_attend_job job{};
-        job.q = static_cast<const unsigned char*>(q.data) + (token * q_stride + head_offset) * q_element;
-        job.q_stride = q_stride;
-        job.q_dtype = q.dtype;
-        job.q_pos = batch.positions + token;
-        job.n_queries = std::min(query_tile, batch.n_tokens[i] - t0);
-        job.out = static_cast<float*>(out.data) + token * out_stride + head_offset;
-        job.out_stride = out_stride;
-        job.segments = segments.data() + first_segment;
-        job.n_segments = static_cast<int32_t>(segments.size() - first_segment);
-        jobs.push_back(job);
-      }
+      const HeadStore& head = store(*resolved.sequences[i], layer, h);
+      const size_t first_segment = segments.size();
+      head.gather(segments, geometry_);
+      const size_t head_offset = static_cast<size_t>(h) * group * d;
+      kvc_attend_job job{};
+      job.struct_size = sizeof(job);
+      job.n_queries = batch.n_tokens[i];
+      job.q = static_cast<const unsigned char*>(q.data) + (token * q_stride + head_offset) * q_element;
+      job.q_stride = q_stride;
+      job.q_dtype = q.dtype;
+      job.q_device = q.device;
+      job.q_pos = batch.positions + token;
+      job.out = static_cast<float*>(out.data) + token * out_stride + head_offset;
+      job.out_stride = out_stride;
+      job.out_device = out.device;
+      job.segments = segments.data() + first_segment;
+      job.n_segments = static_cast<int32_t>(segments.size() - first_segment);
+      job.stats = head.stats(geometry_);
+      jobs.push_back(job);
     }
   }
-  kvc_attend_config config{};
-  config.struct_size = sizeof(config);
-  config.head_dim = config_.head_dim;
-  config.group_size = group;
-  config.storage_dtype = config_.dtype;
-  config.scale = params.scale > 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
-  config.sliding_window = params.sliding_window;
-  config.softcap = params.softcap;
-  config.observation_window = policy_ ? policy_->observation_window() : 0;
-  backend_.attend(jobs, config);
+  kvc_attend_call call{};
+  call.group_size = group;
+  call.scale = params.scale > 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  call.sliding_window = params.sliding_window;
+  call.softcap = params.softcap;
+  call.observation_window = policy_ ? policy_->observation_window() : 0;
+  call.stream = batch.stream;
+  backend_.attend(jobs, call);
   compress_after_attend(layer, batch, resolved);
 }
 

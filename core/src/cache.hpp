@@ -15,22 +15,13 @@
 #include "context.hpp"
 #include "head_store.hpp"
 #include "policy.hpp"
+#include "schedule.hpp"
 
 namespace kvc {
 
-// What one (sequence, layer) keeps after compression: the kept indices of each KV head.
-struct Sequence;
-struct LayerSelection {
-  Sequence* sequence;
-  int32_t layer;
-  std::vector<std::vector<int32_t>> kept;  // [kv_head]
-  std::vector<int32_t> budgets;            // [kv_head] what the policy gave each head
-};
-
 struct Sequence {
-  std::vector<HeadStore> heads;          // [layer * kv_heads + kv_head]
-  std::vector<int32_t> decode_steps;     // [layer] single-token steps since the last compression
-  std::vector<uint8_t> prefill_pending;  // [layer] a prompt chunk awaits "once" compression
+  std::vector<HeadStore> heads;        // [layer * kv_heads + kv_head]
+  std::vector<TriggerState> triggers;  // [layer]
 };
 
 class Cache {
@@ -48,6 +39,7 @@ class Cache {
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }
+  const Schedule& schedule() const { return schedule_; }
 
   void append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k, const kvc_tensor& v);
   void attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
@@ -88,17 +80,17 @@ class Cache {
   // Makes room for n_tokens[i] more tokens in each listed store, all or nothing.
   void ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
                    bool exact);
+  void apply_growth(const std::vector<HeadStore*>& stores, const std::vector<Growth>& growth,
+                    const std::vector<void*>& blocks, const std::vector<void*>& memory,
+                    const std::vector<size_t>& sizes);
   void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
-                       int32_t first_layer, int32_t end_layer);
+                       int32_t first_layer, int32_t end_layer, void* stream);
   // Automatic compression: before storing (the "once" mode) and after attending.
   void compress_before_append(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
   void compress_after_attend(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
-  int32_t configured_budget(const HeadStore& head) const;
-  // Asks the policy what one (sequence, layer) keeps; touches no storage.
-  void select_layer(LayerSelection& selection, int32_t seq_id);
-  template <typename T>
-  void read_rows(const std::vector<kvc_segment>& segments, const T* (*field)(const kvc_segment&),
-                 std::vector<T>& out);
+  int32_t head_budget(const HeadStore& head) const {
+    return schedule_.budget(head.seen(), head.effective_budget());
+  }
   HeadStore& store(Sequence& seq, int32_t layer, int32_t kv_head) const {
     return seq.heads[static_cast<size_t>(layer) * config_.kv_heads + kv_head];
   }
@@ -108,6 +100,7 @@ class Cache {
   Context& context_;
   CacheConfig config_;
   std::unique_ptr<Policy> policy_;  // NULL: never compresses
+  Schedule schedule_;
   Geometry geometry_;
   Backend backend_;
   BlockPool pool_;

@@ -1,7 +1,7 @@
-// The compression driver: per (sequence, layer) ask the policy for scores and budgets, pick
-// the kept tokens, compact storage through the backend and return emptied blocks.
+// The compression driver: read what the policy needs of every due (sequence, layer) in one
+// batched backend call, ask the policy for scores and budgets, pick the kept tokens, compact
+// storage in one backend call and return emptied blocks.
 #include <algorithm>
-#include <cmath>
 #include <mutex>
 
 #include "cache.hpp"
@@ -19,95 +19,17 @@ struct HeadInputs {
   std::vector<float> scores;
 };
 
+// One (sequence, layer) to compress: its inputs, then what each KV head keeps.
+struct LayerSelection {
+  Sequence* sequence;
+  int32_t seq_id;
+  int32_t layer;
+  std::vector<HeadInputs> inputs;          // [kv_head]
+  std::vector<std::vector<int32_t>> kept;  // [kv_head]
+  std::vector<int32_t> budgets;            // [kv_head] what the policy gave each head
+};
+
 }  // namespace
-
-template <typename T>
-void Cache::read_rows(const std::vector<kvc_segment>& segments,
-                      const T* (*field)(const kvc_segment&), std::vector<T>& out) {
-  out.clear();
-  for (const kvc_segment& seg : segments) {
-    size_t at = out.size();
-    out.resize(at + static_cast<size_t>(seg.count));
-    backend_.copy(out.data() + at, field(seg), sizeof(T) * static_cast<size_t>(seg.count),
-                  KVC_COPY_DEVICE_TO_HOST);
-  }
-}
-
-void Cache::select_layer(LayerSelection& selection, int32_t seq_id) {
-  const int32_t heads = config_.kv_heads;
-  std::vector<HeadInputs> inputs(static_cast<size_t>(heads));
-  std::vector<kvc_score_job> jobs(static_cast<size_t>(heads));
-  std::vector<int32_t> configured(static_cast<size_t>(heads));
-  for (int32_t h = 0; h < heads; ++h) {
-    const HeadStore& head = store(*selection.sequence, selection.layer, h);
-    HeadInputs& in = inputs[static_cast<size_t>(h)];
-    kvc_score_job& job = jobs[static_cast<size_t>(h)];
-    std::vector<kvc_segment> segments;
-    head.gather(segments, geometry_);
-    job.seq_id = seq_id;
-    job.layer = selection.layer;
-    job.kv_head = h;
-    job.n_tokens = head.length();
-    job.head_dim = config_.head_dim;
-    read_rows<int32_t>(segments, [](const kvc_segment& seg) { return seg.pos; }, in.positions);
-    job.pos = in.positions.data();
-    if (geometry_.stats & KVC_STAT_ATTN_SUM) {
-      read_rows<float>(segments, [](const kvc_segment& seg) -> const float* { return seg.attn_sum; },
-                       in.stats[0]);
-      job.attn_sum = in.stats[0].data();
-    }
-    if (geometry_.stats & KVC_STAT_ATTN_LAST) {
-      read_rows<float>(segments, [](const kvc_segment& seg) -> const float* { return seg.attn_last; },
-                       in.stats[1]);
-      job.attn_last = in.stats[1].data();
-    }
-    if (geometry_.stats & KVC_STAT_ATTN_WINDOW) {
-      read_rows<float>(segments, [](const kvc_segment& seg) -> const float* { return seg.attn_window; },
-                       in.stats[2]);
-      job.attn_window = in.stats[2].data();
-    }
-    if (policy_->stats() & KVC_STAT_KEYS) {
-      in.keys.resize(static_cast<size_t>(head.length()) * static_cast<size_t>(config_.head_dim));
-      backend_.read_keys(segments, in.keys.data(), config_.head_dim, config_.dtype);
-      job.keys = in.keys.data();
-    }
-    in.scores.assign(static_cast<size_t>(head.length()), 0.0f);
-    job.scores = in.scores.data();
-    configured[static_cast<size_t>(h)] = configured_budget(head);
-    job.budget = configured[static_cast<size_t>(h)];
-    job.sinks = policy_->config().sinks;
-    job.recent = policy_->config().recent;
-  }
-  if (policy_->scores()) policy_->score(jobs.data(), jobs.size());
-
-  kvc_budget_request request{};
-  request.struct_size = sizeof(request);
-  request.layer = selection.layer;
-  request.n_layers = config_.layers;
-  request.n_heads = heads;
-  request.configured = configured.data();
-  request.jobs = jobs.data();
-  std::vector<int32_t> budgets(static_cast<size_t>(heads));
-  policy_->budgets(request, budgets.data());
-
-  const PolicyConfig& p = policy_->config();
-  selection.kept.resize(static_cast<size_t>(heads));
-  selection.budgets.resize(static_cast<size_t>(heads));
-  for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
-    selection.budgets[h] = std::max(budgets[h], 0);
-    selection.kept[h] = select_kept(inputs[h].scores.data(), jobs[h].n_tokens,
-                                    selection.budgets[h], p.sinks, p.recent);
-  }
-}
-
-int32_t Cache::configured_budget(const HeadStore& head) const {
-  const PolicyConfig& p = policy_->config();
-  if (p.budget_ratio > 0.0) {
-    double tokens = std::ceil(p.budget_ratio * static_cast<double>(head.seen()));
-    return static_cast<int32_t>(std::min<double>(tokens, INT32_MAX));
-  }
-  return p.budget_tokens > 0 ? p.budget_tokens : INT32_MAX;
-}
 
 void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
   if (layer >= config_.layers) {
@@ -119,34 +41,74 @@ void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
   std::vector<Sequence*> sequences;
   for (int32_t id : seq_ids) sequences.push_back(&find(id));
   if (layer < 0) {
-    compress_locked(sequences, seq_ids, 0, config_.layers);
+    compress_locked(sequences, seq_ids, 0, config_.layers, nullptr);
   } else {
-    compress_locked(sequences, seq_ids, layer, layer + 1);
+    compress_locked(sequences, seq_ids, layer, layer + 1, nullptr);
   }
 }
 
 void Cache::compress_locked(const std::vector<Sequence*>& sequences,
                             const std::vector<int32_t>& ids, int32_t first_layer,
-                            int32_t end_layer) {
+                            int32_t end_layer, void* stream) {
   if (!policy_ || sequences.empty()) return;
   const int32_t heads = config_.kv_heads;
+  const size_t n_heads = static_cast<size_t>(heads);
 
   std::vector<LayerSelection> selections;
-  std::vector<int32_t> selection_ids;
   for (size_t i = 0; i < sequences.size(); ++i) {
     for (int32_t layer = first_layer; layer < end_layer; ++layer) {
       bool over_budget = false;
-      for (int32_t h = 0; h < heads; ++h) {
+      for (int32_t h = 0; h < heads && !over_budget; ++h) {
         const HeadStore& head = store(*sequences[i], layer, h);
-        int32_t budget = configured_budget(head);
-        if (head.effective_budget() >= 0) budget = std::min(budget, head.effective_budget());
-        over_budget |= head.length() > budget;
+        over_budget = head.length() > head_budget(head);
       }
-      if (!over_budget) continue;
-      selections.push_back(LayerSelection{sequences[i], layer, {}, {}});
-      selection_ids.push_back(ids[i]);
+      if (over_budget) selections.push_back(LayerSelection{sequences[i], ids[i], layer, {}, {}, {}});
     }
   }
+  if (selections.empty()) return;
+
+  // Everything the policy reads, for every selected head, in one call of each kind.
+  const bool keys = policy_->stats() & KVC_STAT_KEYS;
+  size_t total_segments = 0;
+  for (const LayerSelection& sel : selections) {
+    for (int32_t h = 0; h < heads; ++h) total_segments += store(*sel.sequence, sel.layer, h).segments().size();
+  }
+  std::vector<kvc_segment> segments;
+  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
+  std::vector<kvc_read_tokens_job> reads;
+  std::vector<kvc_read_keys_job> key_reads;
+  reads.reserve(selections.size() * n_heads);
+  for (LayerSelection& sel : selections) {
+    sel.inputs.resize(n_heads);
+    for (int32_t h = 0; h < heads; ++h) {
+      const HeadStore& head = store(*sel.sequence, sel.layer, h);
+      HeadInputs& in = sel.inputs[static_cast<size_t>(h)];
+      const size_t n = static_cast<size_t>(head.length());
+      const size_t first = segments.size();
+      head.gather(segments, geometry_);
+      kvc_read_tokens_job job{};
+      job.struct_size = sizeof(job);
+      job.n_segments = static_cast<int32_t>(segments.size() - first);
+      job.segments = segments.data() + first;
+      job.stats = head.stats(geometry_);
+      in.positions.resize(n);
+      job.out_pos = in.positions.data();
+      float** outs[] = {&job.out_attn_sum, &job.out_attn_last, &job.out_attn_window};
+      for (size_t s = 0; s < std::size(kStoredStats); ++s) {
+        if (!(geometry_.stats & kStoredStats[s])) continue;
+        in.stats[s].resize(n);
+        *outs[s] = in.stats[s].data();
+      }
+      reads.push_back(job);
+      if (keys) {
+        in.keys.resize(n * static_cast<size_t>(config_.head_dim));
+        key_reads.push_back(kvc_read_keys_job{sizeof(kvc_read_keys_job), job.n_segments,
+                                              job.segments, in.keys.data()});
+      }
+    }
+  }
+  backend_.read_tokens(reads, stream);
+  backend_.read_keys(key_reads, stream);
 
   // Decide every selection before touching storage: a policy error leaves the cache as it was.
   std::mutex error_mutex;
@@ -154,7 +116,51 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   context_.host().parallel_for(selections.size(), 1, [&](size_t begin, size_t end) {
     for (size_t s = begin; s < end; ++s) {
       try {
-        select_layer(selections[s], selection_ids[s]);
+        LayerSelection& sel = selections[s];
+        std::vector<kvc_score_job> jobs(n_heads);
+        std::vector<int32_t> configured(n_heads);
+        for (size_t h = 0; h < n_heads; ++h) {
+          const HeadStore& head = store(*sel.sequence, sel.layer, static_cast<int32_t>(h));
+          HeadInputs& in = sel.inputs[h];
+          kvc_score_job& job = jobs[h];
+          const ProtectedRange range = schedule_.protected_range(head.length());
+          job.struct_size = sizeof(job);
+          job.seq_id = sel.seq_id;
+          job.layer = sel.layer;
+          job.kv_head = static_cast<int32_t>(h);
+          job.n_tokens = head.length();
+          job.pos = in.positions.data();
+          job.attn_sum = in.stats[0].empty() ? nullptr : in.stats[0].data();
+          job.attn_last = in.stats[1].empty() ? nullptr : in.stats[1].data();
+          job.attn_window = in.stats[2].empty() ? nullptr : in.stats[2].data();
+          job.keys = in.keys.empty() ? nullptr : in.keys.data();
+          job.head_dim = config_.head_dim;
+          configured[h] = schedule_.configured_budget(head.seen());
+          job.budget = configured[h];
+          job.sinks = policy_->config().sinks;
+          job.recent = policy_->config().recent;
+          in.scores.assign(static_cast<size_t>(head.length()), 0.0f);
+          job.scores = in.scores.data();
+          job.sink_end = range.sink_end;
+          job.recent_begin = range.recent_begin;
+        }
+        if (policy_->scores()) policy_->score(jobs.data(), jobs.size());
+
+        kvc_budget_request request{};
+        request.struct_size = sizeof(request);
+        request.layer = sel.layer;
+        request.n_layers = config_.layers;
+        request.n_heads = heads;
+        request.configured = configured.data();
+        request.jobs = jobs.data();
+        sel.budgets.resize(n_heads);
+        policy_->budgets(request, sel.budgets.data());
+        sel.kept.resize(n_heads);
+        for (size_t h = 0; h < n_heads; ++h) {
+          sel.budgets[h] = std::max(sel.budgets[h], 0);
+          sel.kept[h] = select_kept(sel.inputs[h].scores.data(), jobs[h].n_tokens,
+                                    sel.budgets[h], {jobs[h].sink_end, jobs[h].recent_begin});
+        }
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
@@ -163,24 +169,22 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   });
   if (first_error) std::rethrow_exception(first_error);
 
-  std::vector<std::vector<kvc_segment>> segments;
   std::vector<kvc_compact_job> jobs;
   std::vector<std::pair<HeadStore*, int32_t>> changed;
-  for (LayerSelection& selection : selections) {
-    for (int32_t h = 0; h < heads; ++h) {
-      HeadStore& head = store(*selection.sequence, selection.layer, h);
-      head.set_effective_budget(selection.budgets[h]);
-      const std::vector<int32_t>& kept = selection.kept[h];
+  size_t read = 0;
+  for (LayerSelection& sel : selections) {
+    for (int32_t h = 0; h < heads; ++h, ++read) {
+      HeadStore& head = store(*sel.sequence, sel.layer, h);
+      head.set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
+      const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
       if (static_cast<int32_t>(kept.size()) == head.length()) continue;
-      segments.emplace_back();
-      head.gather(segments.back(), geometry_);
-      jobs.push_back(kvc_compact_job{segments.back().data(),
-                                     static_cast<int32_t>(segments.back().size()), kept.data(),
-                                     static_cast<int32_t>(kept.size())});
+      jobs.push_back(kvc_compact_job{sizeof(kvc_compact_job), reads[read].n_segments,
+                                     reads[read].segments, kept.data(),
+                                     static_cast<int32_t>(kept.size()), head.stats(geometry_)});
       changed.emplace_back(&head, static_cast<int32_t>(kept.size()));
     }
   }
-  backend_.compact(jobs, config_.head_dim, config_.dtype);
+  backend_.compact(jobs, stream);
   for (auto& [head, kept] : changed) {
     uint64_t evicted = static_cast<uint64_t>(head->length() - kept);
     head->commit_compaction(kept, pool_, geometry_);
@@ -204,70 +208,58 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
                                               " but the head stores " +
                                               std::to_string(head.length()) + " tokens");
   }
-  std::vector<float> merged;
-  size_t at = 0;
-  for (const Segment& s : head.segments()) {
-    if (s.count == 0) break;
-    float* target = segment_stat(s, geometry_, stat);
-    const size_t bytes = sizeof(float) * static_cast<size_t>(s.count);
-    const float* source = values + at;
-    if (stat == KVC_STAT_ATTN_SUM) {
-      merged.resize(static_cast<size_t>(s.count));
-      backend_.copy(merged.data(), target, bytes, KVC_COPY_DEVICE_TO_HOST);
-      for (int32_t i = 0; i < s.count; ++i) merged[i] += source[i];
-      source = merged.data();
-    }
-    backend_.copy(target, source, bytes, KVC_COPY_HOST_TO_DEVICE);
-    at += static_cast<size_t>(s.count);
+  if (n_values == 0) return;
+  const kvc_head_stats stats = head.stats(geometry_);
+  float* target = stat == KVC_STAT_ATTN_SUM    ? stats.attn_sum
+                  : stat == KVC_STAT_ATTN_LAST ? stats.attn_last
+                                               : stats.attn_window;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n_values);
+  if (stat != KVC_STAT_ATTN_SUM) {
+    backend_.copy(target, values, bytes, KVC_COPY_HOST_TO_DEVICE);
+    return;
   }
+  // Sums accumulate: read, add on the host, write back; a failed read changes nothing.
+  std::vector<float> merged(static_cast<size_t>(n_values));
+  backend_.copy(merged.data(), target, bytes, KVC_COPY_DEVICE_TO_HOST);
+  for (size_t i = 0; i < merged.size(); ++i) merged[i] += values[i];
+  backend_.copy(target, merged.data(), bytes, KVC_COPY_HOST_TO_DEVICE);
 }
 
 void Cache::compress_before_append(int32_t layer, const kvc_batch& batch,
                                    const ResolvedBatch& resolved) {
-  if (!policy_ || policy_->config().prefill != PrefillCompression::once) return;
+  if (!policy_) return;
   std::vector<Sequence*> due;
   std::vector<int32_t> ids;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
-    if (batch.n_tokens[i] == 1 && seq.prefill_pending[layer]) {
-      seq.prefill_pending[layer] = 0;
-      due.push_back(&seq);
-      ids.push_back(batch.seq_ids[i]);
-    }
+    if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i])) continue;
+    due.push_back(&seq);
+    ids.push_back(batch.seq_ids[i]);
   }
-  compress_locked(due, ids, layer, layer + 1);
+  compress_locked(due, ids, layer, layer + 1, batch.stream);
+  for (Sequence* seq : due) seq->triggers[static_cast<size_t>(layer)].prefill_pending = false;
 }
 
 void Cache::compress_after_attend(int32_t layer, const kvc_batch& batch,
                                   const ResolvedBatch& resolved) {
   if (!policy_) return;
-  const PolicyConfig& p = policy_->config();
   std::vector<Sequence*> due;
   std::vector<int32_t> ids;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
-    bool compress_now = false;
-    if (batch.n_tokens[i] > 1) {
-      seq.prefill_pending[layer] = p.prefill == PrefillCompression::once;
-      compress_now = p.prefill == PrefillCompression::per_chunk;
-    } else {
-      int32_t steps = ++seq.decode_steps[layer];
-      compress_now = p.decode_every > 0 && steps >= p.decode_every;
-      if (p.decode_slack > 0) {
-        for (int32_t h = 0; h < config_.kv_heads && !compress_now; ++h) {
-          const HeadStore& head = store(seq, layer, h);
-          int32_t budget = head.effective_budget() >= 0 ? head.effective_budget()
-                                                        : configured_budget(head);
-          compress_now = head.length() > static_cast<int64_t>(budget) + p.decode_slack;
-        }
+    auto excess = [&] {
+      int64_t most = INT64_MIN;
+      for (int32_t h = 0; h < config_.kv_heads; ++h) {
+        const HeadStore& head = store(seq, layer, h);
+        most = std::max<int64_t>(most, int64_t{head.length()} - head_budget(head));
       }
-    }
-    if (!compress_now) continue;
-    seq.decode_steps[layer] = 0;
+      return most;
+    };
+    if (!schedule_.after_attend(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i], excess)) continue;
     due.push_back(&seq);
     ids.push_back(batch.seq_ids[i]);
   }
-  compress_locked(due, ids, layer, layer + 1);
+  compress_locked(due, ids, layer, layer + 1, batch.stream);
 }
 
 }  // namespace kvc

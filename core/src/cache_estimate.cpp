@@ -1,6 +1,6 @@
-// Peak storage of one sequence under the configured policy, simulated step by step.
+// Peak storage of one sequence under the configured policy: a model of one (layer, KV head)
+// driven step by step through the cache's own Schedule.
 #include <algorithm>
-#include <cmath>
 
 #include "cache.hpp"
 #include "error.hpp"
@@ -8,26 +8,25 @@
 namespace kvc {
 namespace {
 
-// When one store of tokens compresses: not at all, before storing (the "once" mode at the
-// first decode token), after attending (per-chunk prefill), or as decoding triggers say.
-enum class Trigger { none, before, after, decode };
-
-// The tokens every (layer, KV head) of one sequence holds over a request. Layers store a
-// step's tokens one after another, so while one layer holds its step's peak, the others hold
-// what they held before or after that step.
-class Simulation {
+// The tokens and capacities of one (layer, KV head) of a sequence over a request. Layers
+// store a step's tokens one after another, so while one layer holds its step's peak, the
+// others hold what they held before or after that step.
+class HeadModel {
  public:
-  Simulation(const PolicyConfig* policy, const Geometry& g, int32_t layers)
-      : policy_(policy), g_(g), layers_(layers) {}
+  HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers)
+      : schedule_(schedule), g_(g), layers_(layers) {}
 
-  void store(int32_t tokens, Trigger trigger) {
+  void store(int32_t tokens) {
     const size_t before = held_bytes();
-    if (trigger == Trigger::before) compress();
+    if (schedule_.before_store(triggers_, tokens)) {
+      compress();
+      triggers_.prefill_pending = false;
+    }
+    const size_t peak = grow(tokens);
     length_ += tokens;
     seen_ += tokens;
-    const size_t peak = grow();
-    ++steps_since_compression_;
-    if (trigger == Trigger::after || (trigger == Trigger::decode && decode_due())) compress();
+    auto excess = [&] { return length_ - int64_t{schedule_.budget(seen_, -1)}; };
+    if (schedule_.after_attend(triggers_, tokens, excess)) compress();
     const size_t after = held_bytes();
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
@@ -36,47 +35,49 @@ class Simulation {
 
  private:
   void compress() {
-    steps_since_compression_ = 0;
-    if (!policy_) return;
-    int64_t protected_tokens = std::min<int64_t>(length_, int64_t{policy_->sinks} + policy_->recent);
-    length_ = std::min(length_, std::max(budget_tokens(), protected_tokens));
+    length_ = schedule_.kept(static_cast<int32_t>(length_), schedule_.budget(seen_, -1));
   }
-  bool decode_due() const {
-    if (!policy_) return false;
-    bool every = policy_->decode_every > 0 && steps_since_compression_ >= policy_->decode_every;
-    bool slack = policy_->decode_slack > 0 && length_ > budget_tokens() + policy_->decode_slack;
-    return every || slack;
-  }
-  int64_t budget_tokens() const {
-    if (policy_->budget_ratio > 0.0) {
-      return static_cast<int64_t>(std::ceil(policy_->budget_ratio * static_cast<double>(seen_)));
-    }
-    return policy_->budget_tokens > 0 ? policy_->budget_tokens : INT64_MAX / 2;
-  }
-  size_t bytes_of(int64_t tokens) const { return g_.bytes_for(static_cast<int32_t>(tokens)); }
-  // Paged: whole blocks. Contiguous: the capacity, which compaction keeps.
+  // Paged: whole blocks. Contiguous: the capacity, which compaction keeps. Plus statistics.
   size_t held_bytes() const {
-    if (g_.layout == KVC_LAYOUT_CONTIGUOUS) return bytes_of(capacity_);
-    int64_t blocks = (length_ + g_.block_tokens - 1) / g_.block_tokens;
-    return static_cast<size_t>(blocks) * bytes_of(g_.block_tokens);
+    size_t kv = g_.bytes_for(capacity_);
+    if (g_.layout == KVC_LAYOUT_PAGED) {
+      int64_t blocks = (length_ + g_.block_tokens - 1) / g_.block_tokens;
+      kv = static_cast<size_t>(blocks) * g_.bytes_for(g_.block_tokens);
+    }
+    return kv + g_.stats_bytes_for(stats_capacity_);
   }
-  // Grows a contiguous segment as the cache does; returns the bytes held at the peak (old and
-  // new segment together while the copy runs).
-  size_t grow() {
-    if (g_.layout != KVC_LAYOUT_CONTIGUOUS || length_ <= capacity_) return held_bytes();
-    int64_t grown = static_cast<int64_t>(std::ceil(static_cast<double>(capacity_) * g_.growth_factor));
-    int64_t old_capacity = capacity_;
-    capacity_ = std::max<int64_t>({length_, grown, 16});
-    return bytes_of(old_capacity) + bytes_of(capacity_);
+  // Grows as the cache does for `tokens` more; returns the bytes held at the peak (old and
+  // new arrays together while a copy runs).
+  size_t grow(int32_t tokens) {
+    const int64_t needed = length_ + tokens;
+    size_t transient = 0;
+    if (g_.layout == KVC_LAYOUT_CONTIGUOUS) {
+      if (int32_t grown = schedule_.grown_capacity(capacity_, needed, false)) {
+        transient += g_.bytes_for(capacity_);
+        capacity_ = grown;
+      }
+    }
+    if (g_.stat_count() > 0) {
+      if (int32_t grown = schedule_.grown_capacity(stats_capacity_, needed, false)) {
+        transient += g_.stats_bytes_for(stats_capacity_);
+        stats_capacity_ = grown;
+      }
+    }
+    const int64_t saved_length = length_;
+    length_ = needed;
+    const size_t held = held_bytes();
+    length_ = saved_length;
+    return held + transient;
   }
 
-  const PolicyConfig* policy_;
+  const Schedule& schedule_;
   const Geometry& g_;
   const int32_t layers_;
+  TriggerState triggers_;
   int64_t length_ = 0;
   int64_t seen_ = 0;
-  int64_t capacity_ = 0;
-  int32_t steps_since_compression_ = 0;
+  int32_t capacity_ = 0;
+  int32_t stats_capacity_ = 0;
   size_t peak_bytes_ = 0;
 };
 
@@ -88,19 +89,12 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
     throw Error(KVC_ERR_INVALID_ARGUMENT, "prompt_tokens and new_tokens must be >= 0");
   }
   if (chunk_tokens < 1) throw Error(KVC_ERR_INVALID_ARGUMENT, "chunk_tokens must be >= 1");
-  const PolicyConfig* policy = policy_ ? &policy_->config() : nullptr;
-  const PrefillCompression prefill = policy ? policy->prefill : PrefillCompression::none;
-  Simulation sequence(policy, geometry_, config_.layers);
+  HeadModel head(schedule_, geometry_, config_.layers);
   for (int32_t done = 0; done < prompt_tokens; done += chunk_tokens) {
-    int32_t chunk = std::min(chunk_tokens, prompt_tokens - done);
-    bool per_chunk = prefill == PrefillCompression::per_chunk && chunk > 1;
-    sequence.store(chunk, per_chunk ? Trigger::after : Trigger::none);
+    head.store(std::min(chunk_tokens, prompt_tokens - done));
   }
-  for (int32_t step = 0; step < new_tokens; ++step) {
-    bool once = step == 0 && prompt_tokens > 1 && prefill == PrefillCompression::once;
-    sequence.store(1, once ? Trigger::before : Trigger::decode);
-  }
-  return sequence.peak_bytes() * static_cast<size_t>(config_.kv_heads);
+  for (int32_t step = 0; step < new_tokens; ++step) head.store(1);
+  return head.peak_bytes() * static_cast<size_t>(config_.kv_heads);
 }
 
 }  // namespace kvc

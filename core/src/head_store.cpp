@@ -1,16 +1,8 @@
 #include "head_store.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace kvc {
-namespace {
-
-// The smallest first allocation of a contiguous segment, so that one-token appends do not
-// start with a run of tiny re-allocations.
-constexpr int32_t kMinContiguousTokens = 16;
-
-}  // namespace
 
 int32_t Geometry::stat_count() const {
   int32_t n = 0;
@@ -18,32 +10,24 @@ int32_t Geometry::stat_count() const {
   return n;
 }
 
-float* segment_stat(const Segment& s, const Geometry& g, kvc_stat_flags which) {
-  if (!(g.stats & which)) return nullptr;
-  auto* region = reinterpret_cast<float*>(segment_pos(s, g) + s.capacity);
-  for (kvc_stat_flags flag : kStoredStats) {
-    if (flag == which) return region;
-    if (g.stats & flag) region += s.capacity;
-  }
-  return nullptr;
-}
-
-int32_t HeadStore::capacity() const {
-  int32_t total = 0;
-  for (const Segment& s : segments_) total += s.capacity;
-  return total;
-}
-
 size_t HeadStore::open_segment(const Geometry& g) const {
   if (g.layout == KVC_LAYOUT_CONTIGUOUS) return 0;
   return static_cast<size_t>(length_ / g.block_tokens);
 }
 
-size_t HeadStore::blocks_needed(int32_t extra, const Geometry& g) const {
-  int64_t missing = static_cast<int64_t>(length_) + extra -
-                    static_cast<int64_t>(segments_.size()) * g.block_tokens;
-  if (missing <= 0) return 0;
-  return static_cast<size_t>((missing + g.block_tokens - 1) / g.block_tokens);
+Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
+                             bool exact) const {
+  Growth growth;
+  const int64_t needed = static_cast<int64_t>(length_) + extra;
+  if (g.layout == KVC_LAYOUT_PAGED) {
+    int64_t missing = needed - static_cast<int64_t>(segments_.size()) * g.block_tokens;
+    if (missing > 0) growth.blocks = static_cast<size_t>((missing + g.block_tokens - 1) / g.block_tokens);
+  } else {
+    int32_t current = segments_.empty() ? 0 : segments_.front().capacity;
+    growth.segment_capacity = schedule.grown_capacity(current, needed, exact);
+  }
+  if (g.stat_count() > 0) growth.stats_capacity = schedule.grown_capacity(stats_capacity_, needed, exact);
+  return growth;
 }
 
 void HeadStore::add_blocks(void* const* blocks, size_t count, const Geometry& g) {
@@ -52,34 +36,23 @@ void HeadStore::add_blocks(void* const* blocks, size_t count, const Geometry& g)
   }
 }
 
-int32_t HeadStore::capacity_for(int32_t extra, const Geometry& g, bool exact) const {
-  int64_t needed = static_cast<int64_t>(length_) + extra;
-  int32_t current = segments_.empty() ? 0 : segments_.front().capacity;
-  if (needed <= current) return 0;
-  if (exact) return static_cast<int32_t>(needed);
-  double grown = std::ceil(static_cast<double>(current) * g.growth_factor);
-  int64_t target = std::max<int64_t>({needed, static_cast<int64_t>(grown), kMinContiguousTokens});
-  return static_cast<int32_t>(std::min<int64_t>(target, INT32_MAX));
-}
-
-size_t HeadStore::move_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
-                          const Geometry& g) {
+size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
+                                  BlockPool& pool, const Geometry& g) {
   Segment moved{static_cast<unsigned char*>(memory), new_capacity, length_};
   size_t copied = 0;
   if (!segments_.empty()) {
     const Segment& old = segments_.front();
-    auto copy = [&](void* to, const void* from, size_t bytes) {
-      if (bytes == 0) return;
-      backend.copy(to, from, bytes, KVC_COPY_DEVICE_TO_DEVICE);
-      copied += bytes;
-    };
-    size_t n = static_cast<size_t>(old.count);
-    copy(segment_k(moved), segment_k(old), n * g.row_bytes);
-    copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes);
-    copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t));
-    for (kvc_stat_flags flag : kStoredStats) {
-      if (g.stats & flag) copy(segment_stat(moved, g, flag), segment_stat(old, g, flag), n * sizeof(float));
+    const size_t n = static_cast<size_t>(old.count);
+    try {
+      backend.copy(segment_k(moved), segment_k(old), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE);
+      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE);
+      backend.copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t),
+                   KVC_COPY_DEVICE_TO_DEVICE);
+    } catch (...) {
+      pool.release(memory, g.bytes_for(new_capacity));
+      throw;
     }
+    copied = n * g.token_bytes();
     pool.release(old.base, g.bytes_for(old.capacity));
     segments_.clear();
   }
@@ -87,8 +60,48 @@ size_t HeadStore::move_to(void* memory, int32_t new_capacity, Backend& backend, 
   return copied;
 }
 
+size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
+                                BlockPool& pool, const Geometry& g) {
+  auto* moved = static_cast<float*>(memory);
+  const size_t n = static_cast<size_t>(length_);
+  const int32_t count = g.stat_count();
+  size_t copied = 0;
+  if (stats_) {
+    try {
+      for (int32_t i = 0; i < count && n > 0; ++i) {
+        backend.copy(moved + static_cast<size_t>(i) * new_capacity,
+                     stats_ + static_cast<size_t>(i) * stats_capacity_, n * sizeof(float),
+                     KVC_COPY_DEVICE_TO_DEVICE);
+      }
+    } catch (...) {
+      pool.release(memory, g.stats_bytes_for(new_capacity));
+      throw;
+    }
+    copied = n * sizeof(float) * static_cast<size_t>(count);
+    pool.release(stats_, g.stats_bytes_for(stats_capacity_));
+  }
+  stats_ = moved;
+  stats_capacity_ = new_capacity;
+  return copied;
+}
+
+kvc_head_stats HeadStore::stats(const Geometry& g) const {
+  kvc_head_stats out{};
+  if (!stats_) return out;
+  float* region = stats_;
+  float** targets[] = {&out.attn_sum, &out.attn_last, &out.attn_window};
+  for (size_t i = 0; i < std::size(kStoredStats); ++i) {
+    if (!(g.stats & kStoredStats[i])) continue;
+    *targets[i] = region;
+    region += stats_capacity_;
+  }
+  return out;
+}
+
 void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometry& g,
                             std::vector<kvc_append_job>& jobs) const {
+  const kvc_head_stats head_stats = stats(g);
+  auto at = [](float* stat, int32_t index) { return stat ? stat + index : nullptr; };
   int32_t written = 0;
   for (size_t i = open_segment(g); written < n && i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
@@ -96,20 +109,21 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
     if (room <= 0) continue;
     int32_t take = std::min(room, n - written);
     kvc_append_job job{};
+    job.struct_size = sizeof(job);
+    job.n_tokens = take;
     job.src_k = source.k + written * source.k_stride * source.element_bytes;
     job.src_v = source.v + written * source.v_stride * source.element_bytes;
-    job.src_pos = source.pos + written;
     job.src_k_stride = source.k_stride;
     job.src_v_stride = source.v_stride;
     job.src_dtype = source.dtype;
     job.src_device = source.device;
+    job.src_pos = source.pos + written;
     job.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.row_bytes;
     job.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.row_bytes;
     job.dst_pos = segment_pos(s, g) + s.count;
-    job.n_tokens = take;
-    if (float* sum = segment_stat(s, g, KVC_STAT_ATTN_SUM)) job.dst_attn_sum = sum + s.count;
-    if (float* last = segment_stat(s, g, KVC_STAT_ATTN_LAST)) job.dst_attn_last = last + s.count;
-    if (float* window = segment_stat(s, g, KVC_STAT_ATTN_WINDOW)) job.dst_attn_window = window + s.count;
+    const int32_t index = length_ + written;
+    job.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index), at(head_stats.attn_last, index),
+                                   at(head_stats.attn_window, index)};
     jobs.push_back(job);
     written += take;
   }
@@ -130,10 +144,8 @@ void HeadStore::commit_append(int32_t n, const Geometry& g) {
 void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
-    out.push_back(kvc_segment{segment_k(s), segment_v(s, g), segment_pos(s, g), s.count,
-                              segment_stat(s, g, KVC_STAT_ATTN_SUM),
-                              segment_stat(s, g, KVC_STAT_ATTN_LAST),
-                              segment_stat(s, g, KVC_STAT_ATTN_WINDOW)});
+    out.push_back(kvc_segment{sizeof(kvc_segment), s.count, segment_k(s), segment_v(s, g),
+                              segment_pos(s, g)});
   }
 }
 
@@ -174,6 +186,9 @@ void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
     }
   }
   segments_.clear();
+  if (stats_) pool.release(stats_, g.stats_bytes_for(stats_capacity_));
+  stats_ = nullptr;
+  stats_capacity_ = 0;
   length_ = 0;
 }
 

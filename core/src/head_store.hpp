@@ -1,8 +1,9 @@
-// The stored tokens of one (sequence, layer, KV head): a list of segments in storage order.
+// The stored tokens of one (sequence, layer, KV head): a list of segments in storage order
+// holding K rows, V rows and int32 positions, each region sized for the segment's capacity.
 // Paged: blocks of block_tokens, every block but the open one full. Contiguous: one segment
-// whose capacity grows by growth_factor. Each segment's memory holds K rows, V rows, int32
-// positions, then one float per token for each tracked attention statistic, each region
-// sized for the segment's capacity.
+// whose capacity grows by the schedule's rule. Beside the segments, not inside them, one
+// array per tracked attention statistic ([stat][stats capacity] floats, one allocation), so
+// that K/V blocks can be shared while the statistics of their owners diverge.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 
 #include "backend.hpp"
 #include "block_pool.hpp"
+#include "schedule.hpp"
 
 namespace kvc {
 
@@ -20,17 +22,18 @@ struct Geometry {
   kvc_dtype dtype;
   size_t row_bytes;  // one token's K (or V) row
   int32_t block_tokens;
-  double growth_factor;
   uint32_t stats;  // the attention statistics stored per token (kvc_stat_flags)
 
   int32_t stat_count() const;
-  size_t token_bytes() const {
-    return 2 * row_bytes + sizeof(int32_t) + static_cast<size_t>(stat_count()) * sizeof(float);
-  }
+  // K, V and position of one token.
+  size_t token_bytes() const { return 2 * row_bytes + sizeof(int32_t); }
   size_t bytes_for(int32_t capacity) const { return static_cast<size_t>(capacity) * token_bytes(); }
+  size_t stats_bytes_for(int32_t capacity) const {
+    return static_cast<size_t>(capacity) * static_cast<size_t>(stat_count()) * sizeof(float);
+  }
 };
 
-// The attention statistics that live in storage, in their order there.
+// The attention statistics that can be stored, in their order in a head's stats array.
 constexpr kvc_stat_flags kStoredStats[] = {KVC_STAT_ATTN_SUM, KVC_STAT_ATTN_LAST,
                                            KVC_STAT_ATTN_WINDOW};
 
@@ -52,6 +55,14 @@ struct AppendSource {
   const int32_t* pos;
 };
 
+// What a store needs to fit more tokens: paged blocks, a bigger contiguous segment, a bigger
+// statistics array (0 = none).
+struct Growth {
+  size_t blocks = 0;
+  int32_t segment_capacity = 0;
+  int32_t stats_capacity = 0;
+};
+
 class HeadStore {
  public:
   int32_t length() const { return length_; }
@@ -59,20 +70,19 @@ class HeadStore {
   int64_t seen() const { return seen_; }
   // The budget the policy gave this head at its last compression, or -1 before any.
   int32_t effective_budget() const { return effective_budget_; }
-  int32_t capacity() const;
   const std::vector<Segment>& segments() const { return segments_; }
 
-  // Paged: blocks to add so that `extra` more tokens fit.
-  size_t blocks_needed(int32_t extra, const Geometry& g) const;
+  // What must be added so that `extra` more tokens fit (contiguous growth and statistics
+  // grown by the schedule's factor, or exactly when `exact`).
+  Growth growth_for(int32_t extra, const Geometry& g, const Schedule& schedule, bool exact) const;
   void add_blocks(void* const* blocks, size_t count, const Geometry& g);
-
-  // Contiguous: the capacity to grow to so that `extra` more tokens fit (grown by the
-  // factor, or exactly when `exact`), or 0 when they already fit.
-  int32_t capacity_for(int32_t extra, const Geometry& g, bool exact) const;
-  // Moves the tokens into `memory` of `new_capacity` and releases the old segment.
-  // Returns the bytes copied.
-  size_t move_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
-                 const Geometry& g);
+  // Moves the tokens into `memory` of `new_capacity` and releases the old segment. Returns
+  // the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
+  size_t move_segment_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
+                         const Geometry& g);
+  // The same for the statistics array.
+  size_t move_stats_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
+                       const Geometry& g);
 
   // Jobs writing `n` tokens from `source` after the stored ones (capacity must suffice);
   // commit_append() makes them visible once the backend has run the jobs.
@@ -81,6 +91,8 @@ class HeadStore {
   void commit_append(int32_t n, const Geometry& g);
 
   void gather(std::vector<kvc_segment>& out, const Geometry& g) const;
+  // The statistics arrays in backend memory (all NULL when none is tracked).
+  kvc_head_stats stats(const Geometry& g) const;
 
   // After the backend moved `kept` tokens to the front: the new counts, and paged blocks left
   // empty go back to the pool.
@@ -97,6 +109,8 @@ class HeadStore {
   size_t open_segment(const Geometry& g) const;
 
   std::vector<Segment> segments_;
+  float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
+  int32_t stats_capacity_ = 0;
   int32_t length_ = 0;
   int64_t seen_ = 0;
   int32_t effective_budget_ = -1;
@@ -109,7 +123,5 @@ inline unsigned char* segment_v(const Segment& s, const Geometry& g) {
 inline int32_t* segment_pos(const Segment& s, const Geometry& g) {
   return reinterpret_cast<int32_t*>(s.base + 2 * static_cast<size_t>(s.capacity) * g.row_bytes);
 }
-// The statistic's floats in a segment, or NULL when it is not tracked.
-float* segment_stat(const Segment& s, const Geometry& g, kvc_stat_flags which);
 
 }  // namespace kvc

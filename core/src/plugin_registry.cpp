@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/filesystem.hpp>
+#include <cstddef>
 #include <cstring>
 #include <dlfcn.h>
 #include <type_traits>
@@ -21,19 +22,32 @@ std::string abi_text(uint32_t abi) {
   return std::to_string(abi >> 16) + "." + std::to_string(abi & 0xffffu);
 }
 
-// Copies a vtable of `declared_size` bytes into a zeroed full-size one, refusing a larger one.
-template <typename VTable>
-VTable copy_vtable(const std::string& path, const std::string& name, const void* vtable) {
-  if (!vtable) throw plugin_error(path, "plugin '" + name + "' has no vtable");
-  uint32_t declared_size = *static_cast<const uint32_t*>(vtable);
-  if (declared_size > sizeof(VTable)) {
-    throw plugin_error(path, "plugin '" + name + "' has a vtable of " +
-                                 std::to_string(declared_size) + " bytes, larger than the " +
-                                 std::to_string(sizeof(VTable)) +
-                                 " this kvcache knows: built for a newer ABI minor");
+// Reads a plugin-written struct of its declared struct_size into a zeroed host-sized one.
+// Smaller than ABI 1.0's: refused. Larger than the host's: accepted only when the bytes the
+// host does not know are all zero (no entry this host cannot honour).
+template <typename Struct>
+Struct read_plugin_struct(const std::string& path, const std::string& what, const void* data,
+                          size_t size_1_0, uint32_t plugin_abi) {
+  if (!data) throw plugin_error(path, what + " is missing");
+  const uint32_t declared = *static_cast<const uint32_t*>(data);
+  if (declared < size_1_0) {
+    throw plugin_error(path, what + " of " + std::to_string(declared) +
+                                 " bytes is smaller than ABI 1.0's " + std::to_string(size_1_0));
   }
-  VTable copy{};
-  std::memcpy(&copy, vtable, std::max<uint32_t>(declared_size, sizeof(uint32_t)));
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = sizeof(Struct); i < declared; ++i) {
+    if (bytes[i] != 0) {
+      throw plugin_error(path, what + " (built for plugin ABI " + abi_text(plugin_abi) +
+                                   ") has " + std::to_string(declared) +
+                                   " bytes with entries beyond the " +
+                                   std::to_string(sizeof(Struct)) + " this kvcache (ABI " +
+                                   abi_text(KVC_PLUGIN_ABI_VERSION) +
+                                   ") knows: it needs a newer kvcache");
+    }
+  }
+  Struct copy{};
+  std::memcpy(&copy, data, std::min<size_t>(declared, sizeof(Struct)));
+  copy.struct_size = sizeof(Struct);
   return copy;
 }
 
@@ -90,27 +104,24 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
                                    ", this kvcache speaks ABI " +
                                    abi_text(KVC_PLUGIN_ABI_VERSION) + " (major must match)");
     }
-    if (d->struct_size > sizeof(kvc_plugin_descriptor)) {
-      throw plugin_error(path, "descriptor of " + std::to_string(d->struct_size) +
-                                   " bytes is larger than the " +
-                                   std::to_string(sizeof(kvc_plugin_descriptor)) +
-                                   " this kvcache knows");
-    }
-    if (d->struct_size < sizeof(kvc_plugin_descriptor)) {
-      throw plugin_error(path, "descriptor of " + std::to_string(d->struct_size) +
-                                   " bytes is smaller than ABI 1.0's");
-    }
-    if (!d->name || !*d->name) throw plugin_error(path, "a descriptor has no name");
-    LoadedPlugin plugin{d->kind, d->name, d->version, path, {}, {}};
-    if (d->kind == KVC_PLUGIN_BACKEND) {
-      plugin.backend = copy_vtable<kvc_backend_vtable>(path, plugin.name, d->vtable);
+    const auto descriptor = read_plugin_struct<kvc_plugin_descriptor>(
+        path, "descriptor " + std::to_string(i), d, sizeof(kvc_plugin_descriptor), d->abi_version);
+    if (!descriptor.name || !*descriptor.name) throw plugin_error(path, "a descriptor has no name");
+    LoadedPlugin plugin{descriptor.kind, descriptor.name, descriptor.version,
+                        descriptor.abi_version, path, {}, {}};
+    const std::string vtable = "the vtable of plugin '" + plugin.name + "'";
+    if (descriptor.kind == KVC_PLUGIN_BACKEND) {
+      plugin.backend = read_plugin_struct<kvc_backend_vtable>(
+          path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens),
+          descriptor.abi_version);
       check_backend(path, plugin.name, plugin.backend);
-    } else if (d->kind == KVC_PLUGIN_POLICY) {
-      plugin.policy = copy_vtable<kvc_policy_vtable>(path, plugin.name, d->vtable);
+    } else if (descriptor.kind == KVC_PLUGIN_POLICY) {
+      plugin.policy = read_plugin_struct<kvc_policy_vtable>(
+          path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), descriptor.abi_version);
       check_policy(path, plugin.name, plugin.policy);
     } else {
       throw plugin_error(path, "plugin '" + plugin.name + "' has unknown kind " +
-                                   std::to_string(static_cast<int>(d->kind)));
+                                   std::to_string(static_cast<int>(descriptor.kind)));
     }
     result.push_back(std::move(plugin));
     cursor += d->struct_size;

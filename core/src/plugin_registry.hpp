@@ -17,6 +17,7 @@ struct LoadedPlugin {
   kvc_plugin_kind kind;
   std::string name;
   uint32_t version;
+  uint32_t abi_version;  // the plugin ABI it was built against
   std::string path;
   kvc_backend_vtable backend{};  // filled for backends; entries a smaller vtable lacks are NULL
   kvc_policy_vtable policy{};    // filled for policies

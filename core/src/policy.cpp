@@ -74,9 +74,9 @@ Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyC
     scorer_ = wrapped_scorer_.get();
     needs = scorer_->needs();
   }
-  kvc_policy_needs own = main_->needs();
-  if (config_.sinks < 0) config_.sinks = std::max(own.default_sinks, 0);
-  if (config_.recent < 0) config_.recent = std::max(own.default_recent, 0);
+  // Defaults are facts of the policy that scores (a wrapper gets its scorer's).
+  if (config_.sinks < 0) config_.sinks = std::max(needs.default_sinks, 0);
+  if (config_.recent < 0) config_.recent = std::max(needs.default_recent, 0);
   if (scores() && config_.budget_tokens <= 0 && config_.budget_ratio <= 0.0) {
     throw Error(KVC_ERR_CONFIG, "policy '" + config_.name + "' needs a budget (policy.budget)");
   }

@@ -6,18 +6,18 @@
 
 namespace kvc {
 
-std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget, int32_t sinks,
-                                 int32_t recent) {
+std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget,
+                                 ProtectedRange range) {
   std::vector<int32_t> kept;
   if (n <= budget) {
     kept.resize(static_cast<size_t>(n));
     std::iota(kept.begin(), kept.end(), 0);
     return kept;
   }
-  int32_t head_end = std::min(sinks, n);                 // [0, head_end) are sinks
-  int32_t tail_begin = std::max(head_end, n - recent);   // [tail_begin, n) are recent
-  int32_t protected_count = head_end + (n - tail_begin);
-  int32_t chosen = std::clamp(budget - protected_count, 0, tail_begin - head_end);
+  const int32_t head_end = range.sink_end;
+  const int32_t tail_begin = range.recent_begin;
+  const int32_t protected_count = range.count(n);
+  const int32_t chosen = std::clamp(budget - protected_count, 0, tail_begin - head_end);
 
   std::vector<int32_t> candidates(static_cast<size_t>(tail_begin - head_end));
   std::iota(candidates.begin(), candidates.end(), head_end);

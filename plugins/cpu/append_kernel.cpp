@@ -90,7 +90,7 @@ void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dt
   copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n,
             stream);
   std::memcpy(job.dst_pos, job.src_pos, n * sizeof(int32_t));
-  for (float* stat : {job.dst_attn_sum, job.dst_attn_last, job.dst_attn_window})
+  for (float* stat : {job.dst_stats.attn_sum, job.dst_stats.attn_last, job.dst_stats.attn_window})
     if (stat) std::fill_n(stat, n, 0.0f);
 }
 

@@ -51,14 +51,7 @@ struct WorkPlan {
   size_t part_rows = 0;  // the most rows of a split block
 };
 
-kvc_attend_config read_config(const kvc_attend_config& given) {
-  // Fields a smaller (older) struct lacks read as zero.
-  kvc_attend_config config{};
-  std::memcpy(&config, &given, std::min<size_t>(given.struct_size, sizeof config));
-  return config;
-}
-
-void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_config& config) {
+void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& config) {
   check_storage(config.head_dim, config.storage_dtype);
   if (config.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", config.group_size);
@@ -79,7 +72,7 @@ void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_config
   }
 }
 
-AttentionShape make_shape(const kvc_attend_config& config) {
+AttentionShape make_shape(const kvc_attend_call& config) {
   const size_t group = size_t(config.group_size);
   const size_t dim = size_t(config.head_dim);
   return {dim,
@@ -152,9 +145,8 @@ void run_item(const kvc_attend_job& job, const WorkItem& item, const AttentionSh
 
 }  // namespace
 
-void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, size_t n_jobs,
-                const kvc_attend_config& given_config) {
-  const kvc_attend_config config = read_config(given_config);
+void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_attend_call& config) {
+  const size_t n_jobs = config.n_jobs;
   validate(jobs, n_jobs, config);
   const AttentionShape shape = make_shape(config);
   const WorkPlan plan = plan_work(jobs, n_jobs, shape);

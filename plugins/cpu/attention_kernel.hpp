@@ -9,7 +9,7 @@
 namespace kvc::cpu {
 
 // Runs every job on the host's arena; throws PluginError on an invalid config or job.
-void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, size_t n_jobs,
-                const kvc_attend_config& config);
+// Runs the call's jobs, given as a plain array (the call's own jobs pointer is not read).
+void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_attend_call& call);
 
 }  // namespace kvc::cpu

@@ -27,22 +27,15 @@ RowTargets row_targets(size_t query, const kvc_attend_job& job, StatsRequest req
 }  // namespace
 
 StatsRequest requested_stats(const kvc_attend_job& job) {
-  StatsRequest request;
-  for (int32_t si = 0; si < job.n_segments; ++si) {
-    const kvc_segment& segment = job.segments[si];
-    request.sum |= segment.attn_sum != nullptr;
-    request.last |= segment.attn_last != nullptr;
-    request.window |= segment.attn_window != nullptr;
-  }
-  return request;
+  return {job.stats.attn_sum != nullptr, job.stats.attn_last != nullptr,
+          job.stats.attn_window != nullptr};
 }
 
 void reset_latest_stats(const kvc_attend_job& job) {
-  for (int32_t si = 0; si < job.n_segments; ++si) {
-    const kvc_segment& segment = job.segments[si];
-    if (segment.attn_last) std::fill_n(segment.attn_last, segment.count, 0.0f);
-    if (segment.attn_window) std::fill_n(segment.attn_window, segment.count, 0.0f);
-  }
+  size_t tokens = 0;
+  for (int32_t si = 0; si < job.n_segments; ++si) tokens += size_t(job.segments[si].count);
+  if (job.stats.attn_last) std::fill_n(job.stats.attn_last, tokens, 0.0f);
+  if (job.stats.attn_window) std::fill_n(job.stats.attn_window, tokens, 0.0f);
 }
 
 void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const AttentionShape& s,
@@ -54,7 +47,7 @@ void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const Att
   for_each_visible_tile(job, all_keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
     if (next) prefetch_rows(next->segment->k, *next, s);
     score_tile(tile, s, w);
-    const kvc_segment& segment = *tile.segment;
+    const kvc_head_stats& stats = job.stats;
     for (size_t row = 0; row < w.rows(); ++row) {
       const size_t query = w.first_query + row / s.group_size;
       const RowTargets targets = row_targets(query, job, request, s);
@@ -63,11 +56,10 @@ void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const Att
       s.kernels->softmax_weights(w.logits.data() + row * kTileKeys, tile.n, w.row_max[row], p);
       const float inv_sum = 1.0f / w.row_sum[row];
       for (size_t t = 0; t < tile.n; ++t) {
-        const size_t key = tile.first + t;
-        if (targets.sum && segment.attn_sum) segment.attn_sum[key] += p[t] * inv_sum;
-        if (targets.last && segment.attn_last)
-          segment.attn_last[key] += p[t] * inv_sum * head_weight;
-        if (targets.window && segment.attn_window) segment.attn_window[key] += p[t] * inv_sum;
+        const size_t key = tile.key + t;
+        if (targets.sum && stats.attn_sum) stats.attn_sum[key] += p[t] * inv_sum;
+        if (targets.last && stats.attn_last) stats.attn_last[key] += p[t] * inv_sum * head_weight;
+        if (targets.window && stats.attn_window) stats.attn_window[key] += p[t] * inv_sum;
       }
     }
   });

@@ -7,7 +7,7 @@
 
 namespace kvc::cpu {
 
-// Which statistics the job's segments carry.
+// Which statistics the job carries.
 struct StatsRequest {
   bool sum = false;
   bool last = false;

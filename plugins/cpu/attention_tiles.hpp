@@ -45,13 +45,15 @@ struct KeyRange {
   size_t end;
 };
 
-// Keys [first, first + n) of one segment, at positions lowest..highest.
+// Keys [first, first + n) of one segment, at positions lowest..highest; `key` is the index
+// of its first key counted across the job's segments (where its statistics are).
 struct Tile {
   const kvc_segment* segment;
   size_t first;
   size_t n;
   int32_t lowest;
   int32_t highest;
+  size_t key;
 };
 
 // K or V rows of a tile as the kernels read them.
@@ -95,20 +97,21 @@ inline void prefetch_rows(const void* rows, const Tile& tile, const AttentionSha
 template <class Visit>
 void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRange visible,
                            Visit&& visit) {
-  Tile pending{nullptr, 0, 0, 0, 0};
+  Tile pending{nullptr, 0, 0, 0, 0, 0};
   size_t segment_first = 0;  // the key index of the segment's first token
   for (int32_t si = 0; si < job.n_segments && segment_first < keys.end; ++si) {
     const kvc_segment& segment = job.segments[si];
     const size_t count = size_t(segment.count);
     const size_t begin = std::max(keys.first, segment_first) - segment_first;
     const size_t end = std::min(keys.end, segment_first + count) - segment_first;
+    const size_t segment_key = segment_first;
     segment_first += count;
     for (size_t first = begin; first < end; first += kTileKeys) {
       const size_t n = std::min(kTileKeys, end - first);
       const auto [lowest, highest] =
           std::minmax_element(segment.pos + first, segment.pos + first + n);
       if (*highest < visible.first || *lowest > visible.last) continue;
-      const Tile tile{&segment, first, n, *lowest, *highest};
+      const Tile tile{&segment, first, n, *lowest, *highest, segment_key + first};
       if (pending.segment) visit(pending, &tile);
       pending = tile;
     }

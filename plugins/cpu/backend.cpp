@@ -10,9 +10,11 @@
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
 #include "compact_kernel.hpp"
+#include "host_structs.hpp"
 #include "kernels.hpp"
 #include "plugin_error.hpp"
 #include "read_keys_kernel.hpp"
+#include "read_tokens_kernel.hpp"
 
 namespace kvc::cpu {
 namespace {
@@ -75,37 +77,57 @@ int32_t copy(void*, void* dst, const void* src, size_t bytes, kvc_copy_kind kind
   });
 }
 
-int32_t append(void* instance, const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
-               kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
-  return report_errors(
-      error, [&] { run_append(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
-}
-
-int32_t attend(void* instance, const kvc_attend_job* jobs, size_t n_jobs,
-               const kvc_attend_config* config, kvc_plugin_error* error) noexcept {
+int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    if (config == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "attention config is NULL");
-    run_attend(host_of(instance), jobs, n_jobs, *config);
+    const auto call = read_host_struct(given, sizeof(kvc_append_call), "append call");
+    const HostJobs<kvc_append_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_append_job), "append");
+    run_append(host_of(instance), jobs.data(), call.n_jobs, call.head_dim, call.storage_dtype);
   });
 }
 
-int32_t compact(void* instance, const kvc_compact_job* jobs, size_t n_jobs, int32_t head_dim,
-                kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
-  return report_errors(
-      error, [&] { run_compact(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const auto call = read_host_struct(given, sizeof(kvc_attend_call), "attend call");
+    const HostJobs<kvc_attend_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_attend_job), "attend");
+    run_attend(host_of(instance), jobs.data(), call);
+  });
 }
 
-int32_t read_keys(void* instance, const kvc_read_keys_job* jobs, size_t n_jobs, int32_t head_dim,
-                  kvc_dtype storage_dtype, kvc_plugin_error* error) noexcept {
-  return report_errors(
-      error, [&] { run_read_keys(host_of(instance), jobs, n_jobs, head_dim, storage_dtype); });
+int32_t compact(void* instance, const kvc_compact_call* given, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const auto call = read_host_struct(given, sizeof(kvc_compact_call), "compact call");
+    const HostJobs<kvc_compact_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_compact_job),
+                                         "compact");
+    run_compact(host_of(instance), jobs.data(), call.n_jobs, call.head_dim, call.storage_dtype);
+  });
+}
+
+int32_t read_keys(void* instance, const kvc_read_keys_call* given,
+                  kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const auto call = read_host_struct(given, sizeof(kvc_read_keys_call), "read_keys call");
+    const HostJobs<kvc_read_keys_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_read_keys_job),
+                                           "read_keys");
+    run_read_keys(host_of(instance), jobs.data(), call.n_jobs, call.head_dim,
+                  call.storage_dtype);
+  });
+}
+
+int32_t read_tokens(void* instance, const kvc_read_tokens_call* given,
+                    kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const auto call = read_host_struct(given, sizeof(kvc_read_tokens_call), "read_tokens call");
+    const HostJobs<kvc_read_tokens_job> jobs(call.jobs, call.n_jobs,
+                                             sizeof(kvc_read_tokens_job), "read_tokens");
+    run_read_tokens(host_of(instance), jobs.data(), call.n_jobs);
+  });
 }
 
 }  // namespace
 
 const kvc_backend_vtable backend_vtable = {
     sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
-    compact, read_keys,
+    compact, read_keys, read_tokens,
 };
 
 }  // namespace kvc::cpu

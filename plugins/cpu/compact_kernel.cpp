@@ -53,8 +53,10 @@ void move_row(const void* from_rows, size_t from, const void* to_rows, size_t to
               static_cast<const char*>(from_rows) + from * bytes, bytes);
 }
 
-void move_stat(const float* from_stat, size_t from, float* to_stat, size_t to) {
-  if (from_stat && to_stat) to_stat[to] = from_stat[from];
+// Statistics are indexed by token index across the segments: token keep[i] becomes token i.
+void move_stat(float* stat, const kvc_compact_job& job) {
+  if (stat == nullptr) return;
+  for (int32_t i = 0; i < job.n_keep; ++i) stat[i] = stat[job.keep[i]];
 }
 
 // keep is increasing, so keep[i] >= i: every token moves towards the front, onto a slot
@@ -71,10 +73,10 @@ void compact_job(const kvc_compact_job& job, size_t row_bytes) {
     move_row(src.k, from, dst.k, to, row_bytes);
     move_row(src.v, from, dst.v, to, row_bytes);
     move_row(src.pos, from, dst.pos, to, sizeof(int32_t));
-    move_stat(src.attn_sum, from, dst.attn_sum, to);
-    move_stat(src.attn_last, from, dst.attn_last, to);
-    move_stat(src.attn_window, from, dst.attn_window, to);
   }
+  move_stat(job.stats.attn_sum, job);
+  move_stat(job.stats.attn_last, job);
+  move_stat(job.stats.attn_window, job);
 }
 
 }  // namespace

@@ -309,9 +309,14 @@ typedef struct kvc_batch {
   const int32_t *seq_ids;    /**< [n_seqs] distinct sequence ids */
   const int32_t *n_tokens;   /**< [n_seqs] new tokens of each sequence, >= 1 */
   const int32_t *positions;  /**< [sum of n_tokens] absolute positions of the new tokens */
+  /** The backend stream or queue the call's work is ordered on (for the CUDA backend a
+   * `cudaStream_t`), so that an engine's kernels and the cache's share one stream; NULL: the
+   * backend's default. Ignored by the CPU backend. Work on device memory may still be running
+   * when the call returns; host outputs are complete. */
+  void *stream;
 } kvc_batch;
 
-/** @brief Fills @p batch with the given arrays and sets struct_size. */
+/** @brief Fills @p batch with the given arrays, a NULL stream, and sets struct_size. */
 KVC_API void kvc_batch_init(kvc_batch *batch, int32_t n_seqs, const int32_t *seq_ids,
                             const int32_t *n_tokens, const int32_t *positions);
 

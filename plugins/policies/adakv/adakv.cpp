@@ -52,8 +52,6 @@ class AdaKv {
     needs.scorer = scorer_.c_str();
     needs.stats = scorer_needs_.stats;
     needs.observation_window = scorer_needs_.observation_window;
-    needs.default_sinks = scorer_needs_.default_sinks;
-    needs.default_recent = scorer_needs_.default_recent;
     scorer_params_.fill(needs);
   }
 
@@ -67,7 +65,7 @@ class AdaKv {
     for (int32_t h = 0; h < heads; ++h) {
       const kvc_score_job& job = request.jobs[h];
       check_job(job, static_cast<size_t>(h), 0);
-      const ProtectedRange range = protected_range(job.n_tokens, job.sinks, job.recent);
+      const ProtectedRange range = protected_range(job);
       const int64_t protected_tokens = job.n_tokens - range.candidates();
       const int64_t free = std::max<int64_t>(int64_t{request.configured[h]} - protected_tokens, 0);
       const int64_t floor = std::min<int64_t>(

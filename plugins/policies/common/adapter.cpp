@@ -1,6 +1,7 @@
 #include "adapter.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 
 namespace kvc::policies {
@@ -24,6 +25,22 @@ void copy_needs(const kvc_policy_needs& from, kvc_policy_needs* to) noexcept {
   if (size <= header) return;
   std::memcpy(reinterpret_cast<char*>(to) + header, reinterpret_cast<const char*>(&from) + header,
               size - header);
+}
+
+HostJobs::HostJobs(const kvc_score_job* jobs, size_t n_jobs) : jobs_(jobs) {
+  if (n_jobs == 0 || jobs == nullptr || jobs->struct_size == sizeof(kvc_score_job)) return;
+  const size_t size = jobs->struct_size;
+  if (size < offsetof(kvc_score_job, scores) + sizeof jobs->scores) {
+    argument_error("score jobs are smaller than plugin ABI 1.0's");
+  }
+  copies_.resize(n_jobs);
+  for (size_t i = 0; i < n_jobs; ++i) {
+    kvc_score_job& copy = copies_[i];
+    std::memcpy(&copy, KVC_PLUGIN_AT(const kvc_score_job, jobs, i), std::min(size, sizeof copy));
+    copy.struct_size = sizeof copy;
+    if (!KVC_PLUGIN_HAS_FIELD(jobs, kvc_score_job, recent_begin)) copy.sink_end = copy.recent_begin = -1;
+  }
+  jobs_ = copies_.data();
 }
 
 int32_t plugin_entry(const kvc_plugin_descriptor* descriptor, const kvc_host_api* host,

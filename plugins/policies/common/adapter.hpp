@@ -5,7 +5,7 @@
 //   explicit P(ParamReader& params);                       // reads its parameters
 //   void needs(kvc_policy_needs& needs) const noexcept;    // fields start zeroed
 // and optionally (absent: the vtable entry is NULL)
-//   void score(const kvc_score_job* jobs, size_t n_jobs) const;
+//   void score(const kvc_score_job* jobs, size_t n_jobs) const;  // a plain array
 //   void budgets(const kvc_budget_request& request, int32_t* budgets) const;
 // score and budgets run concurrently for different sequences: they must not modify the
 // instance. Anything they throw is caught here and becomes a status code plus a message
@@ -25,6 +25,7 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "errors.hpp"
 #include "kvcache/kvcache_plugin.h"
@@ -58,6 +59,19 @@ int32_t guard(kvc_plugin_error* error, Body&& body) noexcept {
 
 // Copies needs into the host's struct, no further than the host's struct_size.
 void copy_needs(const kvc_policy_needs& from, kvc_policy_needs* to) noexcept;
+
+// The host's score jobs as an array of this plugin's kvc_score_job: the host's own array when
+// its struct_size is ours, else a copy of the fields both know (a field the host lacks reads
+// as 0; a protected range it lacks as -1, see protected_range()).
+class HostJobs {
+ public:
+  HostJobs(const kvc_score_job* jobs, size_t n_jobs);
+  const kvc_score_job* data() const { return jobs_; }
+
+ private:
+  const kvc_score_job* jobs_;
+  std::vector<kvc_score_job> copies_;
+};
 
 // The body of kvc_plugin_entry for one descriptor.
 int32_t plugin_entry(const kvc_plugin_descriptor* descriptor, const kvc_host_api* host,
@@ -107,7 +121,8 @@ struct PolicyAdapter {
       return guard(error, [&] {
         if (instance == nullptr) argument_error("instance is NULL");
         if (n_jobs > 0 && jobs == nullptr) argument_error("jobs is NULL but n_jobs > 0");
-        static_cast<const P*>(instance)->score(jobs, n_jobs);
+        HostJobs host_jobs(jobs, n_jobs);
+        static_cast<const P*>(instance)->score(host_jobs.data(), n_jobs);
       });
     } else {
       (void)instance, (void)jobs, (void)n_jobs, (void)error;
@@ -123,7 +138,11 @@ struct PolicyAdapter {
           argument_error("budgets: instance, request or budgets is NULL");
         }
         check_request(*request);
-        static_cast<const P*>(instance)->budgets(*request, budgets);
+        HostJobs host_jobs(request->jobs, static_cast<size_t>(request->n_heads));
+        kvc_budget_request copy{};
+        std::memcpy(&copy, request, std::min<size_t>(request->struct_size, sizeof copy));
+        copy.jobs = host_jobs.data();
+        static_cast<const P*>(instance)->budgets(copy, budgets);
       });
     } else {
       (void)instance, (void)request, (void)budgets, (void)error;
@@ -159,9 +178,9 @@ struct PolicyAdapter {
 
 // Defines the exported entry point of a library holding the one policy Class.
 #define KVC_POLICY_PLUGIN(Class)                                                              \
-  extern "C" KVC_API int32_t kvc_plugin_entry(const kvc_host_api* host,                       \
-                                              const kvc_plugin_descriptor** out_descriptors,  \
-                                              size_t* out_count, kvc_plugin_error* error) {   \
+  extern "C" KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(                                      \
+      const kvc_host_api* host, const kvc_plugin_descriptor** out_descriptors,                \
+      size_t* out_count, kvc_plugin_error* error) {                                           \
     return ::kvc::policies::plugin_entry(&::kvc::policies::PolicyAdapter<Class>::descriptor,  \
                                          host, out_descriptors, out_count, error);            \
   }                                                                                           \

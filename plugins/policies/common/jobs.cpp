@@ -38,11 +38,15 @@ void check_job(const kvc_score_job& job, size_t index, uint32_t stats) {
   }
 }
 
-ProtectedRange protected_range(int32_t n_tokens, int32_t sinks, int32_t recent) {
-  const int32_t n = std::max(n_tokens, 0);
-  const int32_t head_end = std::clamp(sinks, 0, n);
-  const int32_t tail_begin = std::max(head_end, n - std::clamp(recent, 0, n));
-  return ProtectedRange{head_end, tail_begin};
+ProtectedRange protected_range(const kvc_score_job& job) {
+  if (job.sink_end < 0 || job.recent_begin < 0) {
+    throw PolicyError(KVC_ERR_PLUGIN,
+                      "this policy needs the protected range of plugin ABI 1.1; the host is older");
+  }
+  if (job.sink_end > job.recent_begin || job.recent_begin > job.n_tokens) {
+    argument_error("score job: sink_end <= recent_begin <= n_tokens does not hold");
+  }
+  return ProtectedRange{job.sink_end, job.recent_begin};
 }
 
 }  // namespace kvc::policies

@@ -14,14 +14,15 @@ namespace kvc::policies {
 // statistic in `stats` (a kvc_stat_flags mask) for its n_tokens >= 0 tokens.
 void check_job(const kvc_score_job& job, size_t index, uint32_t stats);
 
-// The tokens the host protects in a head of n tokens: sinks [0, head_end) and the recent
-// window [tail_begin, n); candidates are [head_end, tail_begin). Mirrors the host's rule.
+// The tokens the host protects in a head (its sink_end and recent_begin): sinks [0, head_end)
+// and the recent window [tail_begin, n); candidates are [head_end, tail_begin). Throws
+// KVC_ERR_PLUGIN for a host older than plugin ABI 1.1, which does not hand the range over.
 struct ProtectedRange {
   int32_t head_end;
   int32_t tail_begin;
   int32_t candidates() const { return tail_begin - head_end; }
 };
-ProtectedRange protected_range(int32_t n_tokens, int32_t sinks, int32_t recent);
+ProtectedRange protected_range(const kvc_score_job& job);
 
 // Ranking key the host uses: NaN ranks lowest.
 inline float rank_of(float score) {

@@ -47,7 +47,6 @@ ScorerNeeds read_scorer(const std::string& name, const char* key, ParamReader& p
   needs.builtin = true;
   if (name == "window") {
   } else if (name == "streaming") {
-    needs.default_sinks = 4;
   } else if (name == "h2o") {
     H2oOptions::read(params);
     needs.stats = KVC_STAT_ATTN_SUM;
@@ -57,7 +56,6 @@ ScorerNeeds read_scorer(const std::string& name, const char* key, ParamReader& p
     SnapKvOptions options = SnapKvOptions::read(params);
     needs.stats = KVC_STAT_ATTN_WINDOW;
     needs.observation_window = options.window;
-    needs.default_recent = options.window;
   } else if (name == "knorm") {
     needs.stats = KVC_STAT_KEYS;
   } else if (name == "keydiff") {

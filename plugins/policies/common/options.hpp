@@ -39,13 +39,12 @@ struct RandomOptions {
   static RandomOptions read(ParamReader& params);
 };
 
-// What a built-in scoring policy needs, for a wrapper that reports it in its own needs.
+// What a built-in scoring policy needs, for a wrapper that reports it in its own needs. Its
+// default sinks and recent are not here: the host takes them from the scorer itself.
 struct ScorerNeeds {
   bool builtin = false;     // false: a third-party scorer; the other fields are zero
   uint32_t stats = 0;
   int32_t observation_window = 0;
-  int32_t default_sinks = 0;
-  int32_t default_recent = 0;
 };
 
 // Reads the parameters of scorer `name` from `params` as that policy would (so bad values

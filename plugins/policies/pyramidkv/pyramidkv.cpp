@@ -1,7 +1,7 @@
 // pyramidkv (Cai et al. 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal
 // Information Funneling"): SnapKV's scores (needs.scorer = "snapkv"), with budgets that
-// decrease linearly over layers. Of a head's configured budget c, the protected tokens
-// p = sinks + recent (SnapKV's window, kept in every layer) stay in every layer and the rest
+// decrease linearly over layers. Of a head's configured budget c, the p tokens the host
+// protects (sinks and recent window, kept in every layer) stay in every layer and the rest
 // b = c - p follows the pyramid, as in the reference code:
 //   b_min = b / beta,  b_max = 2 b - b_min,
 //   budget(layer) = p + round(b_max - (b_max - b_min) * layer / (n_layers - 1))
@@ -33,7 +33,6 @@ class PyramidKv {
     needs.scorer = "snapkv";
     needs.stats = KVC_STAT_ATTN_WINDOW;
     needs.observation_window = snapkv_.window;
-    needs.default_recent = snapkv_.window;
     scorer_params_.fill(needs);
   }
 
@@ -41,12 +40,10 @@ class PyramidKv {
     if (request.n_layers < 1 || request.layer < 0 || request.layer >= request.n_layers) {
       argument_error("budgets: layer is outside 0..n_layers-1");
     }
+    if (request.n_heads > 0 && request.jobs == nullptr) argument_error("budgets: jobs is NULL");
     for (int32_t h = 0; h < request.n_heads; ++h) {
-      int64_t protected_tokens = 0;
-      if (request.jobs != nullptr) {
-        protected_tokens = int64_t{std::max(request.jobs[h].sinks, 0)} +
-                           int64_t{std::max(request.jobs[h].recent, 0)};
-      }
+      const kvc_score_job& job = request.jobs[h];
+      const int64_t protected_tokens = job.n_tokens - protected_range(job).candidates();
       budgets[h] = layer_budget(request.configured[h], protected_tokens, request.layer,
                                 request.n_layers);
     }

@@ -173,6 +173,7 @@ struct Head {
                     int32_t layer = 0, int32_t kv_head = 0) {
     scores.assign(pos.size(), NAN);
     kvc_score_job j{};
+    j.struct_size = sizeof j;
     j.seq_id = seq;
     j.layer = layer;
     j.kv_head = kv_head;
@@ -187,6 +188,10 @@ struct Head {
     j.sinks = sinks;
     j.recent = recent;
     j.scores = scores.data();
+    // The host's protected range: the first `sinks`, then the last `recent` of the rest.
+    const int32_t n = j.n_tokens;
+    j.sink_end = std::min(std::max(sinks, 0), n);
+    j.recent_begin = std::max(j.sink_end, n - std::min(std::max(recent, 0), n));
     return j;
   }
 };
@@ -313,11 +318,12 @@ TEST_CASE("needs: statistics, observation window, scorer and default sinks/recen
       {"tova", {}, KVC_STAT_ATTN_LAST, 0, nullptr, 0, 0},
       {"snapkv", {}, KVC_STAT_ATTN_WINDOW, 32, nullptr, 0, 32},
       {"snapkv", {{"window", "64"}}, KVC_STAT_ATTN_WINDOW, 64, nullptr, 0, 64},
-      {"pyramidkv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 32},
-      {"pyramidkv", {{"window", "16"}, {"beta", "10"}}, KVC_STAT_ATTN_WINDOW, 16, "snapkv", 0, 16},
-      {"adakv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 32},
+      // Wrappers report no sinks/recent of their own: the host takes its scorer's.
+      {"pyramidkv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 0},
+      {"pyramidkv", {{"window", "16"}, {"beta", "10"}}, KVC_STAT_ATTN_WINDOW, 16, "snapkv", 0, 0},
+      {"adakv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 0},
       {"adakv", {{"scorer", "h2o"}, {"recent_ratio", "0.25"}}, KVC_STAT_ATTN_SUM, 0, "h2o", 0, 0},
-      {"adakv", {{"scorer", "streaming"}}, 0, 0, "streaming", 4, 0},
+      {"adakv", {{"scorer", "streaming"}}, 0, 0, "streaming", 0, 0},
       {"adakv", {{"scorer", "my_policy"}, {"alpha", "3"}}, 0, 0, "my_policy", 0, 0},
       {"knorm", {}, KVC_STAT_KEYS, 0, nullptr, 0, 0},
       {"keydiff", {}, KVC_STAT_KEYS, 0, nullptr, 0, 0},
@@ -472,7 +478,8 @@ TEST_CASE("pyramidkv: budgets decrease linearly over layers, mean = configured")
                           int32_t sinks, int32_t recent) {
     Ints out;
     for (int32_t layer = 0; layer < n_layers; ++layer) {
-      Head head = Head::positions(10);
+      // Longer than every protected range below, which the host would otherwise clamp.
+      Head head = Head::positions(100);
       std::vector<kvc_score_job> jobs{head.job(configured, sinks, recent)};
       Ints configured_heads{configured};
       out.push_back(policy.budgets(request_for(jobs, configured_heads, layer, n_layers))[0]);
@@ -834,11 +841,45 @@ TEST_CASE("missing inputs are KVC_ERR_INVALID_ARGUMENT, not a crash") {
   CHECK(adakv.vtable().budgets(nullptr, &request, &out, &error) == KVC_ERR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("score jobs of an older, smaller struct_size are read by their own stride") {
+  // A plugin ABI 1.0 host: its score jobs end before sink_end and are strided by that size.
+  constexpr size_t kOldSize = offsetof(kvc_score_job, sink_end);
+  Head a = Head::positions(6), b = Head::positions(4);
+  std::vector<kvc_score_job> full{a.job(3), b.job(3)};
+  std::vector<unsigned char> packed(kOldSize * full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    full[i].struct_size = kOldSize;
+    std::memcpy(packed.data() + i * kOldSize, &full[i], kOldSize);
+  }
+  const auto* old_jobs = reinterpret_cast<const kvc_score_job*>(packed.data());
+  Policy window("window");
+  kvc_plugin_error error{};
+  REQUIRE(is_set(window.vtable().score));
+  void* instance = nullptr;
+  REQUIRE(window.vtable().create(&kHost, nullptr, 0, &instance, &error) == KVC_OK);
+  CHECK(window.vtable().score(instance, old_jobs, full.size(), &error) == KVC_OK);
+  window.vtable().destroy(instance);
+  CHECK(a.scores == Floats{0, 1, 2, 3, 4, 5});
+  CHECK(b.scores == Floats{0, 1, 2, 3});
+
+  // A policy that sets budgets from the host's protected range refuses such a host clearly.
+  Policy adakv("adakv", {{"scorer", "window"}});
+  REQUIRE(adakv.vtable().create(&kHost, nullptr, 0, &instance, &error) == KVC_OK);
+  const Ints configured{3, 3};
+  kvc_budget_request request = request_for(full, configured, 0, 1);
+  request.jobs = old_jobs;
+  std::vector<int32_t> budgets(2);
+  CHECK(adakv.vtable().budgets(instance, &request, budgets.data(), &error) == KVC_ERR_PLUGIN);
+  CHECK(std::string(error.message).find("plugin ABI 1.1") != std::string::npos);
+  adakv.vtable().destroy(instance);
+}
+
 TEST_CASE("an empty head scores nothing") {
   for (const char* name : {"window", "streaming", "h2o", "tova", "snapkv", "knorm", "keydiff", "random"}) {
     CAPTURE(name);
     Policy policy(name);
     kvc_score_job job{};
+    job.struct_size = sizeof job;
     job.head_dim = 4;
     std::vector<kvc_score_job> jobs{job};
     CHECK(policy.score(jobs) == KVC_OK);

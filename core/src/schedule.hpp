@@ -1,0 +1,81 @@
+// The rules that decide how much a (sequence, layer, KV head) keeps and when it compresses or
+// grows. The cache runs them on its stores and the peak estimator on a model of one, so an
+// estimate cannot drift from what the cache does.
+#pragma once
+
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace kvc {
+
+// Tokens [0, sink_end) and [recent_begin, n) are kept whatever their score.
+struct ProtectedRange {
+  int32_t sink_end;
+  int32_t recent_begin;
+  int32_t count(int32_t n) const { return sink_end + (n - recent_begin); }
+};
+
+// Per (sequence, layer): what the automatic triggers remember between calls.
+struct TriggerState {
+  int32_t decode_steps = 0;      // single-token steps since the last compression
+  bool prefill_pending = false;  // a prompt chunk awaits the "once" compression
+};
+
+class Schedule {
+ public:
+  // policy NULL: never compresses. The policy's sinks and recent must be resolved (>= 0).
+  Schedule(const PolicyConfig* policy, double growth_factor);
+
+  bool compresses() const { return policy_ != nullptr; }
+
+  // ---- budgets
+  // The configured budget of a head that has seen `seen` tokens (tokens, or a ratio of them);
+  // INT32_MAX when unbounded.
+  int32_t configured_budget(int64_t seen) const;
+  // The budget a head is held to: the configured one, capped by the one its policy gave it at
+  // its last compression (effective < 0: none yet).
+  int32_t budget(int64_t seen, int32_t effective) const;
+  // The sinks and recent tokens of n that compression always keeps.
+  ProtectedRange protected_range(int32_t n) const;
+  // How many of n tokens a compression to `budget` keeps.
+  int32_t kept(int32_t n, int32_t budget) const;
+
+  // ---- triggers
+  // Before storing n_tokens: whether the "once" compression runs now (the first decode token
+  // after a prompt). The caller clears prefill_pending once that compression succeeded.
+  bool before_store(const TriggerState& state, int32_t n_tokens) const;
+  // After attending n_tokens: whether to compress now; updates the state. `excess()` is the
+  // most tokens any head of the layer holds beyond its budget (asked only for decode_slack).
+  template <class Excess>
+  bool after_attend(TriggerState& state, int32_t n_tokens, Excess&& excess) const {
+    if (!policy_) return false;
+    bool now = false;
+    if (n_tokens > 1) {
+      state.prefill_pending = policy_->prefill == PrefillCompression::once;
+      now = policy_->prefill == PrefillCompression::per_chunk;
+    } else {
+      ++state.decode_steps;
+      now = (policy_->decode_every > 0 && state.decode_steps >= policy_->decode_every) ||
+            (policy_->decode_slack > 0 && excess() > policy_->decode_slack);
+    }
+    if (now) state.decode_steps = 0;
+    return now;
+  }
+
+  // ---- growth
+  // The capacity a contiguous array of `current` tokens grows to so that `needed` fit: by
+  // the growth factor (at least kMinCapacity), or exactly `needed` when `exact`; 0 when
+  // they already fit.
+  int32_t grown_capacity(int32_t current, int64_t needed, bool exact) const;
+
+ private:
+  // The smallest first allocation, so that one-token appends do not start with a run of
+  // tiny re-allocations.
+  static constexpr int32_t kMinCapacity = 16;
+
+  const PolicyConfig* policy_;
+  double growth_factor_;
+};
+
+}  // namespace kvc

@@ -1,0 +1,404 @@
+/**
+ * @file kvcache_plugin.h
+ * @brief The plugin ABI: what a policy or backend shared library exports, and the host API
+ * kvcache hands it. C only; plugins never link libkvcache.
+ *
+ * A plugin library exports one C function, `kvc_plugin_entry` (::kvc_plugin_entry_fn), marked
+ * ::KVC_PLUGIN_EXPORT. The host calls it once after loading, passing its ::kvc_host_api; the
+ * function returns an array of descriptors (one library may export several plugins).
+ * Descriptors, their names and vtables must stay valid while the library is loaded; the host
+ * keeps the library loaded for the lifetime of the context, and the ::kvc_host_api it passes
+ * is valid for that long too.
+ *
+ * @section abi_versions How the ABI grows
+ * `abi_version` is KVC_PLUGIN_ABI_MAJOR << 16 | KVC_PLUGIN_ABI_MINOR. A major change breaks
+ * plugins and the host refuses a plugin of another major. A minor version only appends
+ * fields at the end of structs (and entries at the end of vtables); it never moves, removes
+ * or changes the meaning of one. Every struct that crosses the ABI starts with
+ * `uint32_t struct_size`, the sizeof the writer was built with, and the reader of a struct
+ * reads only the fields that lie wholly inside `struct_size` (::KVC_PLUGIN_HAS_FIELD); a
+ * field beyond it reads as 0 / NULL, which always means "absent" or "the 1.0 behaviour".
+ *
+ * - Arrays of jobs and segments are strided by the `struct_size` of their first element
+ *   (all elements of an array have the same size): step through them with
+ *   ::KVC_PLUGIN_AT, never with `jobs[i]`.
+ * - Structs the host writes (host API, calls, jobs, segments, budget requests) carry the
+ *   host's size. An older plugin ignores the trailing fields it does not know; a newer
+ *   plugin on an older host finds its newer fields absent and must either do without them or
+ *   fail its call with KVC_ERR_PLUGIN and a message saying which kvcache it needs.
+ * - Structs the plugin writes (descriptors, vtables) carry the plugin's size. The host reads
+ *   a smaller one with the missing entries as NULL (an older plugin: every entry added after
+ *   its minor is optional, and the host does without it). A larger one is accepted only when
+ *   every byte the host does not know is zero; otherwise the plugin needs something this host
+ *   lacks and is refused with a message naming the file, the plugin and both versions.
+ * - Structs the host hands to the plugin to fill (::kvc_policy_needs) carry the host's size:
+ *   the plugin writes only the fields inside it.
+ *
+ * FROZEN COPY of plugin ABI 1.0, kept for the test that an older plugin loads on a newer
+ * host. Never edit it.
+ *
+ * @section abi_memory Where memory lives
+ * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
+ * pointer is host memory unless a `*_device` field beside it says KVC_DEVICE_BACKEND. Calls
+ * carry a `stream`: the engine's stream or queue handle for device backends (NULL: the
+ * backend's default); the CPU backend ignores it. A backend need not finish the work of a
+ * call before returning when nothing it wrote is host memory; every call that writes host
+ * memory (copy to the host, read_keys, read_tokens, attend into host `out`) returns only when
+ * that memory is written.
+ *
+ * Errors: plugin functions return a ::kvc_status_code and, on failure, write a message into
+ * the ::kvc_plugin_error they are given. No C++ exception may leave a plugin function.
+ *
+ * Threading: the host may call the functions of one backend instance from several threads
+ * at once, on disjoint memory; policy functions may be called concurrently for different
+ * sequences.
+ */
+#ifndef KVCACHE_KVCACHE_PLUGIN_H
+#define KVCACHE_KVCACHE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache/kvcache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Plugin ABI major: a plugin built for another major is refused. */
+#define KVC_PLUGIN_ABI_MAJOR 1
+/** @brief Plugin ABI minor: grows when fields are appended to structs. */
+#define KVC_PLUGIN_ABI_MINOR 0
+/** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
+#define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
+/** @brief Marks a plugin's entry point as exported from its shared library. */
+#if defined(_WIN32)
+#define KVC_PLUGIN_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__)
+#define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define KVC_PLUGIN_EXPORT
+#endif
+
+/** @brief Nonzero when @p field of the struct @p type at @p ptr lies inside its struct_size. */
+#define KVC_PLUGIN_HAS_FIELD(ptr, type, field) \
+  ((size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/** @brief Element @p index of an array of @p type strided by its first element's struct_size. */
+#define KVC_PLUGIN_AT(type, array, index) \
+  ((type *)((const char *)(array) + (size_t)(index) * (array)->struct_size))
+
+/** @brief Name of the symbol every plugin library exports. */
+#define KVC_PLUGIN_ENTRY_SYMBOL "kvc_plugin_entry"
+
+/** @brief Room for an error message written by a plugin (UTF-8, NUL-terminated). */
+typedef struct kvc_plugin_error {
+  char message[512]; /**< NUL-terminated; truncated by the plugin if longer */
+} kvc_plugin_error;
+
+/** @brief A body run by kvc_host_api::parallel_for over the index range [begin, end). */
+typedef void (*kvc_range_fn)(void *user_data, size_t begin, size_t end);
+
+/**
+ * @brief Services the host gives plugins. Valid for the context's lifetime; every function
+ * is thread-safe.
+ */
+typedef struct kvc_host_api {
+  uint32_t struct_size;  /**< sizeof(kvc_host_api) of the host */
+  uint32_t abi_version;  /**< KVC_PLUGIN_ABI_VERSION of the host */
+  void *host; /**< pass back as the first argument of every function below */
+  /** Writes a message to the context's logger. */
+  void (*log)(void *host, kvc_log_level level, const char *message);
+  /** Runs body over [0, n) in parallel chunks of at least @p grain on the context's arena;
+   * returns when every chunk is done. */
+  void (*parallel_for)(void *host, size_t n, size_t grain, kvc_range_fn body, void *user_data);
+  /** Aligned host memory (NULL on failure) and its release. */
+  void *(*alloc)(void *host, size_t bytes, size_t alignment);
+  /** Releases memory from alloc; accepts NULL. */
+  void (*free)(void *host, void *ptr);
+} kvc_host_api;
+
+/** @brief What one plugin is; returned by the entry point. */
+typedef struct kvc_plugin_descriptor {
+  uint32_t struct_size;  /**< sizeof(kvc_plugin_descriptor) the plugin was built with */
+  uint32_t abi_version;  /**< KVC_PLUGIN_ABI_VERSION the plugin was built against */
+  kvc_plugin_kind kind;  /**< which vtable type `vtable` points to */
+  const char *name;      /**< unique per kind, used in YAML */
+  uint32_t version;      /**< the plugin's own version */
+  const void *vtable;    /**< a ::kvc_backend_vtable or a ::kvc_policy_vtable, by kind */
+} kvc_plugin_descriptor;
+
+/**
+ * @brief The one exported entry point: stores an array of @p *out_count descriptors in
+ * @p *out_descriptors and returns KVC_OK, or an error code with a message in @p error.
+ * Descriptors are strided by the first one's struct_size.
+ */
+typedef int32_t (*kvc_plugin_entry_fn)(const kvc_host_api *host,
+                                       const kvc_plugin_descriptor **out_descriptors,
+                                       size_t *out_count, kvc_plugin_error *error);
+
+/* --------------------------------------------------------------- backends */
+
+/** @brief A run of stored tokens of one (sequence, layer, KV head), in backend memory. */
+typedef struct kvc_segment {
+  uint32_t struct_size;  /**< sizeof(kvc_segment) of the host */
+  int32_t count;         /**< tokens in this segment */
+  const void *k;         /**< [count, head_dim] of the storage dtype */
+  const void *v;         /**< [count, head_dim] of the storage dtype */
+  const int32_t *pos;    /**< [count] absolute positions */
+} kvc_segment;
+
+/**
+ * @brief The per-token statistics of one (sequence, layer, KV head), in backend memory,
+ * indexed by token index counted across the head's segments in order (see ::kvc_stat_flags).
+ * Each pointer is NULL when the cache does not track that statistic.
+ */
+typedef struct kvc_head_stats {
+  float *attn_sum;       /**< KVC_STAT_ATTN_SUM, or NULL */
+  float *attn_last;      /**< KVC_STAT_ATTN_LAST, or NULL */
+  float *attn_window;    /**< KVC_STAT_ATTN_WINDOW, or NULL */
+} kvc_head_stats;
+
+/** @brief Copy @p n_tokens new tokens of one KV head into one run of storage. */
+typedef struct kvc_append_job {
+  uint32_t struct_size;      /**< sizeof(kvc_append_job) of the host */
+  int32_t n_tokens;          /**< tokens to copy, >= 1 */
+  const void *src_k;         /**< first token's head row; tokens are src_stride elements apart */
+  const void *src_v;         /**< like src_k, for V */
+  size_t src_k_stride;       /**< elements between consecutive K source rows */
+  size_t src_v_stride;       /**< elements between consecutive V source rows */
+  kvc_dtype src_dtype;       /**< f32 or the storage dtype */
+  kvc_device src_device;     /**< where src_k and src_v live */
+  const int32_t *src_pos;    /**< [n_tokens], host memory */
+  void *dst_k;               /**< [n_tokens, head_dim] of the storage dtype */
+  void *dst_v;               /**< [n_tokens, head_dim] of the storage dtype */
+  int32_t *dst_pos;          /**< [n_tokens] */
+  /** The new tokens' entries of each tracked statistic ([n_tokens] each), set to 0. */
+  kvc_head_stats dst_stats;
+} kvc_append_job;
+
+/** @brief One append call: jobs write disjoint memory. */
+typedef struct kvc_append_call {
+  uint32_t struct_size;      /**< sizeof(kvc_append_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const kvc_append_job *jobs; /**< [n_jobs], host array, strided by struct_size */
+  size_t n_jobs;             /**< entries in jobs */
+} kvc_append_call;
+
+/** @brief Attention of the query tokens of one sequence and one KV head's query group. The
+ * backend tiles the queries itself. */
+typedef struct kvc_attend_job {
+  uint32_t struct_size;      /**< sizeof(kvc_attend_job) of the host */
+  int32_t n_queries;         /**< query tokens, >= 1 */
+  const void *q;             /**< first query token, first head of the group */
+  size_t q_stride;           /**< elements between query tokens */
+  kvc_dtype q_dtype;         /**< f32 or the storage dtype */
+  kvc_device q_device;       /**< where q lives */
+  const int32_t *q_pos;      /**< [n_queries] absolute positions, host memory */
+  float *out;                /**< first output token, first head of the group; f32 */
+  size_t out_stride;         /**< elements between output tokens */
+  kvc_device out_device;     /**< where out lives */
+  const kvc_segment *segments; /**< the stored tokens, in storage order; host array */
+  int32_t n_segments;        /**< entries in segments */
+  /** Statistics the attention updates (see ::kvc_stat_flags); all NULL when none is tracked.
+   * When any is set, the job holds every new query of its (sequence, KV head). */
+  kvc_head_stats stats;
+} kvc_attend_job;
+
+/** @brief One attention call: shape and options shared by its jobs; jobs write disjoint
+ * output rows and statistics. */
+typedef struct kvc_attend_call {
+  uint32_t struct_size;      /**< sizeof(kvc_attend_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  int32_t group_size;        /**< query heads per KV head; their rows are adjacent in q/out */
+  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  float scale;               /**< logit scale, > 0 */
+  int32_t sliding_window;    /**< > 0: keys at positions (p - window, p] */
+  float softcap;             /**< > 0: softcap * tanh(logit / softcap) */
+  /** Queries at the end of each job whose attention feeds attn_window (>= 1 when any job
+   * has stats.attn_window). */
+  int32_t observation_window;
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const kvc_attend_job *jobs; /**< [n_jobs], host array, strided by struct_size */
+  size_t n_jobs;             /**< entries in jobs */
+} kvc_attend_call;
+
+/**
+ * @brief Compaction of one (sequence, layer, KV head): moves the tokens at indices keep[0..n_keep)
+ * (increasing, counted across the segments in order) to indices 0..n_keep-1, with their K, V,
+ * position and every non-NULL statistic. The backend writes through the segments' pointers.
+ */
+typedef struct kvc_compact_job {
+  uint32_t struct_size;      /**< sizeof(kvc_compact_job) of the host */
+  int32_t n_segments;        /**< entries in segments */
+  const kvc_segment *segments; /**< the head's storage, in order; host array */
+  const int32_t *keep;       /**< [n_keep] increasing token indices, host memory */
+  int32_t n_keep;            /**< tokens kept */
+  kvc_head_stats stats;      /**< the head's statistics, moved with their tokens */
+} kvc_compact_job;
+
+/** @brief One compaction call: jobs touch disjoint storage. */
+typedef struct kvc_compact_call {
+  uint32_t struct_size;      /**< sizeof(kvc_compact_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const kvc_compact_job *jobs; /**< [n_jobs], host array, strided by struct_size */
+  size_t n_jobs;             /**< entries in jobs */
+} kvc_compact_call;
+
+/** @brief Reads the keys of one (sequence, layer, KV head) as f32 rows into host memory. */
+typedef struct kvc_read_keys_job {
+  uint32_t struct_size;      /**< sizeof(kvc_read_keys_job) of the host */
+  int32_t n_segments;        /**< entries in segments */
+  const kvc_segment *segments; /**< the head's storage, in order; host array */
+  float *out;                /**< [sum of counts, head_dim], host memory */
+} kvc_read_keys_job;
+
+/** @brief One read_keys call: jobs write disjoint output. */
+typedef struct kvc_read_keys_call {
+  uint32_t struct_size;      /**< sizeof(kvc_read_keys_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const kvc_read_keys_job *jobs; /**< [n_jobs], host array, strided by struct_size */
+  size_t n_jobs;             /**< entries in jobs */
+} kvc_read_keys_call;
+
+/** @brief Kinds of copy for kvc_backend_vtable::copy. */
+typedef enum kvc_copy_kind {
+  KVC_COPY_HOST_TO_DEVICE = 0,
+  KVC_COPY_DEVICE_TO_HOST = 1,
+  KVC_COPY_DEVICE_TO_DEVICE = 2
+} kvc_copy_kind;
+
+/**
+ * @brief A compute backend. `create` makes an instance for one cache; every other function
+ * takes that instance. Functions returning int32_t return a ::kvc_status_code.
+ */
+typedef struct kvc_backend_vtable {
+  uint32_t struct_size;  /**< sizeof(kvc_backend_vtable) the plugin was built with */
+  /** Creates an instance for one cache in @p *out_instance. */
+  int32_t (*create)(const kvc_host_api *host, void **out_instance, kvc_plugin_error *error);
+  /** Destroys an instance; every allocation has been freed before. */
+  void (*destroy)(void *instance);
+  /** Device memory; NULL when exhausted. Alignment is at least 64 bytes. */
+  void *(*alloc)(void *instance, size_t bytes);
+  /** Releases device memory from alloc. */
+  void (*free)(void *instance, void *ptr);
+  /** Copies @p bytes between host and device memory as @p kind says; returns when done. */
+  int32_t (*copy)(void *instance, void *dst, const void *src, size_t bytes, kvc_copy_kind kind,
+                  kvc_plugin_error *error);
+  /** Runs every job of the call. */
+  int32_t (*append)(void *instance, const kvc_append_call *call, kvc_plugin_error *error);
+  /** Runs every job of the call. */
+  int32_t (*attend)(void *instance, const kvc_attend_call *call, kvc_plugin_error *error);
+  /** Runs every job of the call. */
+  int32_t (*compact)(void *instance, const kvc_compact_call *call, kvc_plugin_error *error);
+  /** Runs every job of the call. */
+  int32_t (*read_keys)(void *instance, const kvc_read_keys_call *call, kvc_plugin_error *error);
+} kvc_backend_vtable;
+
+/* --------------------------------------------------------------- policies */
+
+/**
+ * @brief Per-token statistics a policy may ask for. Attention statistics are computed by the
+ * backend's attention in the same pass, per (sequence, layer, KV head), over the softmax
+ * probabilities p(g, i, j) of query head g of the KV head's group, query i, key j:
+ */
+typedef enum kvc_stat_flags {
+  /** Sum over every query ever attended and over the group's heads of p (H2O). Kept across
+   * calls; a new token starts at 0. */
+  KVC_STAT_ATTN_SUM = 1u << 0,
+  /** Mean over the group's heads of p for the last query of the latest attend (TOVA). */
+  KVC_STAT_ATTN_LAST = 1u << 1,
+  /** Sum over the last W queries of the latest attend and the group's heads of p, W being
+   * the policy's observation window (SnapKV). */
+  KVC_STAT_ATTN_WINDOW = 1u << 2,
+  /** The keys themselves, as f32 rows (K-norm, KeyDiff). Read at compression time. */
+  KVC_STAT_KEYS = 1u << 3
+} kvc_stat_flags;
+
+/** @brief A policy parameter from YAML (`policy.params`), as written. */
+typedef kvc_key_value kvc_policy_param;
+
+/** @brief What a policy needs from the host. */
+typedef struct kvc_policy_needs {
+  uint32_t struct_size;        /**< sizeof(kvc_policy_needs) of the host */
+  uint32_t stats;              /**< a mask of ::kvc_stat_flags */
+  int32_t observation_window;  /**< W for KVC_STAT_ATTN_WINDOW */
+  /** NULL: the policy scores tokens itself. Otherwise the name of another policy plugin
+   * whose scores it uses (created with the same parameters, minus `scorer`); this policy
+   * then only sets budgets (Ada-KV, PyramidKV). The string lives as long as the instance. */
+  const char *scorer;
+  int32_t default_sinks;       /**< sinks kept when the configuration sets none */
+  int32_t default_recent;      /**< recent tokens kept when the configuration sets none */
+  /** With `scorer`: the parameters the scorer is created with (NULL: this policy's own
+   * parameters minus `scorer`). Valid as long as the instance. */
+  const kvc_policy_param *scorer_params;
+  size_t n_scorer_params;      /**< entries in scorer_params */
+} kvc_policy_needs;
+
+/** @brief The stored tokens of one (sequence, layer, KV head) for a policy to score. Arrays
+ * are host memory, [n_tokens] in storage (= position) order, valid during the call only. */
+typedef struct kvc_score_job {
+  uint32_t struct_size;        /**< sizeof(kvc_score_job) of the host */
+  int32_t seq_id;              /**< the sequence */
+  int32_t layer;               /**< the layer, 0-based */
+  int32_t kv_head;             /**< the KV head, 0-based */
+  int32_t n_tokens;            /**< stored tokens */
+  const int32_t *pos;          /**< [n_tokens] absolute positions */
+  const float *attn_sum;       /**< NULL unless asked for */
+  const float *attn_last;      /**< NULL unless asked for */
+  const float *attn_window;    /**< NULL unless asked for */
+  const float *keys;           /**< [n_tokens, head_dim] f32, NULL unless asked for */
+  int32_t head_dim;            /**< elements per key row */
+  int32_t budget;              /**< tokens this head will keep (the configured budget) */
+  int32_t sinks;               /**< configured sinks (see sink_end for what is kept) */
+  int32_t recent;              /**< configured recent tokens (see recent_begin) */
+  float *scores;               /**< [n_tokens], written by score(): higher is kept first */
+} kvc_score_job;
+
+/** @brief One (sequence, layer) whose per-head budgets a policy may set. */
+typedef struct kvc_budget_request {
+  uint32_t struct_size;         /**< sizeof(kvc_budget_request) of the host */
+  int32_t layer;                /**< the layer, 0-based */
+  int32_t n_layers;             /**< layers of the cache */
+  int32_t n_heads;              /**< KV heads; jobs and budgets have this many entries */
+  const int32_t *configured;    /**< [n_heads] the configured budget of each head, tokens */
+  const kvc_score_job *jobs;    /**< [n_heads] with scores filled in, strided by struct_size */
+} kvc_budget_request;
+
+/**
+ * @brief An eviction policy. The host keeps, per (sequence, layer, KV head), the `sinks`
+ * first and `recent` last tokens and then the highest-scored tokens up to the head's budget,
+ * in position order. Functions returning int32_t return a ::kvc_status_code.
+ */
+typedef struct kvc_policy_vtable {
+  uint32_t struct_size;  /**< sizeof(kvc_policy_vtable) the plugin was built with */
+  /** Parses parameters; unknown keys and bad values are KVC_ERR_CONFIG naming the key. */
+  int32_t (*create)(const kvc_host_api *host, const kvc_policy_param *params, size_t n_params,
+                    void **out_instance, kvc_plugin_error *error);
+  /** Destroys an instance. */
+  void (*destroy)(void *instance);
+  /** Fills @p out_needs: only the fields inside its struct_size (set by the host). Sinks,
+   * recent and window defaults are reported by the policy that scores; a policy wrapping a
+   * scorer gets its scorer's. */
+  void (*needs)(void *instance, kvc_policy_needs *out_needs);
+  /** Scores the jobs (strided by struct_size): all KV heads of one (sequence, layer), one job
+   * per head. NULL for a policy that only sets budgets. May be called concurrently for
+   * different sequences. */
+  int32_t (*score)(void *instance, const kvc_score_job *jobs, size_t n_jobs,
+                   kvc_plugin_error *error);
+  /** Optional: writes the budget of each head to budgets[h]. NULL: the configured ones. */
+  int32_t (*budgets)(void *instance, const kvc_budget_request *request, int32_t *budgets,
+                     kvc_plugin_error *error);
+} kvc_policy_vtable;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_KVCACHE_PLUGIN_H */
