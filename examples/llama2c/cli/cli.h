@@ -27,6 +27,8 @@ enum { KVL_EXIT_OK = 0, KVL_EXIT_FAILURE = 1, KVL_EXIT_USAGE = 2 };
 int kvl_cmd_generate(int argc, char **argv);
 int kvl_cmd_ppl(int argc, char **argv);
 int kvl_cmd_eval(int argc, char **argv);
+/* kvc-llama eval --retrieval (eval_retrieval.c). */
+int kvl_eval_retrieval(int argc, char **argv);
 
 /* ------------------------------------------------------------------ options */
 

@@ -62,6 +62,7 @@ static const char usage[] =
     "  --chunk N          prefill chunk in (b), >= 2 (default 64); a last chunk of one\n"
     "                     token is merged into the one before it\n"
     "  --csv FILE         also write the results as CSV, one row per (policy, budget)\n"
+    "  --retrieval        the pass-key retrieval test instead (--retrieval --help)\n"
     "  --markdown FILE    also write the tables as Markdown\n";
 
 static const char *const default_policies[] = {"full",   "window",    "streaming", "h2o",
@@ -759,6 +760,9 @@ int kvl_cmd_eval(int argc, char **argv) {
   char error[1024];
   int rc;
 
+  for (i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--retrieval") == 0) return kvl_eval_retrieval(argc, argv);
+  }
   memset(&st, 0, sizeof st);
   memset(&report, 0, sizeof report);
   rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
