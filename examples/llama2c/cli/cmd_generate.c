@@ -7,14 +7,17 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: kvc-llama generate --model FILE --tokenizer FILE [--prompt TEXT] [--steps N]\n"
+    "usage: kvc-llama generate --model FILE [--tokenizer FILE] [--prompt TEXT] [--steps N]\n"
     "                          [--config FILE] [--chunk N] [--temperature T] [--seed N]\n"
     "\n"
     "Prints the prompt and its continuation, then timings and the cache's counters (stderr).\n"
     "\n"
     "  --model FILE       llama2.c version 0 checkpoint (stories260K.bin, stories15M.bin, ...)\n"
-    "  --tokenizer FILE   llama2.c tokenizer file matching the model's vocabulary\n"
-    "  --prompt TEXT      text to continue (default: none, the story starts after BOS)\n"
+    "                     or GGUF file (llama architecture)\n"
+    "  --tokenizer FILE   llama2.c tokenizer file matching the model's vocabulary (default\n"
+    "                     for GGUF: the model's own vocabulary)\n"
+    "  --prompt TEXT      text to continue (default: none, the story starts after BOS; a\n"
+    "                     model without BOS needs a prompt)\n"
     "  --steps N          tokens to generate (default 256; stops early at BOS or EOS and\n"
     "                     when the model's seq_len is reached)\n"
     "  --config FILE      kvcache YAML (cache:, policy:, ...); the model sets the shape.\n"
@@ -62,6 +65,7 @@ int kvl_cmd_generate(int argc, char **argv) {
   };
   int32_t steps = 256, chunk = 0, seed = 42, n_prompt, seq_len, vocab, seq = 0;
   int32_t generated = 0, decode_steps = 0, pos, token, previous, i;
+  int has_bos;
   double temperature = 0.0, t_start, t_prefilled, t_end;
   uint64_t rng;
   int32_t *tokens = NULL;
@@ -73,9 +77,6 @@ int kvl_cmd_generate(int argc, char **argv) {
   rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
   if (rc != KVL_EXIT_OK) return rc < 0 ? KVL_EXIT_OK : rc;
   if (model_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--model is required");
-  if (tokenizer_path == NULL) {
-    return kvl_cli_usage_error(argv[0], usage, "--tokenizer is required");
-  }
   if ((rc = kvl_cli_int(argv[0], usage, "--steps", steps_text, 0, 1L << 30, &steps)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 1, 1L << 30, &chunk)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0 ||
@@ -94,7 +95,14 @@ int kvl_cmd_generate(int argc, char **argv) {
     kvl_cli_close(&s);
     return KVL_EXIT_FAILURE;
   }
-  n_prompt = kvl_tokenizer_encode(s.tokenizer, prompt, 1, 0, tokens, (int32_t)strlen(prompt) + 3);
+  has_bos = kvl_model_bos(s.model) >= 0;
+  n_prompt = kvl_tokenizer_encode(s.tokenizer, prompt, has_bos, 0, tokens,
+                                  (int32_t)strlen(prompt) + 3);
+  if (n_prompt == 0) {
+    kvl_cli_error("this model has no BOS token to start from: give a --prompt");
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
   if (n_prompt < 1 || n_prompt > seq_len) {
     kvl_cli_error("the prompt has %d tokens; the model's seq_len is %d", (int)n_prompt,
                   (int)seq_len);
@@ -124,8 +132,9 @@ int kvl_cmd_generate(int argc, char **argv) {
   }
 
   /* The prompt, echoed as run.c does, then prefilled chunk by chunk. */
-  for (i = 1; i < n_prompt; ++i) {
-    kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s.tokenizer, tokens[i - 1], tokens[i]));
+  for (i = has_bos ? 1 : 0; i < n_prompt; ++i) {
+    kvl_cli_print_piece(stdout,
+                        kvl_tokenizer_decode(s.tokenizer, i > 0 ? tokens[i - 1] : -1, tokens[i]));
   }
   fflush(stdout);
   t_start = kvl_cli_now();
@@ -156,7 +165,8 @@ int kvl_cmd_generate(int argc, char **argv) {
   while (generated < steps) {
     int32_t one = 1;
     token = sample(logits, vocab, temperature, &rng);
-    if (token == 1 || token == 2) break; /* BOS starts the next story; EOS ends this one */
+    /* BOS starts the next story; EOS ends this one. */
+    if (token == kvl_model_eos(s.model) || (has_bos && token == kvl_model_bos(s.model))) break;
     kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s.tokenizer, previous, token));
     fflush(stdout);
     ++generated;
