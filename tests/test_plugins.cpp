@@ -1,6 +1,10 @@
-// Plugin loading: the built-in CPU backend, and the error paths of kvc_context_load_plugin
-// (bad ABI, missing file, missing entry point, oversized descriptor, failing entry point).
+// Plugin loading: the built-in CPU backend, the error paths of kvc_context_load_plugin (bad
+// ABI, missing file, missing entry point, oversized descriptor, failing entry point), and the
+// ABI's growth rules (a 1.0 plugin on this host, a newer minor's larger vtable, and the
+// number of backend calls compression makes).
 #include <doctest/doctest.h>
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_plugin.h"
 #include "test_support.hpp"
 
 #ifndef KVC_TEST_BAD_ABI_PLUGIN
@@ -294,4 +299,130 @@ TEST_CASE("plugins: contexts are independent and plugins stay usable until destr
   kvc_cache_params_init(&p);
   kvt::CachePtr cache = kvt::make_cache(b.get(), p);
   KVT_CHECK_OK(kvc_seq_create(cache.get(), 0));
+}
+
+// ------------------------------------------------------------------ plugin ABI growth
+
+TEST_CASE("plugins: a policy built against the frozen ABI 1.0 header loads and runs") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_ABI_1_0_PLUGIN));
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.kv_heads = 2;
+  p.q_heads = 4;
+  p.head_dim = 8;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  p.memory_limit = size_t{1} << 22;
+  p.policy = "abi_1_0_oldest";
+  p.budget = 6;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  constexpr int32_t kTokens = 20;
+  std::vector<int32_t> positions(kTokens);
+  for (int32_t t = 0; t < kTokens; ++t) positions[static_cast<size_t>(t)] = t;
+  std::vector<float> q(kTokens * 4 * 8, 0.25f), kv(kTokens * 2 * 8, 0.5f), out(q.size());
+  const int32_t seq = 0, n_tokens = kTokens;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n_tokens, positions.data());
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    kvc_tensor tq = kvt::tensor(q.data(), KVC_DTYPE_F32), tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+    kvc_tensor_mut to = kvt::tensor_mut(out.data());
+    KVT_CHECK_OK(kvc_append_attend(cache.get(), layer, &batch, &tq, &tk, &tk, nullptr, &to));
+  }
+  // Its scores (-position, with the accumulated attention it checks it receives) keep the
+  // six oldest tokens of every head.
+  KVT_CHECK_OK(kvc_compress(cache.get(), -1, 1, &seq));
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    for (int32_t h = 0; h < 2; ++h) {
+      kvc_segment_view segments[8];
+      size_t n_segments = 0;
+      KVT_CHECK_OK(kvc_seq_view(cache.get(), seq, layer, h, segments, 8, &n_segments));
+      REQUIRE(n_segments <= 8);
+      std::vector<int32_t> kept;
+      for (size_t s = 0; s < n_segments; ++s)
+        kept.insert(kept.end(), segments[s].pos, segments[s].pos + segments[s].count);
+      CHECK(kept == std::vector<int32_t>{0, 1, 2, 3, 4, 5});
+    }
+  }
+}
+
+TEST_CASE("plugins: a newer minor whose extra vtable entry is set is refused, naming it") {
+  check_refused(KVC_TEST_NEWER_MINOR_NEEDED_PLUGIN, KVC_ERR_PLUGIN,
+                {"newer_minor_needed", "needs a newer kvcache"});
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_NEWER_MINOR_NEEDED_PLUGIN)};
+  const std::string newer = "1." + std::to_string(KVC_PLUGIN_ABI_MINOR + 1);
+  CHECK(kvt::contains(st.message(), "ABI " + newer));
+}
+
+TEST_CASE("plugins: a newer minor that leaves its extra vtable entry NULL loads") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_NEWER_MINOR_UNUSED_PLUGIN));
+  CHECK(find(list_plugins(ctx.get()), KVC_PLUGIN_POLICY, "newer_minor_unused") != nullptr);
+}
+
+namespace {
+
+// Calls the counting backend received, by kind.
+struct BackendCalls {
+  long copy, append, attend, compact, read_keys, read_tokens;
+};
+
+BackendCalls counted_calls() {
+  void* handle = dlopen(KVC_TEST_COUNTING_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto calls = reinterpret_cast<int (*)(long*)>(dlsym(handle, "kvc_counting_calls"));
+  const bool found = calls != nullptr;
+  REQUIRE(found);
+  long out[6] = {};
+  REQUIRE(calls(out) == 1);
+  dlclose(handle);
+  return {out[0], out[1], out[2], out[3], out[4], out[5]};
+}
+
+}  // namespace
+
+TEST_CASE("plugins: compressing a 4096-token, 8-layer cache makes O(1) backend calls per layer") {
+  constexpr int32_t kLayers = 8, kKvHeads = 2, kDim = 16, kTokens = 4096, kSeqs = 2;
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_COUNTING_PLUGIN));
+  for (const char* policy : {"snapkv", "knorm"}) {
+    CAPTURE(policy);
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.layers = kLayers;
+    p.kv_heads = kKvHeads;
+    p.q_heads = 2 * kKvHeads;
+    p.head_dim = kDim;
+    p.dtype = KVC_DTYPE_F16;
+    p.block_tokens = 16;  // 256 segments per head
+    p.memory_limit = size_t{1} << 30;
+    p.backend = "counting";
+    p.policy = policy;
+    p.budget = kTokens / 2;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    const int32_t seqs[kSeqs] = {0, 1}, n_tokens[kSeqs] = {kTokens, kTokens};
+    std::vector<int32_t> positions(kSeqs * kTokens);
+    for (size_t t = 0; t < positions.size(); ++t) positions[t] = static_cast<int32_t>(t % kTokens);
+    std::vector<float> kv(positions.size() * kKvHeads * kDim);
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<float>(i % 97) / 97.0f;
+    for (int32_t s : seqs) REQUIRE(kvc_seq_create(cache.get(), s) == nullptr);
+    kvc_batch batch;
+    kvc_batch_init(&batch, kSeqs, seqs, n_tokens, positions.data());
+    kvc_tensor tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+    for (int32_t layer = 0; layer < kLayers; ++layer)
+      KVT_CHECK_OK(kvc_append(cache.get(), layer, &batch, &tk, &tk));
+    const BackendCalls before = counted_calls();
+    KVT_CHECK_OK(kvc_compress(cache.get(), -1, kSeqs, seqs));
+    const BackendCalls after = counted_calls();
+    // One batched read of positions and statistics, keys only for knorm, one compaction:
+    // for every layer and sequence together, and no per-segment copies.
+    CHECK(after.copy - before.copy == 0);
+    CHECK(after.read_tokens - before.read_tokens == 1);
+    CHECK(after.read_keys - before.read_keys == (std::string(policy) == "knorm" ? 1 : 0));
+    CHECK(after.compact - before.compact == 1);
+    CHECK(kvt::seq_length(cache.get(), 1, kLayers - 1, kKvHeads - 1) == kTokens / 2);
+  }
 }

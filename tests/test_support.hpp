@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -98,15 +99,25 @@ inline std::string stats_string(const kvc_cache_stats& s) {
 
 namespace kvt {
 
+// The backend the suites run against (KVC_TEST_BACKEND; unset: the default, cpu) and the
+// plugin it comes from when it is not in the default folder (KVC_TEST_BACKEND_PLUGIN).
+inline const char* test_backend() { return std::getenv("KVC_TEST_BACKEND"); }
+
 inline ContextPtr make_context(const char* yaml = nullptr) {
   kvc_context* ctx = nullptr;
   Status st{kvc_context_create(yaml, &ctx)};
   if (!st.ok()) FAIL("kvc_context_create failed: " << st.describe());
   REQUIRE(ctx != nullptr);
+  if (const char* plugin = std::getenv("KVC_TEST_BACKEND_PLUGIN")) {
+    Status loaded{kvc_context_load_plugin(ctx, plugin)};
+    if (!loaded.ok()) FAIL("loading the test backend failed: " << loaded.describe());
+  }
   return ContextPtr(ctx);
 }
 
-inline CachePtr make_cache(kvc_context* ctx, const kvc_cache_params& p) {
+// A cache from `p`; one that names no backend gets the test backend.
+inline CachePtr make_cache(kvc_context* ctx, kvc_cache_params p) {
+  if (p.backend == nullptr) p.backend = test_backend();
   kvc_cache* cache = nullptr;
   Status st{kvc_cache_create(ctx, &p, &cache)};
   if (!st.ok()) FAIL("kvc_cache_create failed: " << st.describe());

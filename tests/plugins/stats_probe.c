@@ -76,7 +76,7 @@ static int32_t probe_score(void *instance, const kvc_score_job *jobs, size_t n_j
     return KVC_ERR_PLUGIN;
   }
   for (j = 0; j < n_jobs; ++j) {
-    const kvc_score_job *job = &jobs[j];
+    const kvc_score_job *job = KVC_PLUGIN_AT(const kvc_score_job, jobs, j);
     const float *by[4] = {NULL, job->attn_sum, job->attn_last, job->attn_window};
     int32_t i, n = job->n_tokens;
     if (job->layer >= PROBE_LAYERS || job->kv_head >= PROBE_HEADS || n > PROBE_TOKENS) {

@@ -14,7 +14,7 @@
 #define TEST_POLICY_VARIANT 0
 #endif
 
-#define EXPORT __attribute__((visibility("default")))
+#define EXPORT KVC_PLUGIN_EXPORT
 
 static int32_t policy_create(const kvc_host_api *host, const kvc_policy_param *params,
                              size_t n_params, void **out_instance, kvc_plugin_error *error) {
@@ -34,8 +34,10 @@ static int32_t policy_score(void *instance, const kvc_score_job *jobs, size_t n_
   int32_t t;
   (void)instance;
   (void)error;
-  for (j = 0; j < n_jobs; ++j)
-    for (t = 0; t < jobs[j].n_tokens; ++t) jobs[j].scores[t] = (float)jobs[j].pos[t];
+  for (j = 0; j < n_jobs; ++j) {
+    const kvc_score_job *job = KVC_PLUGIN_AT(const kvc_score_job, jobs, j);
+    for (t = 0; t < job->n_tokens; ++t) job->scores[t] = (float)job->pos[t];
+  }
   return KVC_OK;
 }
 

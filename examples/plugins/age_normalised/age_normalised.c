@@ -72,7 +72,7 @@ static int32_t age_score(void *instance, const kvc_score_job *jobs, size_t n_job
   size_t j;
   (void)error;
   for (j = 0; j < n_jobs; ++j) {
-    const kvc_score_job *job = &jobs[j];
+    const kvc_score_job *job = KVC_PLUGIN_AT(const kvc_score_job, jobs, j); /* strided */
     int32_t newest = 0, i;
     for (i = 0; i < job->n_tokens; ++i) {
       if (job->pos[i] > newest) newest = job->pos[i];

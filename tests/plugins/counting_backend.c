@@ -1,0 +1,166 @@
+/* A backend that forwards every call to the CPU backend plugin (loaded from
+ * KVC_CPU_BACKEND_PATH) and counts the calls, for tests of how many backend calls the core
+ * makes. Built twice: against the current plugin header ("counting") and against the frozen
+ * ABI 1.0 header under tests/plugin_abi/1.0 ("counting_1_0"), which proves that a 1.0 backend
+ * loads and runs on this host: its vtable ends before read_tokens, so the host reads
+ * positions and statistics through copy. kvc_counting_calls() returns the counts of the
+ * most recently created instance. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache/kvcache_plugin.h"
+
+#ifndef COUNTING_NAME
+#define COUNTING_NAME "counting"
+#endif
+
+/* Indices into the counters. */
+enum { C_COPY, C_APPEND, C_ATTEND, C_COMPACT, C_READ_KEYS, C_READ_TOKENS, C_COUNT };
+
+typedef struct counting_instance {
+  void *inner;
+  long calls[C_COUNT];
+} counting_instance;
+
+static const kvc_backend_vtable *cpu;
+static counting_instance *latest;
+
+static void set_error(kvc_plugin_error *error, const char *message) {
+  size_t n = strlen(message);
+  if (!error) return;
+  if (n >= sizeof error->message) n = sizeof error->message - 1;
+  memcpy(error->message, message, n);
+  error->message[n] = '\0';
+}
+
+/* Finds the CPU backend's vtable through its own entry point. */
+static int32_t load_cpu(const kvc_host_api *host, kvc_plugin_error *error) {
+  void *library;
+  kvc_plugin_entry_fn entry;
+  const kvc_plugin_descriptor *descriptors = NULL;
+  size_t count = 0, i;
+  int32_t code;
+  if (cpu) return KVC_OK;
+  library = dlopen(KVC_CPU_BACKEND_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    set_error(error, "counting backend: cannot load the cpu backend");
+    return KVC_ERR_PLUGIN;
+  }
+  *(void **)(&entry) = dlsym(library, KVC_PLUGIN_ENTRY_SYMBOL);
+  if (!entry) {
+    set_error(error, "counting backend: the cpu backend has no entry point");
+    return KVC_ERR_PLUGIN;
+  }
+  code = entry(host, &descriptors, &count, error);
+  if (code != KVC_OK) return code;
+  for (i = 0; i < count; ++i) {
+    const kvc_plugin_descriptor *d = KVC_PLUGIN_AT(const kvc_plugin_descriptor, descriptors, i);
+    if (d->kind == KVC_PLUGIN_BACKEND && strcmp(d->name, "cpu") == 0) {
+      cpu = (const kvc_backend_vtable *)d->vtable;
+      return KVC_OK;
+    }
+  }
+  set_error(error, "counting backend: no cpu backend descriptor");
+  return KVC_ERR_PLUGIN;
+}
+
+static counting_instance *self(void *instance) { return (counting_instance *)instance; }
+
+static int32_t counting_create(const kvc_host_api *host, void **out_instance,
+                               kvc_plugin_error *error) {
+  counting_instance *instance;
+  int32_t code = load_cpu(host, error);
+  if (code != KVC_OK) return code;
+  instance = (counting_instance *)calloc(1, sizeof *instance);
+  if (!instance) return KVC_ERR_OUT_OF_MEMORY;
+  code = cpu->create(host, &instance->inner, error);
+  if (code != KVC_OK) {
+    free(instance);
+    return code;
+  }
+  latest = instance;
+  *out_instance = instance;
+  return KVC_OK;
+}
+
+static void counting_destroy(void *instance) {
+  cpu->destroy(self(instance)->inner);
+  if (latest == instance) latest = NULL;
+  free(instance);
+}
+
+static void *counting_alloc(void *instance, size_t bytes) {
+  return cpu->alloc(self(instance)->inner, bytes);
+}
+
+static void counting_free(void *instance, void *ptr) { cpu->free(self(instance)->inner, ptr); }
+
+static int32_t counting_copy(void *instance, void *dst, const void *src, size_t bytes,
+                             kvc_copy_kind kind, kvc_plugin_error *error) {
+  ++self(instance)->calls[C_COPY];
+  return cpu->copy(self(instance)->inner, dst, src, bytes, kind, error);
+}
+
+static int32_t counting_append(void *instance, const kvc_append_call *call,
+                               kvc_plugin_error *error) {
+  ++self(instance)->calls[C_APPEND];
+  return cpu->append(self(instance)->inner, call, error);
+}
+
+static int32_t counting_attend(void *instance, const kvc_attend_call *call,
+                               kvc_plugin_error *error) {
+  ++self(instance)->calls[C_ATTEND];
+  return cpu->attend(self(instance)->inner, call, error);
+}
+
+static int32_t counting_compact(void *instance, const kvc_compact_call *call,
+                                kvc_plugin_error *error) {
+  ++self(instance)->calls[C_COMPACT];
+  return cpu->compact(self(instance)->inner, call, error);
+}
+
+static int32_t counting_read_keys(void *instance, const kvc_read_keys_call *call,
+                                  kvc_plugin_error *error) {
+  ++self(instance)->calls[C_READ_KEYS];
+  return cpu->read_keys(self(instance)->inner, call, error);
+}
+
+#if KVC_PLUGIN_ABI_MINOR >= 1
+static int32_t counting_read_tokens(void *instance, const kvc_read_tokens_call *call,
+                                    kvc_plugin_error *error) {
+  ++self(instance)->calls[C_READ_TOKENS];
+  return cpu->read_tokens(self(instance)->inner, call, error);
+}
+#endif
+
+static const kvc_backend_vtable counting_vtable = {
+    sizeof(kvc_backend_vtable), counting_create, counting_destroy, counting_alloc,
+    counting_free, counting_copy, counting_append, counting_attend, counting_compact,
+    counting_read_keys,
+#if KVC_PLUGIN_ABI_MINOR >= 1
+    counting_read_tokens,
+#endif
+};
+
+static const kvc_plugin_descriptor counting_descriptor = {
+    sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, COUNTING_NAME, 1,
+    &counting_vtable};
+
+/* The calls the latest instance received: copy, append, attend, compact, read_keys,
+ * read_tokens, in that order; returns 0 when no instance exists. */
+KVC_PLUGIN_EXPORT int kvc_counting_calls(long out[6]) {
+  if (!latest) return 0;
+  memcpy(out, latest->calls, sizeof latest->calls);
+  return 1;
+}
+
+KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(const kvc_host_api *host,
+                                           const kvc_plugin_descriptor **out_descriptors,
+                                           size_t *out_count, kvc_plugin_error *error) {
+  (void)host;
+  (void)error;
+  *out_descriptors = &counting_descriptor;
+  *out_count = 1;
+  return KVC_OK;
+}
