@@ -1,5 +1,6 @@
 # kvc_add_plugin(<target> SOURCES ...): a plugin shared library that libkvcache loads at run
-# time. It links only the public headers (never libkvcache) and exports only its entry point.
+# time. It links only the public headers (never libkvcache) and exports only its entry point,
+# marked KVC_PLUGIN_EXPORT (test kvc.plugin_exports).
 function(kvc_add_plugin target)
   cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
   add_library(${target} MODULE ${ARG_SOURCES})
@@ -10,11 +11,13 @@ function(kvc_add_plugin target)
     CXX_VISIBILITY_PRESET hidden
     C_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  # Hidden visibility still leaves GNU-unique symbols of inline templates exported; the
-  # version script leaves exactly the entry point.
+  # Hidden visibility still exports the standard library's template instantiations (namespace
+  # std has default visibility; unoptimised builds are full of them): the version script
+  # leaves exactly the entry point.
   set(exports ${PROJECT_SOURCE_DIR}/cmake/kvc_plugin.map)
   target_link_options(${target} PRIVATE
     "LINKER:--version-script=${exports}" "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined")
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${exports})
+  set_property(GLOBAL APPEND PROPERTY KVC_PLUGIN_TARGETS ${target})
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/${KVC_PLUGIN_SUBDIR})
 endfunction()

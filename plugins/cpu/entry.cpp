@@ -14,9 +14,9 @@ const kvc_plugin_descriptor kDescriptors[] = {
 
 }  // namespace
 
-extern "C" KVC_API int32_t kvc_plugin_entry(const kvc_host_api* /*host*/,
-                                            const kvc_plugin_descriptor** out_descriptors,
-                                            size_t* out_count, kvc_plugin_error* error) {
+extern "C" KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(const kvc_host_api* /*host*/,
+                                                      const kvc_plugin_descriptor** out_descriptors,
+                                                      size_t* out_count, kvc_plugin_error* error) {
   if (out_descriptors == nullptr || out_count == nullptr) {
     kvc::cpu::write_error(error, "cpu backend: kvc_plugin_entry needs its out-parameters");
     return KVC_ERR_INVALID_ARGUMENT;

@@ -12,7 +12,7 @@ static const kvc_plugin_descriptor bad_descriptor = {
     1,
     &bad_vtable};
 
-__attribute__((visibility("default"))) int32_t kvc_plugin_entry(
+KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(
     const kvc_host_api *host, const kvc_plugin_descriptor **out_descriptors, size_t *out_count,
     kvc_plugin_error *error) {
   (void)host;
