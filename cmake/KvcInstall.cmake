@@ -78,8 +78,10 @@ foreach(_kvc_dir LIBDIR INCLUDEDIR)
     set(KVC_PC_${_kvc_dir} "\${prefix}/${CMAKE_INSTALL_${_kvc_dir}}")
   endif()
 endforeach()
+# Its folders exist only once installed, so the build tree keeps it where no pkg-config search
+# looks (CMakeFiles/, as install(EXPORT) does with its install-only files).
 configure_file(${PROJECT_SOURCE_DIR}/cmake/kvcache.pc.in
-               ${PROJECT_BINARY_DIR}/pkgconfig/kvcache.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/kvcache.pc
+               ${PROJECT_BINARY_DIR}/CMakeFiles/kvcache.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/CMakeFiles/kvcache.pc
   DESTINATION ${KVC_INSTALL_PKGCONFIGDIR}
   COMPONENT Development)

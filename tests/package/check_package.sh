@@ -2,7 +2,8 @@
 # check_package.sh <build-dir>: installs a configured and built kvcache build into a temporary
 # prefix, then checks that the installed package works for a consumer:
 #   1. CMake: find_package(kvcache) + kvcache::kvcache (tests/package/CMakeLists.txt), run it;
-#   2. pkg-config: cc main.c $(pkg-config --cflags --libs kvcache), run it.
+#   2. pkg-config: libdir, includedir and plugindir are folders; cc main.c
+#      $(pkg-config --cflags --libs kvcache), run it.
 # The consumers must find the built-in plugins in the installed plugin folder, not the build
 # tree, so KVC_PLUGIN_PATH is cleared. Set KEEP_PREFIX=1 to keep the temporary folder.
 set -euo pipefail
@@ -77,6 +78,10 @@ grep -- '-- kvcache ' "$tmp/consumer.log" || true
 echo "== pkg-config consumer: cc \$(pkg-config --cflags --libs kvcache)"
 export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 echo "   kvcache $(pkg-config --modversion kvcache): $(pkg-config --cflags --libs kvcache)"
+for var in libdir includedir plugindir; do
+  dir=$(pkg-config --variable=$var kvcache)
+  [[ -d "$dir" ]] || { echo "check_package: kvcache.pc: $var $dir is not a folder" >&2; exit 1; }
+done
 # shellcheck disable=SC2046,SC2086  # word splitting of the flags is intended
 "$cc" -std=c99 -Wall -Wextra -pedantic -Werror $cflags "$here/main.c" -o "$tmp/consumer-pc" \
   $(pkg-config --cflags --libs kvcache)
