@@ -444,6 +444,40 @@ TEST_CASE("compression: wrapping policies take their own parameters and set budg
   }
 }
 
+TEST_CASE("compression: a wrapper gets its scorer's default sinks, recent and statistics") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  struct Case {
+    const char* policy;
+    std::vector<kvc_key_value> params;
+    int32_t sinks, recent;
+    uint32_t stats;
+    int32_t window;
+  };
+  const std::vector<Case> cases = {
+      {"pyramidkv", {{"window", "16"}}, 0, 16, KVC_STAT_KIND_ATTN_WINDOW, 16},
+      {"adakv", {}, 0, 32, KVC_STAT_KIND_ATTN_WINDOW, 32},
+      {"adakv", {{"scorer", "streaming"}}, 4, 0, 0, 0},
+      {"adakv", {{"scorer", "h2o"}}, 0, 0, KVC_STAT_KIND_ATTN_SUM, 0},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.policy);
+    CAPTURE(c.sinks);
+    kvc_cache_params p = f32_params();
+    p.policy = c.policy;
+    p.budget = 64;
+    p.policy_params = c.params.data();
+    p.n_policy_params = c.params.size();
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvc_policy_info info;
+    kvc_policy_info_init(&info);
+    KVT_CHECK_OK(kvc_cache_policy_info(cache.get(), &info));
+    CHECK(info.sinks == c.sinks);
+    CHECK(info.recent == c.recent);
+    CHECK(info.stats == c.stats);
+    if (c.window > 0) CHECK(info.observation_window == c.window);
+  }
+}
+
 #ifdef KVC_EXAMPLE_C_POLICY_PLUGIN
 TEST_CASE("compression: a custom C policy loaded through YAML follows its rule") {
   const std::string yaml = std::string("plugins: { paths: [") + KVC_EXAMPLE_C_POLICY_PLUGIN +

@@ -43,15 +43,13 @@ class AdaKv {
   explicit AdaKv(ParamReader& params)
       : scorer_(params.text("scorer", "snapkv")),
         alpha_(params.number("floor", 0.2, 0.0, 1.0)),
-        scorer_needs_(read_scorer(scorer_, "scorer", params)),
-        scorer_params_(params.entries(), {"scorer", "floor"}) {
+        scorer_params_((read_scorer_params(scorer_, "scorer", params), params.entries()),
+                       {"scorer", "floor"}) {
     params.finish("adakv with scorer " + scorer_);
   }
 
   void needs(kvc_policy_needs& needs) const noexcept {
     needs.scorer = scorer_.c_str();
-    needs.stats = scorer_needs_.stats;
-    needs.observation_window = scorer_needs_.observation_window;
     scorer_params_.fill(needs);
   }
 
@@ -93,7 +91,6 @@ class AdaKv {
  private:
   std::string scorer_;
   double alpha_;
-  ScorerNeeds scorer_needs_;
   ForwardedParams scorer_params_;
 };
 

@@ -42,25 +42,14 @@ RandomOptions RandomOptions::read(ParamReader& params) {
   return options;
 }
 
-ScorerNeeds read_scorer(const std::string& name, const char* key, ParamReader& params) {
-  ScorerNeeds needs;
-  needs.builtin = true;
-  if (name == "window") {
-  } else if (name == "streaming") {
+void read_scorer_params(const std::string& name, const char* key, ParamReader& params) {
+  if (name == "window" || name == "streaming" || name == "tova" || name == "knorm") {
   } else if (name == "h2o") {
     H2oOptions::read(params);
-    needs.stats = KVC_STAT_ATTN_SUM;
-  } else if (name == "tova") {
-    needs.stats = KVC_STAT_ATTN_LAST;
   } else if (name == "snapkv") {
-    SnapKvOptions options = SnapKvOptions::read(params);
-    needs.stats = KVC_STAT_ATTN_WINDOW;
-    needs.observation_window = options.window;
-  } else if (name == "knorm") {
-    needs.stats = KVC_STAT_KEYS;
+    SnapKvOptions::read(params);
   } else if (name == "keydiff") {
     KeyDiffOptions::read(params);
-    needs.stats = KVC_STAT_KEYS;
   } else if (name == "random") {
     RandomOptions::read(params);
   } else if (name == "full" || name == "pyramidkv" || name == "adakv") {
@@ -68,9 +57,7 @@ ScorerNeeds read_scorer(const std::string& name, const char* key, ParamReader& p
                           "' (it only sets budgets)");
   } else {
     params.allow_unknown();
-    return ScorerNeeds{};
   }
-  return needs;
 }
 
 void pool(const float* __restrict in, float* __restrict out, int32_t n, int32_t kernel,

@@ -39,20 +39,12 @@ struct RandomOptions {
   static RandomOptions read(ParamReader& params);
 };
 
-// What a built-in scoring policy needs, for a wrapper that reports it in its own needs. Its
-// default sinks and recent are not here: the host takes them from the scorer itself.
-struct ScorerNeeds {
-  bool builtin = false;     // false: a third-party scorer; the other fields are zero
-  uint32_t stats = 0;
-  int32_t observation_window = 0;
-};
-
-// Reads the parameters of scorer `name` from `params` as that policy would (so bad values
-// fail at the wrapper's creation, naming the key) and returns its needs. For a name that is
-// not a built-in scorer, lets every unknown key through (the scorer checks them) and returns
-// builtin = false. Names of built-in policies that do not score (full, pyramidkv, adakv) are a
-// configuration error on `key`.
-ScorerNeeds read_scorer(const std::string& name, const char* key, ParamReader& params);
+// Reads the parameters of scorer `name` from `params` as that policy would, so that bad values
+// fail at the wrapper's creation, naming the key. For a name that is not a built-in scorer,
+// lets every unknown key through (the scorer checks them). Names of built-in policies that do
+// not score (full, pyramidkv, adakv) are a configuration error on `key`. What the scorer
+// needs (statistics, window, default sinks and recent) the host asks the scorer itself.
+void read_scorer_params(const std::string& name, const char* key, ParamReader& params);
 
 // 1-D pooling of in[0..n) into out[0..n) over the kernel's neighbours (kernel odd), the
 // window clamped at the array's edges: max, or the mean of the entries inside the window.

@@ -25,14 +25,13 @@ class PyramidKv {
  public:
   static constexpr const char* kName = "pyramidkv";
   explicit PyramidKv(ParamReader& params)
-      : snapkv_(SnapKvOptions::read(params)),
-        beta_(params.number("beta", 20.0, 1.0, DBL_MAX, "a number >= 1")),
+      // SnapKV's parameters are checked here, as SnapKV would, and forwarded to it.
+      : beta_((read_scorer_params("snapkv", "policy", params),
+               params.number("beta", 20.0, 1.0, DBL_MAX, "a number >= 1"))),
         scorer_params_(params.entries(), {"beta"}) {}
 
   void needs(kvc_policy_needs& needs) const noexcept {
     needs.scorer = "snapkv";
-    needs.stats = KVC_STAT_ATTN_WINDOW;
-    needs.observation_window = snapkv_.window;
     scorer_params_.fill(needs);
   }
 
@@ -64,7 +63,6 @@ class PyramidKv {
     return static_cast<int32_t>(std::clamp(budget, 0.0, static_cast<double>(INT32_MAX)));
   }
 
-  SnapKvOptions snapkv_;
   double beta_;
   ForwardedParams scorer_params_;
 };

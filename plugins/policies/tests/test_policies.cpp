@@ -318,11 +318,11 @@ TEST_CASE("needs: statistics, observation window, scorer and default sinks/recen
       {"tova", {}, KVC_STAT_ATTN_LAST, 0, nullptr, 0, 0},
       {"snapkv", {}, KVC_STAT_ATTN_WINDOW, 32, nullptr, 0, 32},
       {"snapkv", {{"window", "64"}}, KVC_STAT_ATTN_WINDOW, 64, nullptr, 0, 64},
-      // Wrappers report no sinks/recent of their own: the host takes its scorer's.
-      {"pyramidkv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 0},
-      {"pyramidkv", {{"window", "16"}, {"beta", "10"}}, KVC_STAT_ATTN_WINDOW, 16, "snapkv", 0, 0},
-      {"adakv", {}, KVC_STAT_ATTN_WINDOW, 32, "snapkv", 0, 0},
-      {"adakv", {{"scorer", "h2o"}, {"recent_ratio", "0.25"}}, KVC_STAT_ATTN_SUM, 0, "h2o", 0, 0},
+      // Wrappers name their scorer and report nothing of it: the host asks the scorer.
+      {"pyramidkv", {}, 0, 0, "snapkv", 0, 0},
+      {"pyramidkv", {{"window", "16"}, {"beta", "10"}}, 0, 0, "snapkv", 0, 0},
+      {"adakv", {}, 0, 0, "snapkv", 0, 0},
+      {"adakv", {{"scorer", "h2o"}, {"recent_ratio", "0.25"}}, 0, 0, "h2o", 0, 0},
       {"adakv", {{"scorer", "streaming"}}, 0, 0, "streaming", 0, 0},
       {"adakv", {{"scorer", "my_policy"}, {"alpha", "3"}}, 0, 0, "my_policy", 0, 0},
       {"knorm", {}, KVC_STAT_KEYS, 0, nullptr, 0, 0},
