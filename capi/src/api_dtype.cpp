@@ -1,5 +1,5 @@
 #include "handles.hpp"
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 
 namespace {
 
@@ -16,13 +16,7 @@ extern "C" {
 size_t kvc_dtype_size(kvc_dtype dtype) { return is_dtype(dtype) ? kvc::dtype_size(dtype) : 0; }
 
 const char* kvc_dtype_name(kvc_dtype dtype) {
-  if (!is_dtype(dtype)) return "unknown";
-  switch (dtype) {
-    case KVC_DTYPE_F32: return "f32";
-    case KVC_DTYPE_F16: return "f16";
-    case KVC_DTYPE_BF16: return "bf16";
-  }
-  return "unknown";
+  return is_dtype(dtype) ? kvc::dtype_name(dtype) : "unknown";
 }
 
 }  // extern "C"

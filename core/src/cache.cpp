@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "error.hpp"
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 
 namespace kvc {
 namespace {
@@ -34,15 +34,6 @@ Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
 std::unique_ptr<Policy> make_policy(Context& context, const std::optional<PolicyConfig>& config) {
   if (!config) return nullptr;
   return std::make_unique<Policy>(context.plugins(), context.host().api(), *config);
-}
-
-const char* dtype_name(kvc_dtype dtype) {
-  switch (dtype) {
-    case KVC_DTYPE_F32: return "f32";
-    case KVC_DTYPE_F16: return "f16";
-    case KVC_DTYPE_BF16: return "bf16";
-  }
-  return "unknown";
 }
 
 }  // namespace

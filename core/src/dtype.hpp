@@ -1,30 +1,30 @@
-// The public f16/bf16 conversions (kvcache/kvcache_half.h) under kvc:: names, and the size
-// of a dtype, for the core and the in-tree plugins.
+// The size and name of a storage dtype, for the core and the C API.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 
 #include "kvcache/kvcache.h"
-#include "kvcache/kvcache_half.h"
 
 namespace kvc {
 
-inline float f16_to_f32(uint16_t h) { return kvc_f16_to_f32(h); }
-inline uint16_t f32_to_f16(float f) { return kvc_f32_to_f16(f); }
-inline float bf16_to_f32(uint16_t b) { return kvc_bf16_to_f32(b); }
-inline uint16_t f32_to_bf16(float f) { return kvc_f32_to_bf16(f); }
-
-/** Bytes per element of @p dtype; 0 for a value outside ::kvc_dtype. */
+// Bytes per element of `dtype`; 0 for a value outside kvc_dtype.
 inline size_t dtype_size(kvc_dtype dtype) {
   switch (dtype) {
-    case KVC_DTYPE_F32:
-      return 4;
+    case KVC_DTYPE_F32: return 4;
     case KVC_DTYPE_F16:
-    case KVC_DTYPE_BF16:
-      return 2;
+    case KVC_DTYPE_BF16: return 2;
   }
   return 0;
+}
+
+// "f32", "f16", "bf16"; "unknown" for a value outside kvc_dtype.
+inline const char* dtype_name(kvc_dtype dtype) {
+  switch (dtype) {
+    case KVC_DTYPE_F32: return "f32";
+    case KVC_DTYPE_F16: return "f16";
+    case KVC_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
 }
 
 }  // namespace kvc

@@ -9,7 +9,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 #include "parallel.hpp"
 #include "row_convert.hpp"
 #include "validation.hpp"

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "kernels.hpp"
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 #include "kvcache/kvcache_plugin.h"
 
 namespace kvc::cpu {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 #include "parallel.hpp"
 #include "validation.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 
 #define KVC_AVX2 __attribute__((target("avx2,fma,f16c")))
 // The blocks of the kernels below, inlined so that their accumulators stay in registers.

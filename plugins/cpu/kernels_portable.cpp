@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kernels.hpp"
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 
 namespace kvc::cpu {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvc/half.hpp"
+#include "dtype.hpp"
 #include "kvcache/kvcache_plugin.h"
 #include "plugin_error.hpp"
 
