@@ -1,0 +1,495 @@
+#include "sequence_image.hpp"
+
+#include <boost/crc.hpp>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "dtype.hpp"
+#include "error.hpp"
+#include "kvcache/kvcache_half.h"
+#include "kvcache/kvcache_plugin.h"
+
+namespace kvc {
+namespace {
+
+// The layout is docs/sequence_format.md's table; every multi-byte value is little-endian.
+// PNG's trick: a high-bit byte, CR LF, ^Z and LF reveal 7-bit and text-mode transfers.
+constexpr uint8_t kMagic[8] = {0x89, 'K', 'V', 'C', '\r', '\n', 0x1a, '\n'};
+constexpr size_t kHeaderBytes = 56;     // magic, version, shape, dtype, layout, stats, sections
+constexpr size_t kHeadFixedBytes = 16;  // n, effective budget, seen
+constexpr size_t kTriggerBytes = 5;     // decode steps, prefill pending
+constexpr size_t kChecksumBytes = 4;
+
+// The on-disk order of the statistics, which is also HeadImage::stats's.
+struct StatField {
+  uint32_t flag;
+  const char* name;
+};
+constexpr StatField kStats[3] = {{KVC_STAT_ATTN_SUM, "attn_sum"},
+                                 {KVC_STAT_ATTN_LAST, "attn_last"},
+                                 {KVC_STAT_ATTN_WINDOW, "attn_window"}};
+constexpr uint32_t kAllStats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
+
+[[noreturn]] void fail(kvc_status_code code, const std::string& message) {
+  throw Error(code, "sequence image: " + message);
+}
+[[noreturn]] void fail(const std::string& message) { fail(KVC_ERR_INVALID_ARGUMENT, message); }
+
+std::string head_name(size_t index, int32_t kv_heads) {
+  return "layer " + std::to_string(index / static_cast<size_t>(kv_heads)) + " head " +
+         std::to_string(index % static_cast<size_t>(kv_heads));
+}
+
+// ------------------------------------------------------------------ byte order
+
+template <class U>
+void store_le(uint8_t* p, U x) {
+  for (size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<uint8_t>(x >> (8 * i));
+}
+
+template <class U>
+U load_le(const uint8_t* p) {
+  U x = 0;
+  for (size_t i = 0; i < sizeof(U); ++i) x = static_cast<U>(x | static_cast<U>(p[i]) << (8 * i));
+  return x;
+}
+
+// Copies `count` host-order elements of U between memory and little-endian bytes.
+template <class U>
+void host_to_le(const uint8_t* host, uint8_t* le, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    U x;
+    std::memcpy(&x, host + i * sizeof(U), sizeof(U));
+    store_le(le + i * sizeof(U), x);
+  }
+}
+
+template <class U>
+void le_to_host(const uint8_t* le, uint8_t* host, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const U x = load_le<U>(le + i * sizeof(U));
+    std::memcpy(host + i * sizeof(U), &x, sizeof(U));
+  }
+}
+
+// Elements of 2 or 4 bytes (storage dtypes, positions, statistics).
+void host_to_le(const void* host, uint8_t* le, size_t count, size_t width) {
+  const auto* h = static_cast<const uint8_t*>(host);
+  if (width == 2) host_to_le<uint16_t>(h, le, count);
+  else host_to_le<uint32_t>(h, le, count);
+}
+
+void le_to_host(const uint8_t* le, void* host, size_t count, size_t width) {
+  auto* h = static_cast<uint8_t*>(host);
+  if (width == 2) le_to_host<uint16_t>(le, h, count);
+  else le_to_host<uint32_t>(le, h, count);
+}
+
+uint32_t checksum(const uint8_t* bytes, size_t n) {
+  boost::crc_32_type crc;
+  crc.process_bytes(bytes, n);
+  return crc.checksum();
+}
+
+class Writer {
+ public:
+  explicit Writer(uint8_t* out) : p_(out) {}
+  uint8_t* position() const { return p_; }
+  void bytes(const uint8_t* data, size_t n) {
+    std::memcpy(p_, data, n);
+    p_ += n;
+  }
+  template <class U>
+  void le(U x) {
+    store_le(p_, x);
+    p_ += sizeof(U);
+  }
+  void elements(const void* host, size_t count, size_t width) {
+    host_to_le(host, p_, count, width);
+    p_ += count * width;
+  }
+
+ private:
+  uint8_t* p_;
+};
+
+// Reads within [p, p + n); every read checks what is left first. `where` names the part being
+// read in messages ("layer 3 head 1").
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), left_(n) {}
+  size_t left() const { return left_; }
+  void at(std::string where) { where_ = std::move(where); }
+
+  // The next count * width bytes; the counts of the format (products of two int32 at most,
+  // widths of 4 bytes at most) cannot overflow the product.
+  const uint8_t* take(uint64_t count, uint64_t width, const char* part) {
+    const uint64_t n = count * width;
+    if (n > left_) {
+      fail("truncated in " + where_ + (where_.empty() ? "" : " ") + part + ": " +
+           std::to_string(left_) + " bytes left, " + std::to_string(n) + " needed");
+    }
+    const uint8_t* p = p_;
+    p_ += n;
+    left_ -= static_cast<size_t>(n);
+    return p;
+  }
+  template <class U>
+  U le(const char* part) {
+    return load_le<U>(take(1, sizeof(U), part));
+  }
+  int32_t i32(const char* part) { return static_cast<int32_t>(le<uint32_t>(part)); }
+  int64_t i64(const char* part) { return static_cast<int64_t>(le<uint64_t>(part)); }
+  // count elements of `width` bytes into `out`, allocated only once they are known to be there.
+  template <class T>
+  void array(std::vector<T>& out, uint64_t count, uint64_t width, const char* part) {
+    const uint8_t* p = take(count, width, part);
+    out.resize(static_cast<size_t>(count * width / sizeof(T)));
+    le_to_host(p, out.data(), static_cast<size_t>(count), static_cast<size_t>(width));
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t left_;
+  std::string where_;
+};
+
+// ------------------------------------------------------------------ checks shared by both ways
+
+void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t head_dim,
+                  uint32_t dtype, uint32_t layout, uint32_t stats) {
+  const std::pair<const char*, int32_t> positive[] = {
+      {"layers", layers}, {"kv_heads", kv_heads}, {"q_heads", q_heads}, {"head_dim", head_dim}};
+  for (const auto& [name, value] : positive) {
+    if (value < 1) fail(std::string(name) + " is " + std::to_string(value) + ", must be positive");
+  }
+  if (q_heads % kv_heads != 0) {
+    fail("q_heads " + std::to_string(q_heads) + " is not a multiple of kv_heads " +
+         std::to_string(kv_heads));
+  }
+  if (dtype > KVC_DTYPE_BF16) fail("unknown dtype " + std::to_string(dtype));
+  if (layout != KVC_LAYOUT_PAGED && layout != KVC_LAYOUT_CONTIGUOUS) {
+    fail("unknown layout " + std::to_string(layout));
+  }
+  if ((stats & ~kAllStats) != 0) {
+    fail("statistics mask " + std::to_string(stats) +
+         " has bits other than attn_sum (1), attn_last (2), attn_window (4)");
+  }
+}
+
+void check_counters(int32_t n, int64_t seen, int32_t budget, const std::string& where) {
+  if (n < 0) fail(where + ": token count " + std::to_string(n) + " is negative");
+  if (seen < n) {
+    fail(where + ": holds " + std::to_string(n) + " tokens but only " + std::to_string(seen) +
+         " were ever appended");
+  }
+  if (budget < -1) fail(where + ": effective budget " + std::to_string(budget) + " is below -1");
+}
+
+void check_positions(const std::vector<int32_t>& positions, const std::string& where) {
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] < 0) {
+      fail(where + ": position " + std::to_string(positions[i]) + " of token " +
+           std::to_string(i) + " is negative");
+    }
+    if (i > 0 && positions[i] <= positions[i - 1]) {
+      fail(where + ": position " + std::to_string(positions[i]) + " of token " +
+           std::to_string(i) + " follows " + std::to_string(positions[i - 1]) +
+           " (positions must be strictly increasing)");
+    }
+  }
+}
+
+void check_trigger(int32_t decode_steps, size_t layer) {
+  if (decode_steps < 0) {
+    fail("layer " + std::to_string(layer) + " triggers: decode steps " +
+         std::to_string(decode_steps) + " is negative");
+  }
+}
+
+uint64_t row_bytes(const SequenceImage& image) {
+  return static_cast<uint64_t>(image.head_dim) * dtype_size(image.dtype);
+}
+
+int stat_count(uint32_t stats) {
+  int count = 0;
+  for (const StatField& s : kStats) count += (stats & s.flag) != 0;
+  return count;
+}
+
+struct Sections {
+  uint64_t heads;
+  uint64_t triggers;
+};
+
+// Checks an image about to be encoded as decode() checks one read, and sizes its sections.
+Sections check_image(const SequenceImage& image) {
+  check_header(image.layers, image.kv_heads, image.q_heads, image.head_dim,
+               static_cast<uint32_t>(image.dtype), static_cast<uint32_t>(image.layout),
+               image.stats);
+  const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
+  if (image.heads.size() != head_count) {
+    fail(std::to_string(image.heads.size()) + " heads for " + std::to_string(image.layers) +
+         " layers x " + std::to_string(image.kv_heads) + " KV heads");
+  }
+  if (image.triggers.size() != static_cast<size_t>(image.layers)) {
+    fail(std::to_string(image.triggers.size()) + " trigger states for " +
+         std::to_string(image.layers) + " layers");
+  }
+  const uint64_t row = row_bytes(image);
+  const uint64_t token_bytes = 4 + 2 * row + 4 * static_cast<uint64_t>(stat_count(image.stats));
+  Sections sections{0, kTriggerBytes * image.triggers.size()};
+  for (size_t h = 0; h < image.heads.size(); ++h) {
+    const HeadImage& head = image.heads[h];
+    const std::string where = head_name(h, image.kv_heads);
+    const size_t n = head.positions.size();
+    if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      fail(where + ": " + std::to_string(n) + " tokens, more than an int32 counts");
+    }
+    check_counters(static_cast<int32_t>(n), head.seen, head.effective_budget, where);
+    check_positions(head.positions, where);
+    const std::pair<const char*, const std::vector<uint8_t>*> rows[] = {{"keys", &head.k},
+                                                                        {"values", &head.v}};
+    for (const auto& [part, data] : rows) {
+      if (data->size() != n * row) {
+        fail(where + " " + part + ": " + std::to_string(data->size()) + " bytes, " +
+             std::to_string(n) + " tokens of " + std::to_string(image.head_dim) + " x " +
+             dtype_name(image.dtype) + " need " + std::to_string(n * row));
+      }
+    }
+    for (int s = 0; s < 3; ++s) {
+      const size_t expected = (image.stats & kStats[s].flag) != 0 ? n : 0;
+      if (head.stats[s].size() != expected) {
+        fail(where + " " + kStats[s].name + " statistics: " +
+             std::to_string(head.stats[s].size()) + " values, " + std::to_string(expected) +
+             " expected");
+      }
+    }
+    sections.heads += kHeadFixedBytes + n * token_bytes;
+  }
+  for (size_t layer = 0; layer < image.triggers.size(); ++layer) {
+    check_trigger(image.triggers[layer].decode_steps, layer);
+  }
+  return sections;
+}
+
+// ------------------------------------------------------------------ decoding, part by part
+
+struct Header {
+  int32_t layers, kv_heads, q_heads, head_dim;
+  uint32_t dtype, layout, stats;
+  Sections sections;
+};
+
+Header read_header(Reader& r) {
+  if (std::memcmp(r.take(1, sizeof kMagic, "magic"), kMagic, sizeof kMagic) != 0) {
+    fail("bad magic: not a kvcache sequence image, or damaged by a text-mode transfer");
+  }
+  const uint32_t version = r.le<uint32_t>("format version");
+  if (version != kSequenceFormatVersion) {
+    fail(version > kSequenceFormatVersion ? KVC_ERR_UNSUPPORTED : KVC_ERR_INVALID_ARGUMENT,
+         "unknown format version " + std::to_string(version) + " (this kvcache reads " +
+             std::to_string(kSequenceFormatVersion) + ")");
+  }
+  constexpr size_t fields = kHeaderBytes - sizeof kMagic - 4;
+  Reader f(r.take(1, fields, "header"), fields);
+  Header h;
+  h.layers = f.i32("layers");
+  h.kv_heads = f.i32("kv_heads");
+  h.q_heads = f.i32("q_heads");
+  h.head_dim = f.i32("head_dim");
+  h.dtype = f.le<uint32_t>("dtype");
+  h.layout = f.le<uint32_t>("layout");
+  h.stats = f.le<uint32_t>("statistics mask");
+  h.sections.heads = f.le<uint64_t>("head section size");
+  h.sections.triggers = f.le<uint64_t>("trigger section size");
+  return h;
+}
+
+// The size the header declares against the n bytes given, then the checksum.
+void check_envelope(const Sections& s, const uint8_t* bytes, size_t n) {
+  const uint64_t body = n - kHeaderBytes;
+  if (s.heads > body || s.triggers > body - s.heads ||
+      kChecksumBytes > body - s.heads - s.triggers) {
+    fail("truncated: the header declares " + std::to_string(kHeaderBytes) + " + " +
+         std::to_string(s.heads) + " (heads) + " + std::to_string(s.triggers) +
+         " (triggers) + " + std::to_string(kChecksumBytes) + " (checksum) bytes, " +
+         std::to_string(n) + " given");
+  }
+  if (const uint64_t extra = body - s.heads - s.triggers - kChecksumBytes; extra != 0) {
+    fail(std::to_string(extra) + " bytes after the checksum");
+  }
+  const uint32_t stored = load_le<uint32_t>(bytes + n - kChecksumBytes);
+  const uint32_t computed = checksum(bytes, n - kChecksumBytes);
+  if (stored != computed) {
+    fail("checksum mismatch (stored " + std::to_string(stored) + ", computed " +
+         std::to_string(computed) + "): the image is corrupted");
+  }
+}
+
+HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& where) {
+  r.at(where);
+  HeadImage head;
+  const int32_t n = r.i32("token count");
+  head.effective_budget = r.i32("effective budget");
+  head.seen = r.i64("seen count");
+  check_counters(n, head.seen, head.effective_budget, where);
+  const auto count = static_cast<uint64_t>(n);
+  r.array(head.positions, count, 4, "positions");
+  check_positions(head.positions, where);
+  const uint64_t elements = count * static_cast<uint64_t>(image.head_dim);
+  const uint64_t width = dtype_size(image.dtype);
+  r.array(head.k, elements, width, "keys");
+  r.array(head.v, elements, width, "values");
+  for (int s = 0; s < 3; ++s) {
+    if ((image.stats & kStats[s].flag) == 0) continue;
+    const std::string part = std::string(kStats[s].name) + " statistics";
+    r.array(head.stats[s], count, 4, part.c_str());
+  }
+  return head;
+}
+
+// ------------------------------------------------------------------ storage conversion
+
+std::vector<uint8_t> widen_to_f32(const std::vector<uint8_t>& half, kvc_dtype from) {
+  std::vector<uint8_t> wide(half.size() * 2);
+  for (size_t i = 0; i < half.size() / 2; ++i) {
+    uint16_t h;
+    std::memcpy(&h, half.data() + 2 * i, 2);
+    const float f = from == KVC_DTYPE_F16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
+    std::memcpy(wide.data() + 4 * i, &f, 4);
+  }
+  return wide;
+}
+
+std::string lossy_reason(kvc_dtype from, kvc_dtype to) {
+  if (from == KVC_DTYPE_F32) {
+    return std::string("rounding f32 to ") + dtype_name(to) + " would lose bits";
+  }
+  if (from == KVC_DTYPE_F16) return "f16 has 10 mantissa bits, bf16 only 7";
+  return "bf16 has an 8-bit exponent, f16 only 5: large and small values would not fit";
+}
+
+}  // namespace
+
+size_t encoded_size(const SequenceImage& image) {
+  const Sections s = check_image(image);
+  return static_cast<size_t>(kHeaderBytes + s.heads + s.triggers + kChecksumBytes);
+}
+
+void encode(const SequenceImage& image, uint8_t* out, size_t capacity) {
+  const Sections s = check_image(image);
+  const uint64_t size = kHeaderBytes + s.heads + s.triggers + kChecksumBytes;
+  if (capacity < size) {
+    fail("a buffer of " + std::to_string(capacity) + " bytes is too small for the image's " +
+         std::to_string(size));
+  }
+  Writer w(out);
+  w.bytes(kMagic, sizeof kMagic);
+  w.le(kSequenceFormatVersion);
+  for (int32_t x : {image.layers, image.kv_heads, image.q_heads, image.head_dim}) {
+    w.le(static_cast<uint32_t>(x));
+  }
+  w.le(static_cast<uint32_t>(image.dtype));
+  w.le(static_cast<uint32_t>(image.layout));
+  w.le(image.stats);
+  w.le(s.heads);
+  w.le(s.triggers);
+  const size_t width = dtype_size(image.dtype);
+  for (const HeadImage& head : image.heads) {
+    w.le(static_cast<uint32_t>(head.positions.size()));
+    w.le(static_cast<uint32_t>(head.effective_budget));
+    w.le(static_cast<uint64_t>(head.seen));
+    w.elements(head.positions.data(), head.positions.size(), 4);
+    w.elements(head.k.data(), head.k.size() / width, width);
+    w.elements(head.v.data(), head.v.size() / width, width);
+    for (int st = 0; st < 3; ++st) {
+      if ((image.stats & kStats[st].flag) == 0) continue;
+      w.elements(head.stats[st].data(), head.stats[st].size(), 4);
+    }
+  }
+  for (const LayerTriggers& t : image.triggers) {
+    w.le(static_cast<uint32_t>(t.decode_steps));
+    w.le(static_cast<uint8_t>(t.prefill_pending ? 1 : 0));
+  }
+  w.le(checksum(out, static_cast<size_t>(w.position() - out)));
+}
+
+SequenceImage decode(const uint8_t* bytes, size_t n) {
+  Reader r(bytes, n);
+  const Header h = read_header(r);
+  check_envelope(h.sections, bytes, n);
+  check_header(h.layers, h.kv_heads, h.q_heads, h.head_dim, h.dtype, h.layout, h.stats);
+  SequenceImage image;
+  image.layers = h.layers;
+  image.kv_heads = h.kv_heads;
+  image.q_heads = h.q_heads;
+  image.head_dim = h.head_dim;
+  image.dtype = static_cast<kvc_dtype>(h.dtype);
+  image.layout = static_cast<kvc_layout>(h.layout);
+  image.stats = h.stats;
+
+  const Sections& s = h.sections;
+  const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
+  if (head_count > s.heads / kHeadFixedBytes) {
+    fail(std::to_string(image.layers) + " layers x " + std::to_string(image.kv_heads) +
+         " KV heads do not fit in a head section of " + std::to_string(s.heads) + " bytes");
+  }
+  if (s.triggers != kTriggerBytes * static_cast<uint64_t>(image.layers)) {
+    fail("a trigger section of " + std::to_string(s.triggers) + " bytes for " +
+         std::to_string(image.layers) + " layers (" + std::to_string(kTriggerBytes) +
+         " bytes each)");
+  }
+
+  Reader heads(bytes + kHeaderBytes, static_cast<size_t>(s.heads));
+  image.heads.reserve(static_cast<size_t>(head_count));
+  for (size_t i = 0; i < head_count; ++i) {
+    image.heads.push_back(read_head(heads, image, head_name(i, image.kv_heads)));
+  }
+  if (heads.left() != 0) {
+    fail("the head section has " + std::to_string(heads.left()) + " bytes after the last head");
+  }
+
+  Reader triggers(bytes + kHeaderBytes + s.heads, static_cast<size_t>(s.triggers));
+  image.triggers.resize(static_cast<size_t>(image.layers));
+  for (size_t layer = 0; layer < image.triggers.size(); ++layer) {
+    triggers.at("layer " + std::to_string(layer) + " triggers");
+    const int32_t steps = triggers.i32("decode steps");
+    const uint8_t pending = triggers.le<uint8_t>("prefill pending");
+    check_trigger(steps, layer);
+    if (pending > 1) {
+      fail("layer " + std::to_string(layer) + " triggers: prefill pending is " +
+           std::to_string(pending) + ", must be 0 or 1");
+    }
+    image.triggers[layer] = {steps, pending == 1};
+  }
+  return image;
+}
+
+void convert_storage(SequenceImage& image, kvc_dtype target) {
+  if (static_cast<uint32_t>(target) > KVC_DTYPE_BF16) {
+    fail("unknown target dtype " + std::to_string(target));
+  }
+  if (image.dtype == target) return;
+  if (target != KVC_DTYPE_F32) {
+    fail(KVC_ERR_UNSUPPORTED, std::string("cannot store ") + dtype_name(image.dtype) +
+                                  " data in a " + dtype_name(target) + " cache without loss: " +
+                                  lossy_reason(image.dtype, target) +
+                                  " (only f16 or bf16 into f32 converts exactly)");
+  }
+  // All heads are converted before any is replaced, so a failed allocation changes nothing.
+  std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> wide;
+  wide.reserve(image.heads.size());
+  for (const HeadImage& head : image.heads) {
+    wide.emplace_back(widen_to_f32(head.k, image.dtype), widen_to_f32(head.v, image.dtype));
+  }
+  for (size_t h = 0; h < image.heads.size(); ++h) {
+    image.heads[h].k = std::move(wide[h].first);
+    image.heads[h].v = std::move(wide[h].second);
+  }
+  image.dtype = KVC_DTYPE_F32;
+}
+
+}  // namespace kvc

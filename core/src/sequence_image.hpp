@@ -1,0 +1,57 @@
+// One sequence of a cache as plain data, and its on-disk format (docs/sequence_format.md):
+// encode, decode with every field checked, and the exact storage conversions an import into
+// a cache of another dtype may make. Knows nothing of the Cache class.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+
+namespace kvc {
+
+// One (layer, KV head); tokens in storage (= position) order.
+struct HeadImage {
+  std::vector<int32_t> positions;  // [n]
+  std::vector<uint8_t> k, v;       // [n * head_dim * dtype_size(dtype)] each, raw storage bytes
+  // attn_sum, attn_last, attn_window (kStoredStats order): [n] each, or empty when that
+  // statistic is not in the image's `stats`.
+  std::vector<float> stats[3];
+  int64_t seen = 0;               // tokens ever appended to the head
+  int32_t effective_budget = -1;  // the budget the policy last gave it, -1: none
+};
+
+struct LayerTriggers {
+  int32_t decode_steps = 0;
+  bool prefill_pending = false;
+};
+
+struct SequenceImage {
+  int32_t layers = 0, kv_heads = 0, q_heads = 0, head_dim = 0;
+  kvc_dtype dtype = KVC_DTYPE_F32;  // of the cache it came from
+  kvc_layout layout = KVC_LAYOUT_PAGED;
+  uint32_t stats = 0;                   // kvc_stat_flags of the statistics present
+  std::vector<HeadImage> heads;         // [layer * kv_heads + kv_head]
+  std::vector<LayerTriggers> triggers;  // [layer]
+};
+
+// The format version this build writes and reads.
+constexpr uint32_t kSequenceFormatVersion = 1;
+
+// The exact byte count of encode(image). Throws kvc::Error INVALID_ARGUMENT when the image is
+// not one decode() would accept (sizes, positions, counters), naming what is wrong.
+size_t encoded_size(const SequenceImage& image);
+// Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
+// nothing, when capacity is smaller or the image is inconsistent.
+void encode(const SequenceImage& image, uint8_t* out, size_t capacity);
+// Reads an image; throws kvc::Error naming what is wrong: UNSUPPORTED for a newer format
+// version, INVALID_ARGUMENT for anything else (truncated, corrupted, inconsistent).
+SequenceImage decode(const uint8_t* bytes, size_t n);
+
+// Makes the image one a cache storing `target` holds: the same dtype is left as it is,
+// f16 and bf16 become f32 exactly. Anything lossy (f32 -> f16 or bf16, f16 <-> bf16) throws
+// kvc::Error UNSUPPORTED saying why, leaving the image unchanged.
+void convert_storage(SequenceImage& image, kvc_dtype target);
+
+}  // namespace kvc

@@ -1,0 +1,538 @@
+// Sequence images (core/src/sequence_image.*): bit-exact round trips, the documented byte
+// layout, exact storage conversions, and decode's refusal of truncated, bit-flipped and lying
+// bytes.
+#include <doctest/doctest.h>
+
+#include <boost/crc.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dtype.hpp"
+#include "error.hpp"
+#include "kvcache/kvcache_half.h"
+#include "kvcache/kvcache_plugin.h"
+#include "sequence_image.hpp"
+
+// The largest single allocation while `g_tracking` is set: a decode of a lying header must
+// not allocate what the header claims. Replacing operator new is the only way to see that.
+namespace {
+thread_local bool g_tracking = false;
+thread_local size_t g_largest = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_tracking && size > g_largest) g_largest = size;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using kvc::HeadImage;
+using kvc::SequenceImage;
+
+constexpr uint32_t kAllStats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
+constexpr size_t kHeaderBytes = 56;  // docs/sequence_format.md
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+size_t largest_allocation_during(const std::function<void()>& f) {
+  g_largest = 0;
+  g_tracking = true;
+  try {
+    f();
+  } catch (...) {
+    g_tracking = false;
+    throw;
+  }
+  g_tracking = false;
+  return g_largest;
+}
+
+std::vector<uint8_t> encoded(const SequenceImage& image) {
+  std::vector<uint8_t> bytes(kvc::encoded_size(image));
+  kvc::encode(image, bytes.data(), bytes.size());
+  return bytes;
+}
+
+// The error decode raises for `bytes` (fails the test when it raises none).
+kvc::Error decode_error(const std::vector<uint8_t>& bytes) {
+  try {
+    kvc::decode(bytes.data(), bytes.size());
+  } catch (const kvc::Error& e) {
+    return e;
+  }
+  FAIL_CHECK("decode accepted " << bytes.size() << " bytes");
+  return kvc::Error(KVC_OK, "");
+}
+
+// Recomputes the checksum so that a forged field gets past it.
+void reseal(std::vector<uint8_t>& bytes) {
+  boost::crc_32_type crc;
+  crc.process_bytes(bytes.data(), bytes.size() - 4);
+  const uint32_t c = crc.checksum();
+  for (size_t i = 0; i < 4; ++i) bytes[bytes.size() - 4 + i] = static_cast<uint8_t>(c >> (8 * i));
+}
+
+void put_u32(std::vector<uint8_t>& bytes, size_t offset, uint32_t x) {
+  for (size_t i = 0; i < 4; ++i) bytes[offset + i] = static_cast<uint8_t>(x >> (8 * i));
+}
+void put_u64(std::vector<uint8_t>& bytes, size_t offset, uint64_t x) {
+  for (size_t i = 0; i < 8; ++i) bytes[offset + i] = static_cast<uint8_t>(x >> (8 * i));
+}
+
+std::vector<uint8_t> random_bytes(std::mt19937& rng, size_t n) {
+  std::vector<uint8_t> out(n);
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+float random_float(std::mt19937& rng) {
+  const uint32_t bits = static_cast<uint32_t>(rng());  // nans and infinities included
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+SequenceImage random_image(std::mt19937& rng, kvc_dtype dtype, uint32_t stats) {
+  const auto pick = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  SequenceImage image;
+  image.layers = pick(1, 3);
+  image.kv_heads = pick(1, 3);
+  image.q_heads = image.kv_heads * pick(1, 2);
+  image.head_dim = pick(1, 8);
+  image.dtype = dtype;
+  image.layout = pick(0, 1) ? KVC_LAYOUT_CONTIGUOUS : KVC_LAYOUT_PAGED;
+  image.stats = stats;
+  const size_t row = static_cast<size_t>(image.head_dim) * kvc::dtype_size(dtype);
+  image.heads.resize(static_cast<size_t>(image.layers * image.kv_heads));
+  for (HeadImage& head : image.heads) {
+    const int n = pick(0, 6);
+    int32_t pos = pick(0, 3);
+    for (int i = 0; i < n; ++i, pos += pick(1, 4)) head.positions.push_back(pos);
+    head.k = random_bytes(rng, n * row);
+    head.v = random_bytes(rng, n * row);
+    for (int s = 0; s < 3; ++s) {
+      if ((stats & (1u << s)) == 0) continue;
+      for (int i = 0; i < n; ++i) head.stats[s].push_back(random_float(rng));
+    }
+    head.seen = n + pick(0, 1) * pick(0, 1 << 20);
+    head.effective_budget = pick(0, 1) ? -1 : pick(0, 100);
+  }
+  image.triggers.resize(static_cast<size_t>(image.layers));
+  for (auto& t : image.triggers) t = {pick(0, 50), pick(0, 1) == 1};
+  return image;
+}
+
+// Two layers of one KV head, two tokens each, f16, every statistic: 198 bytes.
+SequenceImage small_image() {
+  std::mt19937 rng(7);
+  SequenceImage image;
+  image.layers = 2;
+  image.kv_heads = 1;
+  image.q_heads = 2;
+  image.head_dim = 2;
+  image.dtype = KVC_DTYPE_F16;
+  image.layout = KVC_LAYOUT_PAGED;
+  image.stats = kAllStats;
+  image.heads.resize(2);
+  for (HeadImage& head : image.heads) {
+    head.positions = {3, 9};
+    head.k = random_bytes(rng, 8);
+    head.v = random_bytes(rng, 8);
+    for (auto& s : head.stats) s = {random_float(rng), random_float(rng)};
+    head.seen = 12;
+  }
+  image.triggers = {{4, true}, {0, false}};
+  return image;
+}
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
+}
+
+void check_same(const SequenceImage& a, const SequenceImage& b) {
+  CHECK(a.layers == b.layers);
+  CHECK(a.kv_heads == b.kv_heads);
+  CHECK(a.q_heads == b.q_heads);
+  CHECK(a.head_dim == b.head_dim);
+  CHECK(a.dtype == b.dtype);
+  CHECK(a.layout == b.layout);
+  CHECK(a.stats == b.stats);
+  REQUIRE(a.heads.size() == b.heads.size());
+  for (size_t h = 0; h < a.heads.size(); ++h) {
+    CAPTURE(h);
+    const HeadImage& x = a.heads[h];
+    const HeadImage& y = b.heads[h];
+    CHECK(x.positions == y.positions);
+    CHECK(x.k == y.k);
+    CHECK(x.v == y.v);
+    for (int s = 0; s < 3; ++s) CHECK(same_floats(x.stats[s], y.stats[s]));
+    CHECK(x.seen == y.seen);
+    CHECK(x.effective_budget == y.effective_budget);
+  }
+  REQUIRE(a.triggers.size() == b.triggers.size());
+  for (size_t l = 0; l < a.triggers.size(); ++l) {
+    CHECK(a.triggers[l].decode_steps == b.triggers[l].decode_steps);
+    CHECK(a.triggers[l].prefill_pending == b.triggers[l].prefill_pending);
+  }
+}
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("sequence image: random images round-trip bit for bit") {
+  std::mt19937 rng(2024);
+  for (kvc_dtype dtype : {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16}) {
+    for (uint32_t stats : {0u, uint32_t{KVC_STAT_ATTN_SUM},
+                           uint32_t{KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW}, kAllStats}) {
+      for (int round = 0; round < 25; ++round) {
+        CAPTURE(dtype);
+        CAPTURE(stats);
+        CAPTURE(round);
+        const SequenceImage image = random_image(rng, dtype, stats);
+        const std::vector<uint8_t> bytes = encoded(image);
+        const SequenceImage back = kvc::decode(bytes.data(), bytes.size());
+        check_same(image, back);
+        CHECK(encoded(back) == bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("sequence image: encoded_size is what encode writes, and a smaller buffer is refused") {
+  std::mt19937 rng(5);
+  const SequenceImage image = random_image(rng, KVC_DTYPE_BF16, kAllStats);
+  const size_t size = kvc::encoded_size(image);
+  std::vector<uint8_t> buffer(size + 64, 0xa5);
+  kvc::encode(image, buffer.data(), buffer.size());
+  for (size_t i = size; i < buffer.size(); ++i) CHECK(buffer[i] == 0xa5);
+  check_same(kvc::decode(buffer.data(), size), image);
+
+  std::vector<uint8_t> small(size - 1, 0xa5);
+  try {
+    kvc::encode(image, small.data(), small.size());
+    FAIL_CHECK("encode wrote into a buffer one byte short");
+  } catch (const kvc::Error& e) {
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "too small"));
+  }
+  CHECK(small == std::vector<uint8_t>(size - 1, 0xa5));
+}
+
+TEST_CASE("sequence image: the bytes are little-endian, laid out as documented") {
+  SequenceImage image;
+  image.layers = 1;
+  image.kv_heads = 1;
+  image.q_heads = 2;
+  image.head_dim = 2;
+  image.dtype = KVC_DTYPE_F16;
+  image.layout = KVC_LAYOUT_CONTIGUOUS;
+  image.stats = KVC_STAT_ATTN_LAST;
+  HeadImage head;
+  head.positions = {0x01020304};
+  const uint16_t k[2] = {0x3c00, 0xabcd}, v[2] = {0x1234, 0x8001};
+  head.k.resize(4);
+  head.v.resize(4);
+  std::memcpy(head.k.data(), k, 4);  // host order, as a cache stores them
+  std::memcpy(head.v.data(), v, 4);
+  head.stats[1] = {1.0f};  // 0x3f800000
+  head.seen = 0x0000000500000006;
+  head.effective_budget = -1;
+  image.heads = {head};
+  image.triggers = {{0x0a0b0c0d, true}};
+
+  std::vector<uint8_t> expected = {
+      0x89, 'K',  'V',  'C',  '\r', '\n', 0x1a, '\n',  // magic
+      1,    0,    0,    0,                             // format version
+      1,    0,    0,    0,    1,    0,    0,    0,     // layers, kv_heads
+      2,    0,    0,    0,    2,    0,    0,    0,     // q_heads, head_dim
+      1,    0,    0,    0,    1,    0,    0,    0,     // dtype f16, layout contiguous
+      2,    0,    0,    0,                             // statistics: attn_last
+      32,   0,    0,    0,    0,    0,    0,    0,     // head section bytes
+      5,    0,    0,    0,    0,    0,    0,    0,     // trigger section bytes
+      1,    0,    0,    0,    0xff, 0xff, 0xff, 0xff,  // n, effective budget
+      6,    0,    0,    0,    5,    0,    0,    0,     // seen
+      0x04, 0x03, 0x02, 0x01,                          // positions
+      0x00, 0x3c, 0xcd, 0xab,                          // keys
+      0x34, 0x12, 0x01, 0x80,                          // values
+      0x00, 0x00, 0x80, 0x3f,                          // attn_last
+      0x0d, 0x0c, 0x0b, 0x0a, 1,                       // layer 0: decode steps, prefill pending
+  };
+  boost::crc_32_type crc;
+  crc.process_bytes(expected.data(), expected.size());
+  for (int i = 0; i < 4; ++i) expected.push_back(static_cast<uint8_t>(crc.checksum() >> (8 * i)));
+  CHECK(encoded(image) == expected);
+}
+
+TEST_CASE("sequence image: encode refuses an image decode would refuse") {
+  const auto error = [](const SequenceImage& image) {
+    try {
+      kvc::encoded_size(image);
+    } catch (const kvc::Error& e) {
+      CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+      return std::string(e.what());
+    }
+    FAIL_CHECK("no error");
+    return std::string();
+  };
+  SequenceImage image = small_image();
+  image.heads[1].k.pop_back();
+  CHECK(contains(error(image), "layer 1 head 0 keys: 7 bytes, 2 tokens of 2 x f16 need 8"));
+  image = small_image();
+  image.heads[0].positions = {9, 3};
+  CHECK(contains(error(image), "layer 0 head 0: position 3 of token 1 follows 9"));
+  image = small_image();
+  image.heads[0].stats[2].clear();
+  CHECK(contains(error(image), "layer 0 head 0 attn_window statistics: 0 values, 2 expected"));
+  image = small_image();
+  image.heads.pop_back();
+  CHECK(contains(error(image), "1 heads for 2 layers x 1 KV heads"));
+  image = small_image();
+  image.heads[0].seen = 1;
+  CHECK(contains(error(image), "holds 2 tokens but only 1 were ever appended"));
+  image = small_image();
+  image.stats = KVC_STAT_KEYS;
+  CHECK(contains(error(image), "statistics mask 8 has bits other than"));
+}
+
+TEST_CASE("sequence image: f16 and bf16 convert to f32 exactly") {
+  struct Case {
+    kvc_dtype dtype;
+    float (*to_f32)(uint16_t);
+    uint16_t (*from_f32)(float);
+  };
+  for (const Case& c : {Case{KVC_DTYPE_F16, kvc_f16_to_f32, kvc_f32_to_f16},
+                        Case{KVC_DTYPE_BF16, kvc_bf16_to_f32, kvc_f32_to_bf16}}) {
+    CAPTURE(c.dtype);
+    // One head holding every 16-bit pattern in K, and in V in the reverse order.
+    SequenceImage image;
+    image.layers = image.kv_heads = image.q_heads = 1;
+    image.head_dim = 256;
+    image.dtype = c.dtype;
+    image.layout = KVC_LAYOUT_PAGED;
+    image.stats = KVC_STAT_ATTN_SUM;
+    HeadImage head;
+    std::vector<uint16_t> k(65536), v(65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      k[i] = static_cast<uint16_t>(i);
+      v[i] = static_cast<uint16_t>(65535 - i);
+    }
+    head.k.resize(2 * 65536);
+    head.v.resize(2 * 65536);
+    std::memcpy(head.k.data(), k.data(), head.k.size());
+    std::memcpy(head.v.data(), v.data(), head.v.size());
+    for (int32_t t = 0; t < 256; ++t) {
+      head.positions.push_back(2 * t);
+      head.stats[0].push_back(0.25f * static_cast<float>(t));
+    }
+    head.seen = 300;
+    head.effective_budget = 256;
+    image.heads = {head};
+    image.triggers = {{3, false}};
+
+    SequenceImage wide = image;
+    kvc::convert_storage(wide, KVC_DTYPE_F32);
+    CHECK(wide.dtype == KVC_DTYPE_F32);
+    REQUIRE(wide.heads[0].k.size() == 4 * 65536);
+    REQUIRE(wide.heads[0].v.size() == 4 * 65536);
+    int mismatches = 0, lossy = 0;
+    for (size_t i = 0; i < 65536; ++i) {
+      float fk, fv;
+      std::memcpy(&fk, wide.heads[0].k.data() + 4 * i, 4);
+      std::memcpy(&fv, wide.heads[0].v.data() + 4 * i, 4);
+      mismatches += float_bits(fk) != float_bits(c.to_f32(k[i]));
+      mismatches += float_bits(fv) != float_bits(c.to_f32(v[i]));
+      if (!std::isnan(fk)) lossy += c.from_f32(fk) != k[i];  // converts back: nothing lost
+    }
+    CHECK(mismatches == 0);
+    CHECK(lossy == 0);
+    CHECK(wide.heads[0].positions == image.heads[0].positions);
+    CHECK(same_floats(wide.heads[0].stats[0], image.heads[0].stats[0]));
+    CHECK(wide.heads[0].seen == 300);
+    CHECK(wide.heads[0].effective_budget == 256);
+    CHECK(wide.triggers[0].decode_steps == 3);
+
+    SequenceImage same = image;
+    kvc::convert_storage(same, c.dtype);
+    check_same(same, image);
+  }
+}
+
+TEST_CASE("sequence image: lossy storage conversions are refused, naming why") {
+  std::mt19937 rng(11);
+  const struct {
+    kvc_dtype from, to;
+    const char* why;
+  } cases[] = {{KVC_DTYPE_F32, KVC_DTYPE_F16, "rounding f32 to f16 would lose bits"},
+               {KVC_DTYPE_F32, KVC_DTYPE_BF16, "rounding f32 to bf16 would lose bits"},
+               {KVC_DTYPE_F16, KVC_DTYPE_BF16, "10 mantissa bits, bf16 only 7"},
+               {KVC_DTYPE_BF16, KVC_DTYPE_F16, "8-bit exponent, f16 only 5"}};
+  for (const auto& c : cases) {
+    const SequenceImage image = random_image(rng, c.from, 0);
+    SequenceImage target = image;
+    try {
+      kvc::convert_storage(target, c.to);
+      FAIL_CHECK(kvc::dtype_name(c.from) << " -> " << kvc::dtype_name(c.to) << " converted");
+    } catch (const kvc::Error& e) {
+      CHECK(e.code() == KVC_ERR_UNSUPPORTED);
+      const std::string expected = std::string("cannot store ") + kvc::dtype_name(c.from) +
+                                   " data in a " + kvc::dtype_name(c.to) + " cache without loss";
+      CHECK(contains(e.what(), expected));
+      CHECK(contains(e.what(), c.why));
+    }
+    check_same(target, image);
+  }
+}
+
+TEST_CASE("sequence image: every truncation is a clear error") {
+  const std::vector<uint8_t> bytes = encoded(small_image());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    // An exactly sized copy, so that a read past the end shows under the sanitizers.
+    const std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(n));
+    const kvc::Error e = decode_error(prefix);
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "sequence image: truncated"));
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  CHECK(contains(decode_error(longer).what(), "1 bytes after the checksum"));
+}
+
+TEST_CASE("sequence image: every single-bit flip is a clear error") {
+  const std::vector<uint8_t> bytes = encoded(small_image());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      CAPTURE(i);
+      CAPTURE(bit);
+      std::vector<uint8_t> flipped = bytes;
+      flipped[i] = static_cast<uint8_t>(flipped[i] ^ (1u << bit));
+      const kvc::Error e = decode_error(flipped);
+      const std::string message = e.what();
+      if (i < 8) {
+        CHECK(contains(message, "sequence image: bad magic"));
+      } else if (i < 12) {
+        CHECK(contains(message, "sequence image: unknown format version"));
+      } else if (i >= 40 && i < kHeaderBytes) {  // a section size: the total no longer matches
+        CHECK((contains(message, "sequence image: truncated") ||
+               contains(message, "bytes after the checksum")));
+      } else {
+        CHECK(contains(message, "sequence image: checksum mismatch"));
+      }
+    }
+  }
+}
+
+TEST_CASE("sequence image: a newer format version is unsupported, naming both versions") {
+  std::vector<uint8_t> bytes = encoded(small_image());
+  put_u32(bytes, 8, 7);
+  const kvc::Error newer = decode_error(bytes);
+  CHECK(newer.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1)"));
+  put_u32(bytes, 8, 0);
+  CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("sequence image: forged fields behind a valid checksum are refused") {
+  const std::vector<uint8_t> good = encoded(small_image());
+  REQUIRE(good.size() == 198);
+  // Offsets of docs/sequence_format.md; the first head starts after the header.
+  const size_t head0 = kHeaderBytes, positions0 = head0 + 16;
+  const size_t triggers = good.size() - 4 - 10;
+  const struct {
+    const char* name;
+    std::function<void(std::vector<uint8_t>&)> forge;
+    const char* message;
+  } cases[] = {
+      {"decreasing positions", [&](auto& b) { put_u32(b, positions0 + 4, 3); },
+       "layer 0 head 0: position 3 of token 1 follows 3 (positions must be strictly increasing)"},
+      {"negative position", [&](auto& b) { put_u32(b, positions0, 0xffffffffu); },
+       "layer 0 head 0: position -1 of token 0 is negative"},
+      {"more tokens than seen", [&](auto& b) { put_u64(b, head0 + 8, 1); },
+       "layer 0 head 0: holds 2 tokens but only 1 were ever appended"},
+      {"negative token count", [&](auto& b) { put_u32(b, head0, 0xfffffffeu); },
+       "layer 0 head 0: token count -2 is negative"},
+      {"budget below -1", [&](auto& b) { put_u32(b, head0 + 4, 0xfffffffeu); },
+       "layer 0 head 0: effective budget -2 is below -1"},
+      {"dtype", [](auto& b) { put_u32(b, 28, 7); }, "unknown dtype 7"},
+      {"layout", [](auto& b) { put_u32(b, 32, 2); }, "unknown layout 2"},
+      {"statistics mask", [](auto& b) { put_u32(b, 36, 15); }, "statistics mask 15 has bits"},
+      {"zero layers", [](auto& b) { put_u32(b, 12, 0); }, "layers is 0, must be positive"},
+      {"q_heads", [](auto& b) {
+         put_u32(b, 16, 2);
+         put_u32(b, 20, 3);
+       }, "q_heads 3 is not a multiple of kv_heads 2"},
+      {"section sizes", [](auto& b) {  // four bytes moved from the heads to the triggers
+         put_u64(b, 40, 124);
+         put_u64(b, 48, 14);
+       }, "a trigger section of 14 bytes for 2 layers (5 bytes each)"},
+      {"one layer", [](auto& b) {  // the second layer's head and trigger left as heads
+         put_u32(b, 12, 1);
+         put_u64(b, 40, 133);
+         put_u64(b, 48, 5);
+       }, "the head section has 69 bytes after the last head"},
+      {"decode steps", [&](auto& b) { put_u32(b, triggers, 0x80000000u); },
+       "layer 0 triggers: decode steps -2147483648 is negative"},
+      {"prefill pending", [&](auto& b) { b[triggers + 9] = 2; },
+       "layer 1 triggers: prefill pending is 2, must be 0 or 1"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    std::vector<uint8_t> bytes = good;
+    c.forge(bytes);
+    reseal(bytes);
+    const kvc::Error e = decode_error(bytes);
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), c.message));
+  }
+}
+
+TEST_CASE("sequence image: a header lying about sizes fails without allocating what it claims") {
+  const std::vector<uint8_t> good = encoded(small_image());
+  const struct {
+    const char* name;
+    std::function<void(std::vector<uint8_t>&)> forge;
+    const char* message;
+  } cases[] = {
+      {"2^31 - 1 tokens", [](auto& b) {
+         put_u32(b, kHeaderBytes, 0x7fffffffu);
+         put_u64(b, kHeaderBytes + 8, 0x7fffffffu);  // seen, so that n <= seen holds
+       }, "truncated in layer 0 head 0 positions: "},
+      {"2^30 heads", [](auto& b) {
+         put_u32(b, 12, 1u << 20);  // layers
+         put_u32(b, 16, 1u << 10);  // kv_heads
+         put_u32(b, 20, 1u << 10);  // q_heads
+       }, "1048576 layers x 1024 KV heads do not fit in a head section of"},
+      {"head_dim 2^30", [](auto& b) { put_u32(b, 24, 1u << 30); },
+       "truncated in layer 0 head 0 keys: "},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    std::vector<uint8_t> bytes = good;
+    c.forge(bytes);
+    reseal(bytes);
+    std::string message;
+    const size_t largest = largest_allocation_during([&] { message = decode_error(bytes).what(); });
+    CHECK(contains(message, c.message));
+    CHECK(largest < 4096);
+  }
+}
