@@ -496,7 +496,8 @@ TEST_CASE("sequence image: forged fields behind a valid checksum are refused") {
        "layer 1 triggers: prefill pending is 2, must be 0 or 1"},
   };
   for (const auto& c : cases) {
-    CAPTURE(c.name);
+    const std::string name = c.name;
+    CAPTURE(name);
     std::vector<uint8_t> bytes = good;
     c.forge(bytes);
     reseal(bytes);
@@ -526,7 +527,8 @@ TEST_CASE("sequence image: a header lying about sizes fails without allocating w
        "truncated in layer 0 head 0 keys: "},
   };
   for (const auto& c : cases) {
-    CAPTURE(c.name);
+    const std::string name = c.name;
+    CAPTURE(name);
     std::vector<uint8_t> bytes = good;
     c.forge(bytes);
     reseal(bytes);
