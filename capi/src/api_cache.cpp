@@ -210,6 +210,29 @@ kvc_status* kvc_seq_reserve(kvc_cache* cache, int32_t seq_id, int32_t tokens) {
   });
 }
 
+kvc_status* kvc_seq_fork(kvc_cache* cache, int32_t src_seq_id, int32_t dst_seq_id) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    cache->impl->fork_sequence(src_seq_id, dst_seq_id);
+  });
+}
+
+kvc_status* kvc_seq_truncate(kvc_cache* cache, int32_t seq_id, int32_t position) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(position >= 0, "truncate: position must be >= 0");
+    cache->impl->remove_positions(seq_id, position, INT32_MAX);
+  });
+}
+
+kvc_status* kvc_seq_remove_range(kvc_cache* cache, int32_t seq_id, int32_t first, int32_t end) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(first >= 0 && first <= end, "remove_range: need 0 <= first <= end");
+    cache->impl->remove_positions(seq_id, first, end);
+  });
+}
+
 kvc_status* kvc_seq_length(const kvc_cache* cache, int32_t seq_id, int32_t layer,
                            int32_t kv_head, int32_t* out_length) {
   return kvc::guarded([&] {

@@ -49,8 +49,29 @@ std::vector<void*> BlockPool::take_blocks(size_t count) {
   return blocks;
 }
 
+bool BlockPool::drop_owner(void* ptr, size_t bytes) {
+  auto it = extra_owners_.find(ptr);
+  if (it == extra_owners_.end()) return false;
+  if (--it->second == 0) {
+    extra_owners_.erase(it);
+    counters_.bytes_shared -= bytes;
+  }
+  return true;
+}
+
+void BlockPool::share(void* ptr, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (extra_owners_[ptr]++ == 0) counters_.bytes_shared += bytes;
+}
+
+bool BlockPool::shared(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return extra_owners_.count(ptr) != 0;
+}
+
 void BlockPool::give_back_block(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (drop_owner(block, block_bytes_)) return;
   free_blocks_.push_back(block);
   counters_.blocks_used -= 1;
   counters_.bytes_used -= block_bytes_;
@@ -77,10 +98,13 @@ std::vector<void*> BlockPool::allocate(const std::vector<size_t>& sizes) {
 }
 
 void BlockPool::release(void* ptr, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (drop_owner(ptr, bytes)) return;
+    counters_.bytes_reserved -= bytes;
+    counters_.bytes_used -= bytes;
+  }
   backend_.free(ptr);
-  std::lock_guard<std::mutex> lock(mutex_);
-  counters_.bytes_reserved -= bytes;
-  counters_.bytes_used -= bytes;
 }
 
 PoolCounters BlockPool::counters() const {

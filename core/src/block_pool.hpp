@@ -1,10 +1,14 @@
 // The memory of one cache: backend allocations counted against the cache's memory limit.
 // Paged caches take fixed-size blocks, recycled through a free list; contiguous caches take
-// allocations of any size. Every request is all-or-nothing. Thread-safe.
+// allocations of any size. Every request is all-or-nothing. A block or allocation may have
+// several owners (forked sequences share K/V): it counts once, and goes back only when its
+// last owner gives it back. Thread-safe.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "backend.hpp"
@@ -12,10 +16,11 @@
 namespace kvc {
 
 struct PoolCounters {
-  size_t bytes_used = 0;      // blocks or allocations holding a sequence's storage
+  size_t bytes_used = 0;      // blocks or allocations holding a sequence's storage, each once
   size_t bytes_peak = 0;
   size_t bytes_reserved = 0;  // taken from the backend: used plus pooled free blocks
   size_t blocks_used = 0;
+  size_t bytes_shared = 0;    // of bytes_used, what more than one owner holds
 };
 
 class BlockPool {
@@ -30,11 +35,18 @@ class BlockPool {
 
   // `count` blocks of block_bytes, or a kvc::Error OUT_OF_MEMORY with nothing taken.
   std::vector<void*> take_blocks(size_t count);
+  // Drops one owner of a block; the last one returns it to the free list.
   void give_back_block(void* block);
 
   // One allocation per size, or a kvc::Error OUT_OF_MEMORY with nothing taken.
   std::vector<void*> allocate(const std::vector<size_t>& sizes);
+  // Drops one owner of an allocation of `bytes`; the last one frees it.
   void release(void* ptr, size_t bytes);
+
+  // Adds an owner to a block or allocation of `bytes`.
+  void share(void* ptr, size_t bytes);
+  // Whether more than one owner holds it (a writer must copy it first).
+  bool shared(const void* ptr) const;
 
   PoolCounters counters() const;
   // Blocks that could still be taken before the limit.
@@ -43,12 +55,15 @@ class BlockPool {
  private:
   [[noreturn]] void throw_out_of_memory(size_t requested) const;
   void note_used(size_t bytes);
+  // Drops one owner of a shared pointer; false when it had only one (the caller frees it).
+  bool drop_owner(void* ptr, size_t bytes);
 
   Backend& backend_;
   const size_t limit_;
   const size_t block_bytes_;
   mutable std::mutex mutex_;
   std::vector<void*> free_blocks_;
+  std::unordered_map<const void*, uint32_t> extra_owners_;  // only pointers with several owners
   PoolCounters counters_;
 };
 

@@ -131,8 +131,8 @@ void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector
     blocks = 0;
     sizes.clear();
     for (size_t i = 0; i < stores.size(); ++i) {
-      growth[i] = stores[i]->growth_for(extra[i], geometry_, schedule_, exact_growth);
-      blocks += growth[i].blocks;
+      growth[i] = stores[i]->growth_for(extra[i], geometry_, schedule_, exact_growth, pool_);
+      blocks += growth[i].blocks + (growth[i].unshare_open_block ? 1 : 0);
       if (growth[i].segment_capacity > 0) sizes.push_back(geometry_.bytes_for(growth[i].segment_capacity));
       if (growth[i].stats_capacity > 0) sizes.push_back(geometry_.stats_bytes_for(growth[i].stats_capacity));
     }
@@ -163,19 +163,26 @@ void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector
   apply_growth(stores, growth, blocks, memory, sizes);
 }
 
-// Hands the taken memory to the stores. A failed copy leaves every store as it was or fully
-// grown, and releases the memory not yet handed over.
+// Hands the taken memory to the stores: blocks that unshare an open block first, then new
+// blocks, then contiguous segments and statistics arrays in store order. A failed copy leaves
+// every store as it was or fully grown, and releases the memory not yet handed over.
 void Cache::apply_growth(const std::vector<HeadStore*>& stores, const std::vector<Growth>& growth,
                          const std::vector<void*>& blocks, const std::vector<void*>& memory,
                          const std::vector<size_t>& sizes) {
-  size_t next_block = 0;
+  size_t n_unshare = 0;
+  for (const Growth& g : growth) n_unshare += g.unshare_open_block ? 1 : 0;
+  size_t next_block = n_unshare;
   for (size_t i = 0; i < stores.size(); ++i) {
     stores[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
     next_block += growth[i].blocks;
   }
-  size_t next = 0;
+  size_t next_unshare = 0, next = 0;
   try {
     for (size_t i = 0; i < stores.size(); ++i) {
+      if (growth[i].unshare_open_block) {
+        void* target = blocks[next_unshare++];
+        stores[i]->unshare(stores[i]->open_segment(geometry_), target, backend_, pool_, geometry_);
+      }
       if (growth[i].segment_capacity > 0) {
         void* target = memory[next++];
         bytes_copied_ += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
@@ -188,7 +195,8 @@ void Cache::apply_growth(const std::vector<HeadStore*>& stores, const std::vecto
       }
     }
   } catch (...) {
-    // The failing move released its own target; release the ones after it, and the blocks.
+    // The failing step released its own target; release the ones after it, and the blocks.
+    for (; next_unshare < n_unshare; ++next_unshare) pool_.give_back_block(blocks[next_unshare]);
     for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
     for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
     throw;
@@ -430,6 +438,7 @@ kvc_cache_stats Cache::stats() const {
   s.bytes_copied = bytes_copied_.load();
   s.blocks_used = counters.blocks_used;
   s.blocks_free = pool_.blocks_available();
+  s.bytes_shared = counters.bytes_shared;
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   s.sequences = static_cast<int32_t>(sequences_.size());
   return s;

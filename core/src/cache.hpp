@@ -36,6 +36,10 @@ class Cache {
   void create_sequence(int32_t seq_id);
   void remove_sequence(int32_t seq_id);
   void reserve(int32_t seq_id, int32_t tokens);
+  // A new sequence sharing every K/V block of the source, with its own statistics and counters.
+  void fork_sequence(int32_t source_id, int32_t target_id);
+  // Drops the stored tokens at positions in [first, end) on every layer and head.
+  void remove_positions(int32_t seq_id, int32_t first, int32_t end);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }
@@ -88,6 +92,19 @@ class Cache {
   // Automatic compression: before storing (the "once" mode) and after attending.
   void compress_before_append(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
   void compress_after_attend(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
+  // Moves the listed indices of each head to its front (compaction), copying shared segments
+  // it writes first; returns the tokens removed. All or nothing.
+  uint64_t compact_heads(const std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>>& heads,
+                         void* stream);
+  // Token slots [first, end) of a head about to be written.
+  struct SlotWrite {
+    HeadStore* head;
+    int32_t first;
+    int32_t end;
+  };
+  // Gives each written segment that other sequences share a private copy; all memory is
+  // taken first, so an OUT_OF_MEMORY changes nothing.
+  void unshare_slots(const std::vector<SlotWrite>& writes);
   int32_t head_budget(const HeadStore& head) const {
     return schedule_.budget(head.seen(), head.effective_budget());
   }

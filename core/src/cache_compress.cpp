@@ -169,27 +169,88 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   });
   if (first_error) std::rethrow_exception(first_error);
 
-  std::vector<kvc_compact_job> jobs;
-  std::vector<std::pair<HeadStore*, int32_t>> changed;
-  size_t read = 0;
+  std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>> changed;
   for (LayerSelection& sel : selections) {
-    for (int32_t h = 0; h < heads; ++h, ++read) {
+    for (int32_t h = 0; h < heads; ++h) {
       HeadStore& head = store(*sel.sequence, sel.layer, h);
-      head.set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
       const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
-      if (static_cast<int32_t>(kept.size()) == head.length()) continue;
-      jobs.push_back(kvc_compact_job{sizeof(kvc_compact_job), reads[read].n_segments,
-                                     reads[read].segments, kept.data(),
-                                     static_cast<int32_t>(kept.size()), head.stats(geometry_)});
-      changed.emplace_back(&head, static_cast<int32_t>(kept.size()));
+      if (static_cast<int32_t>(kept.size()) != head.length()) changed.emplace_back(&head, &kept);
     }
   }
+  const uint64_t evicted = compact_heads(changed, stream);
+  tokens_evicted_ += evicted;
+  for (LayerSelection& sel : selections) {
+    for (int32_t h = 0; h < heads; ++h) {
+      store(*sel.sequence, sel.layer, h).set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
+    }
+  }
+}
+
+uint64_t Cache::compact_heads(
+    const std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>>& heads, void* stream) {
+  // Compaction writes each head's token slots from its first moved token on: segments there
+  // that forked sequences share are copied first, with all memory taken before anything moves.
+  std::vector<SlotWrite> writes;
+  for (const auto& [head, kept] : heads) {
+    int32_t first = 0;
+    const int32_t n_keep = static_cast<int32_t>(kept->size());
+    while (first < n_keep && (*kept)[static_cast<size_t>(first)] == first) ++first;
+    if (first < n_keep) writes.push_back(SlotWrite{head, first, n_keep});
+  }
+  unshare_slots(writes);
+
+  std::vector<kvc_segment> segments;
+  size_t total_segments = 0;
+  for (const auto& entry : heads) total_segments += entry.first->segments().size();
+  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
+  std::vector<kvc_compact_job> jobs;
+  jobs.reserve(heads.size());
+  for (const auto& [head, kept] : heads) {
+    const size_t first = segments.size();
+    head->gather(segments, geometry_);
+    jobs.push_back(kvc_compact_job{sizeof(kvc_compact_job),
+                                   static_cast<int32_t>(segments.size() - first),
+                                   segments.data() + first, kept->data(),
+                                   static_cast<int32_t>(kept->size()), head->stats(geometry_)});
+  }
   backend_.compact(jobs, stream);
-  for (auto& [head, kept] : changed) {
-    uint64_t evicted = static_cast<uint64_t>(head->length() - kept);
-    head->commit_compaction(kept, pool_, geometry_);
-    tokens_stored_ -= evicted;
-    tokens_evicted_ += evicted;
+  uint64_t removed = 0;
+  for (const auto& [head, kept] : heads) {
+    removed += static_cast<uint64_t>(head->length() - static_cast<int32_t>(kept->size()));
+    head->commit_compaction(static_cast<int32_t>(kept->size()), pool_, geometry_);
+  }
+  tokens_stored_ -= removed;
+  return removed;
+}
+
+void Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
+  std::vector<std::pair<HeadStore*, size_t>> targets;
+  std::vector<size_t> sizes;
+  for (const SlotWrite& w : writes) {
+    for (size_t index : w.head->shared_segments(w.first, w.end, pool_)) {
+      targets.emplace_back(w.head, index);
+      sizes.push_back(geometry_.bytes_for(w.head->segments()[index].capacity));
+    }
+  }
+  if (targets.empty()) return;
+  const bool paged = geometry_.layout == KVC_LAYOUT_PAGED;
+  std::vector<void*> memory = paged ? pool_.take_blocks(targets.size()) : pool_.allocate(sizes);
+  size_t used = 0;
+  try {
+    for (; used < targets.size(); ++used) {
+      void* target = memory[used];
+      targets[used].first->unshare(targets[used].second, target, backend_, pool_, geometry_);
+    }
+  } catch (...) {
+    // The failing unshare released its own target.
+    for (++used; used < targets.size(); ++used) {
+      if (paged) {
+        pool_.give_back_block(memory[used]);
+      } else {
+        pool_.release(memory[used], sizes[used]);
+      }
+    }
+    throw;
   }
 }
 

@@ -16,15 +16,22 @@ size_t HeadStore::open_segment(const Geometry& g) const {
 }
 
 Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
-                             bool exact) const {
+                             bool exact, const BlockPool& pool) const {
   Growth growth;
   const int64_t needed = static_cast<int64_t>(length_) + extra;
   if (g.layout == KVC_LAYOUT_PAGED) {
     int64_t missing = needed - static_cast<int64_t>(segments_.size()) * g.block_tokens;
     if (missing > 0) growth.blocks = static_cast<size_t>((missing + g.block_tokens - 1) / g.block_tokens);
+    const size_t open = open_segment(g);
+    growth.unshare_open_block = extra > 0 && open < segments_.size() &&
+                                segments_[open].count > 0 && pool.shared(segments_[open].base);
   } else {
     int32_t current = segments_.empty() ? 0 : segments_.front().capacity;
     growth.segment_capacity = schedule.grown_capacity(current, needed, exact);
+    if (growth.segment_capacity == 0 && extra > 0 && !segments_.empty() &&
+        pool.shared(segments_.front().base)) {
+      growth.segment_capacity = current;
+    }
   }
   if (g.stat_count() > 0) growth.stats_capacity = schedule.grown_capacity(stats_capacity_, needed, exact);
   return growth;
@@ -177,14 +184,65 @@ void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
   }
 }
 
-void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
-  for (const Segment& s : segments_) {
-    if (g.layout == KVC_LAYOUT_PAGED) {
-      pool.give_back_block(s.base);
-    } else {
-      pool.release(s.base, g.bytes_for(s.capacity));
-    }
+void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
+                                const Geometry& g) const {
+  if (g.layout == KVC_LAYOUT_PAGED) {
+    pool.give_back_block(base);
+  } else {
+    pool.release(base, g.bytes_for(capacity));
   }
+}
+
+void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& backend,
+                          BlockPool& pool, const Geometry& g) {
+  if (stats_memory) {
+    const size_t bytes = g.stats_bytes_for(source.stats_capacity_);
+    try {
+      backend.copy(stats_memory, source.stats_, bytes, KVC_COPY_DEVICE_TO_DEVICE);
+    } catch (...) {
+      pool.release(stats_memory, bytes);
+      throw;
+    }
+    stats_ = static_cast<float*>(stats_memory);
+    stats_capacity_ = source.stats_capacity_;
+  }
+  for (const Segment& s : source.segments_) {
+    if (s.count == 0) break;
+    pool.share(s.base, g.bytes_for(s.capacity));
+    segments_.push_back(s);
+  }
+  length_ = source.length_;
+  seen_ = source.seen_;
+  effective_budget_ = source.effective_budget_;
+}
+
+std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
+                                               const BlockPool& pool) const {
+  std::vector<size_t> out;
+  int32_t segment_first = 0;
+  for (size_t i = 0; i < segments_.size() && segment_first < end; ++i) {
+    const int32_t segment_end = segment_first + segments_[i].capacity;
+    if (segment_end > first && pool.shared(segments_[i].base)) out.push_back(i);
+    segment_first = segment_end;
+  }
+  return out;
+}
+
+void HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
+                        const Geometry& g) {
+  Segment& s = segments_[index];
+  try {
+    backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE);
+  } catch (...) {
+    release_segment(memory, s.capacity, pool, g);
+    throw;
+  }
+  release_segment(s.base, s.capacity, pool, g);
+  s.base = static_cast<unsigned char*>(memory);
+}
+
+void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
+  for (const Segment& s : segments_) release_segment(s.base, s.capacity, pool, g);
   segments_.clear();
   if (stats_) pool.release(stats_, g.stats_bytes_for(stats_capacity_));
   stats_ = nullptr;

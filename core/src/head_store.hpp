@@ -55,10 +55,12 @@ struct AppendSource {
   const int32_t* pos;
 };
 
-// What a store needs to fit more tokens: paged blocks, a bigger contiguous segment, a bigger
-// statistics array (0 = none).
+// What a store needs to fit more tokens: paged blocks, a private copy of a shared open block,
+// a new contiguous segment (bigger, or a private copy of a shared one), a bigger statistics
+// array (0 / false = none).
 struct Growth {
   size_t blocks = 0;
+  bool unshare_open_block = false;
   int32_t segment_capacity = 0;
   int32_t stats_capacity = 0;
 };
@@ -73,9 +75,28 @@ class HeadStore {
   const std::vector<Segment>& segments() const { return segments_; }
 
   // What must be added so that `extra` more tokens fit (contiguous growth and statistics
-  // grown by the schedule's factor, or exactly when `exact`).
-  Growth growth_for(int32_t extra, const Geometry& g, const Schedule& schedule, bool exact) const;
+  // grown by the schedule's factor, or exactly when `exact`); a shared segment that the
+  // append would write is copied first.
+  Growth growth_for(int32_t extra, const Geometry& g, const Schedule& schedule, bool exact,
+                    const BlockPool& pool) const;
   void add_blocks(void* const* blocks, size_t count, const Geometry& g);
+  // Paged: the index of the partly filled block new tokens go to.
+  size_t open_segment(const Geometry& g) const;
+
+  // Becomes a copy of `source` (an empty store) that shares its K/V segments, each getting one
+  // more owner, and owns `stats_memory` (stats_bytes_for(source.stats_capacity()), NULL when no
+  // statistics are tracked) holding a copy of its statistics. If the copy fails, the memory is
+  // released and this store stays empty.
+  void fork_from(const HeadStore& source, void* stats_memory, Backend& backend, BlockPool& pool,
+                 const Geometry& g);
+  int32_t stats_capacity() const { return stats_capacity_; }
+  // Indices of the segments other stores share that a write to token slots [first, end)
+  // would touch.
+  std::vector<size_t> shared_segments(int32_t first, int32_t end, const BlockPool& pool) const;
+  // Replaces segment `index` by a private copy in `memory` (of the segment's size) and drops
+  // this store's ownership of the old one. If the copy fails, `memory` is released and the
+  // segment is unchanged.
+  void unshare(size_t index, void* memory, Backend& backend, BlockPool& pool, const Geometry& g);
   // Moves the tokens into `memory` of `new_capacity` and releases the old segment. Returns
   // the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
   size_t move_segment_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
@@ -98,6 +119,8 @@ class HeadStore {
   // empty go back to the pool.
   void commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g);
   void set_effective_budget(int32_t budget) { effective_budget_ = budget; }
+  // Takes `n` tokens off the count of those ever appended (they were removed, not evicted).
+  void forget(int32_t n) { seen_ -= n; }
 
   // Keeps the first `new_length` tokens; paged blocks left empty go back to the pool.
   void truncate(int32_t new_length, BlockPool& pool, const Geometry& g);
@@ -106,7 +129,8 @@ class HeadStore {
   void release_all(BlockPool& pool, const Geometry& g);
 
  private:
-  size_t open_segment(const Geometry& g) const;
+  // Gives one segment back: a paged block to the free list, a contiguous allocation freed.
+  void release_segment(void* base, int32_t capacity, BlockPool& pool, const Geometry& g) const;
 
   std::vector<Segment> segments_;
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory

@@ -230,6 +230,8 @@ typedef struct kvc_cache_stats {
   size_t blocks_used;      /**< paged: blocks holding tokens */
   size_t blocks_free;      /**< paged: blocks that still fit under the limit */
   int32_t sequences;       /**< live sequences */
+  /** Of bytes_used, what more than one sequence holds (blocks shared by kvc_seq_fork). */
+  size_t bytes_shared;
 } kvc_cache_stats;
 
 /** @brief Zero-fills @p stats and sets struct_size, ready for kvc_cache_get_stats(). */
@@ -248,6 +250,30 @@ KVC_API kvc_status *kvc_seq_remove(kvc_cache *cache, int32_t seq_id);
  * allocating; fails with OUT_OF_MEMORY and changes nothing when that passes the limit.
  */
 KVC_API kvc_status *kvc_seq_reserve(kvc_cache *cache, int32_t seq_id, int32_t tokens);
+/**
+ * @brief Creates sequence @p dst_seq_id as a fork of @p src_seq_id: it shares every stored
+ * K/V block of the source by reference count and gets its own copy of the per-token
+ * statistics and compression counters, so the branches then diverge independently. A shared
+ * block counts once against the memory limit (kvc_cache_stats::bytes_shared) and is copied
+ * before either branch writes it (an append into a shared partly filled block, a compaction
+ * that moves its tokens). Costs O(blocks), plus one copy of the statistics. Fails with
+ * ALREADY_EXISTS when @p dst_seq_id exists and OUT_OF_MEMORY when the statistics do not fit,
+ * changing nothing. Waits for calls on other sequences of the cache to finish.
+ */
+KVC_API kvc_status *kvc_seq_fork(kvc_cache *cache, int32_t src_seq_id, int32_t dst_seq_id);
+/**
+ * @brief Drops every stored token at positions >= @p position on every layer and KV head
+ * (rollback of rejected speculative tokens); emptied blocks go back to the pool. The tokens
+ * are as if never appended (a ratio budget counts what is left).
+ */
+KVC_API kvc_status *kvc_seq_truncate(kvc_cache *cache, int32_t seq_id, int32_t position);
+/**
+ * @brief Drops the stored tokens at positions in [@p first, @p end) on every layer and KV
+ * head (llama.cpp's `seq_rm`); the others keep their positions. May copy shared blocks first
+ * (OUT_OF_MEMORY then changes nothing).
+ */
+KVC_API kvc_status *kvc_seq_remove_range(kvc_cache *cache, int32_t seq_id, int32_t first,
+                                         int32_t end);
 /** @brief Number of tokens stored for (sequence, layer, KV head). */
 KVC_API kvc_status *kvc_seq_length(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                    int32_t kv_head, int32_t *out_length);

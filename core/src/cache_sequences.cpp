@@ -1,0 +1,105 @@
+// Sequence operations: fork (sharing K/V blocks), truncate and remove a range of positions.
+#include <algorithm>
+#include <mutex>
+
+#include "cache.hpp"
+#include "error.hpp"
+
+namespace kvc {
+
+void Cache::fork_sequence(int32_t source_id, int32_t target_id) {
+  if (target_id < 0) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT, "sequence ids must be >= 0, got " + std::to_string(target_id));
+  }
+  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
+  const Sequence& source = find(source_id);
+  if (sequences_.count(target_id)) {
+    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(target_id) + " already exists");
+  }
+  auto target = std::make_unique<Sequence>();
+  target->heads.resize(source.heads.size());
+  target->triggers = source.triggers;
+
+  // The statistics are each branch's own: all their memory is taken before anything is shared.
+  std::vector<size_t> sizes;
+  for (const HeadStore& head : source.heads) {
+    if (head.stats_capacity() > 0) sizes.push_back(geometry_.stats_bytes_for(head.stats_capacity()));
+  }
+  std::vector<void*> memory = pool_.allocate(sizes);
+  size_t next = 0;
+  uint64_t tokens = 0;
+  try {
+    for (size_t i = 0; i < source.heads.size(); ++i) {
+      void* stats = source.heads[i].stats_capacity() > 0 ? memory[next++] : nullptr;
+      target->heads[i].fork_from(source.heads[i], stats, backend_, pool_, geometry_);
+      tokens += static_cast<uint64_t>(source.heads[i].length());
+    }
+  } catch (...) {
+    // The failing head released its own memory; give back what the others took.
+    for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
+    for (HeadStore& head : target->heads) head.release_all(pool_, geometry_);
+    throw;
+  }
+  sequences_.emplace(target_id, std::move(target));
+  tokens_stored_ += tokens;
+}
+
+void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
+  if (first < 0 || end < first) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT, "positions [" + std::to_string(first) + ", " +
+                                              std::to_string(end) + ") are not a range >= 0");
+  }
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  Sequence& sequence = find(seq_id);
+
+  // Every head's positions, in one batched read.
+  std::vector<std::vector<int32_t>> positions(sequence.heads.size());
+  std::vector<std::vector<kvc_segment>> segments(sequence.heads.size());
+  std::vector<kvc_read_tokens_job> reads;
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    const HeadStore& head = sequence.heads[i];
+    if (head.length() == 0) continue;
+    positions[i].resize(static_cast<size_t>(head.length()));
+    head.gather(segments[i], geometry_);
+    kvc_read_tokens_job job{};
+    job.struct_size = sizeof(job);
+    job.n_segments = static_cast<int32_t>(segments[i].size());
+    job.segments = segments[i].data();
+    job.out_pos = positions[i].data();
+    reads.push_back(job);
+  }
+  backend_.read_tokens(reads, nullptr);
+
+  // A head keeps its tokens outside [first, end): a prefix is a truncation (counts only),
+  // anything else a compaction.
+  std::vector<std::vector<int32_t>> kept(sequence.heads.size());
+  std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>> compactions;
+  std::vector<std::pair<HeadStore*, int32_t>> truncations;
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    HeadStore& head = sequence.heads[i];
+    const std::vector<int32_t>& pos = positions[i];
+    for (int32_t t = 0; t < head.length(); ++t) {
+      const int32_t p = pos[static_cast<size_t>(t)];
+      if (p < first || p >= end) kept[i].push_back(t);
+    }
+    const int32_t n_keep = static_cast<int32_t>(kept[i].size());
+    if (n_keep == head.length()) continue;
+    const bool prefix = n_keep == 0 || kept[i].back() == n_keep - 1;
+    if (prefix) {
+      truncations.emplace_back(&head, n_keep);
+    } else {
+      compactions.emplace_back(&head, &kept[i]);
+    }
+  }
+  compact_heads(compactions, nullptr);
+  for (auto& [head, n_keep] : truncations) {
+    tokens_stored_ -= static_cast<uint64_t>(head->length() - n_keep);
+    head->truncate(n_keep, pool_, geometry_);
+  }
+  // The removed tokens are as if never appended: ratio budgets follow what is left.
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    sequence.heads[i].forget(static_cast<int32_t>(positions[i].size() - kept[i].size()));
+  }
+}
+
+}  // namespace kvc
