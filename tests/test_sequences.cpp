@@ -1,13 +1,17 @@
 // Sequence operations through the C API: a fork shares K/V blocks and then behaves bit for
 // bit like an independent sequence fed the same tokens; truncate and remove-range give the
-// attention of a sequence that never held the dropped tokens; errors change nothing.
+// attention of a sequence that never held the dropped tokens; export/import round-trips bit
+// for bit; errors change nothing.
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "compression_reference.hpp"
+#include "kvcache/kvcache_half.h"
 #include "test_support.hpp"
 
 namespace {
@@ -75,15 +79,18 @@ std::vector<unsigned char> stored(const kvc_cache* cache, int32_t seq, kvc_dtype
       KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, nullptr, 0, &count));
       std::vector<kvc_segment_view> views(count);
       KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, views.data(), views.size(), &count));
+      // Positions, then K, then V of the head, whatever its segments.
+      std::vector<unsigned char> pos_bytes, k_bytes, v_bytes;
       for (const kvc_segment_view& view : views) {
         const auto* pos = reinterpret_cast<const unsigned char*>(view.pos);
         const auto* k = static_cast<const unsigned char*>(view.k);
         const auto* v = static_cast<const unsigned char*>(view.v);
         const size_t n = static_cast<size_t>(view.count);
-        bytes.insert(bytes.end(), pos, pos + n * sizeof(int32_t));
-        bytes.insert(bytes.end(), k, k + n * row);
-        bytes.insert(bytes.end(), v, v + n * row);
+        pos_bytes.insert(pos_bytes.end(), pos, pos + n * sizeof(int32_t));
+        k_bytes.insert(k_bytes.end(), k, k + n * row);
+        v_bytes.insert(v_bytes.end(), v, v + n * row);
       }
+      for (const auto* part : {&pos_bytes, &k_bytes, &v_bytes}) bytes.insert(bytes.end(), part->begin(), part->end());
     }
   }
   return bytes;
@@ -318,4 +325,176 @@ TEST_CASE("sequences: copying a shared block past the memory limit is OUT_OF_MEM
   CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), mid));
   CHECK(stored(cache.get(), 1, p.dtype) == mid_data);
   CHECK(stored(cache.get(), 0, p.dtype) == data);
+}
+
+namespace {
+
+std::vector<uint8_t> export_bytes(kvc_cache* cache, int32_t seq) {
+  size_t size = 0;
+  KVT_CHECK_OK(kvc_seq_export_size(cache, seq, &size));
+  std::vector<uint8_t> bytes(size);
+  size_t written = 0;
+  KVT_CHECK_OK(kvc_seq_export(cache, seq, bytes.data(), bytes.size(), &written));
+  CHECK(written == size);
+  return bytes;
+}
+
+// The stored K rows of one sequence as f32, whatever the storage dtype.
+std::vector<float> stored_keys(const kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
+  std::vector<float> keys;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      size_t count = 0;
+      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, nullptr, 0, &count));
+      std::vector<kvc_segment_view> views(count);
+      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, views.data(), views.size(), &count));
+      for (const kvc_segment_view& view : views) {
+        for (size_t i = 0; i < static_cast<size_t>(view.count) * kHeadDim; ++i) {
+          keys.push_back(dtype == KVC_DTYPE_F32 ? static_cast<const float*>(view.k)[i]
+                                                : kvc_f16_to_f32(static_cast<const uint16_t*>(view.k)[i]));
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("sequences: export then import is bit-exact, in this cache, another, and another layout") {
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    CAPTURE(layout);
+    kvt::ContextPtr ctx = kvt::make_context();
+    const kvc_cache_params p = params(layout, "h2o");
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvt::CachePtr same = kvt::make_cache(ctx.get(), p);
+    const kvc_layout other_layout = layout == KVC_LAYOUT_PAGED ? KVC_LAYOUT_CONTIGUOUS : KVC_LAYOUT_PAGED;
+    kvt::CachePtr other = kvt::make_cache(ctx.get(), params(other_layout, "h2o"));
+    REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+    std::mt19937 rng(13);
+    feed(cache.get(), 0, random_chunk(rng, range(0, 30)));
+    compress(cache.get(), 0);  // evicts, and leaves effective budgets and statistics behind
+    for (int step = 0; step < 5; ++step) feed(cache.get(), 0, random_chunk(rng, {30 + step}));
+
+    const std::vector<uint8_t> bytes = export_bytes(cache.get(), 0);
+    KVT_CHECK_OK(kvc_seq_import(cache.get(), 1, bytes.data(), bytes.size()));
+    KVT_CHECK_OK(kvc_seq_import(other.get(), 0, bytes.data(), bytes.size()));
+    // Through a file, as another process would.
+    const std::string path = (std::filesystem::temp_directory_path() / "kvc_test_sequence.kvcseq").string();
+    KVT_CHECK_OK(kvc_seq_export_file(cache.get(), 0, path.c_str()));
+    KVT_CHECK_OK(kvc_seq_import_file(same.get(), 0, path.c_str()));
+    std::filesystem::remove(path);
+
+    const std::vector<unsigned char> original = stored(cache.get(), 0, p.dtype);
+    CHECK(stored(cache.get(), 1, p.dtype) == original);
+    CHECK(stored(same.get(), 0, p.dtype) == original);
+    CHECK(stored(other.get(), 0, p.dtype) == original);
+    CHECK(export_bytes(same.get(), 0) == bytes);
+    // The same later inputs give the same outputs and, through the statistics and counters,
+    // the same compression. Another layout cuts the keys into other segments, so its sums run
+    // in another order: equal to rounding.
+    for (int step = 0; step < 12; ++step) {
+      const Chunk token = random_chunk(rng, {35 + step});
+      const std::vector<float> expected = feed(cache.get(), 0, token);
+      CHECK(feed(cache.get(), 1, token) == expected);
+      CHECK(feed(same.get(), 0, token) == expected);
+      const std::vector<float> relaid = feed(other.get(), 0, token);
+      REQUIRE(relaid.size() == expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) CHECK(relaid[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+    }
+    for (int32_t s : {0, 1}) compress(cache.get(), s);
+    compress(same.get(), 0);
+    CHECK(stored(cache.get(), 1, p.dtype) == stored(cache.get(), 0, p.dtype));
+    CHECK(stored(same.get(), 0, p.dtype) == stored(cache.get(), 0, p.dtype));
+  }
+}
+
+TEST_CASE("sequences: f16 bytes import exactly into an f32 cache; lossy imports are refused") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr half = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_PAGED, nullptr));
+  kvc_cache_params p32 = params(KVC_LAYOUT_CONTIGUOUS, nullptr);
+  p32.dtype = KVC_DTYPE_F32;
+  kvt::CachePtr full = kvt::make_cache(ctx.get(), p32);
+  kvc_cache_params pbf = params(KVC_LAYOUT_PAGED, nullptr);
+  pbf.dtype = KVC_DTYPE_BF16;
+  kvt::CachePtr brain = kvt::make_cache(ctx.get(), pbf);
+  REQUIRE(kvc_seq_create(half.get(), 0) == nullptr);
+  std::mt19937 rng(17);
+  feed(half.get(), 0, random_chunk(rng, range(0, 20)));
+  const std::vector<uint8_t> bytes = export_bytes(half.get(), 0);
+  KVT_CHECK_OK(kvc_seq_import(full.get(), 0, bytes.data(), bytes.size()));
+  CHECK(stored_keys(full.get(), 0, KVC_DTYPE_F32) == stored_keys(half.get(), 0, KVC_DTYPE_F16));
+  CHECK(cref::stored_positions(full.get(), 0, 1, 1) == cref::stored_positions(half.get(), 0, 1, 1));
+  // f16 into bf16 would lose mantissa bits; f32 into f16 too.
+  KVT_CHECK_ERR(kvc_seq_import(brain.get(), 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
+  const std::vector<uint8_t> wide = export_bytes(full.get(), 0);
+  KVT_CHECK_ERR(kvc_seq_import(half.get(), 1, wide.data(), wide.size()), KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::get_stats(brain.get()).sequences == 0);
+  CHECK(kvt::get_stats(half.get()).sequences == 1);
+}
+
+TEST_CASE("sequences: bad export bytes and refused imports are clear errors that change nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_PAGED, nullptr));
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(19);
+  feed(cache.get(), 0, random_chunk(rng, range(0, 10)));
+  const std::vector<uint8_t> bytes = export_bytes(cache.get(), 0);
+  const kvc_cache_stats before = kvt::get_stats(cache.get());
+  auto refused = [&](const std::vector<uint8_t>& data, kvc_status_code code) {
+    kvt::Status st{kvc_seq_import(cache.get(), 1, data.data(), data.size())};
+    INFO(st.describe());
+    CHECK(st.code() == code);
+    CHECK(!st.message().empty());
+    CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+  };
+  for (size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{55}, bytes.size() / 2, bytes.size() - 1}) {
+    CAPTURE(n);
+    refused(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n)),
+            KVC_ERR_INVALID_ARGUMENT);
+  }
+  for (size_t bit = 0; bit < bytes.size() * 8; bit += 61) {
+    CAPTURE(bit);
+    std::vector<uint8_t> flipped = bytes;
+    flipped[bit / 8] = static_cast<uint8_t>(flipped[bit / 8] ^ (1u << (bit % 8)));
+    kvt::Status st{kvc_seq_import(cache.get(), 1, flipped.data(), flipped.size())};
+    CHECK(!st.ok());
+    CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  refused(longer, KVC_ERR_INVALID_ARGUMENT);
+
+  // Valid bytes a cache cannot take.
+  kvc_cache_params other_shape = params(KVC_LAYOUT_PAGED, nullptr);
+  other_shape.head_dim = kHeadDim * 2;
+  kvt::CachePtr wrong = kvt::make_cache(ctx.get(), other_shape);
+  KVT_CHECK_ERR(kvc_seq_import(wrong.get(), 0, bytes.data(), bytes.size()), KVC_ERR_INVALID_ARGUMENT);
+  kvt::CachePtr needs_stats = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_PAGED, "h2o"));
+  KVT_CHECK_ERR(kvc_seq_import(needs_stats.get(), 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
+  kvc_cache_params tiny = params(KVC_LAYOUT_PAGED, nullptr);
+  tiny.memory_limit = 4096;
+  kvt::CachePtr small = kvt::make_cache(ctx.get(), tiny);
+  KVT_CHECK_ERR(kvc_seq_import(small.get(), 0, bytes.data(), bytes.size()), KVC_ERR_OUT_OF_MEMORY);
+  CHECK(kvt::get_stats(small.get()).bytes_used == 0);
+  CHECK(kvt::get_stats(small.get()).sequences == 0);
+  KVT_CHECK_ERR(kvc_seq_import(cache.get(), 0, bytes.data(), bytes.size()), KVC_ERR_ALREADY_EXISTS);
+
+  // Calls misused.
+  size_t written = 0;
+  std::vector<uint8_t> short_buffer(bytes.size() - 1, 0xAB);
+  KVT_CHECK_ERR(kvc_seq_export(cache.get(), 0, short_buffer.data(), short_buffer.size(), &written),
+                KVC_ERR_INVALID_ARGUMENT);
+  CHECK(std::all_of(short_buffer.begin(), short_buffer.end(), [](uint8_t b) { return b == 0xAB; }));
+  KVT_CHECK_ERR(kvc_seq_export(cache.get(), 9, short_buffer.data(), short_buffer.size(), &written),
+                KVC_ERR_NOT_FOUND);
+  KVT_CHECK_ERR(kvc_seq_export_size(cache.get(), 0, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_seq_import(cache.get(), 1, nullptr, 10), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_seq_import(nullptr, 1, bytes.data(), bytes.size()), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_seq_import_file(cache.get(), 1, "/nonexistent/kvc.seq"), KVC_ERR_NOT_FOUND);
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  KVT_CHECK_ERR(kvc_seq_import_file(cache.get(), 1, folder.c_str()), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_seq_export_file(cache.get(), 0, "/nonexistent/dir/kvc.seq"), KVC_ERR_IO);
+  KVT_CHECK_ERR(kvc_seq_export_file(cache.get(), 0, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
 }

@@ -38,6 +38,7 @@ const char* kvc_status_code_name(kvc_status_code code) {
     case KVC_ERR_UNSUPPORTED: return "UNSUPPORTED";
     case KVC_ERR_NO_DEVICE: return "NO_DEVICE";
     case KVC_ERR_INTERNAL: return "INTERNAL";
+    case KVC_ERR_IO: return "IO";
   }
   return "UNKNOWN";
 }

@@ -16,6 +16,7 @@
 #include "head_store.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
+#include "sequence_image.hpp"
 
 namespace kvc {
 
@@ -40,6 +41,10 @@ class Cache {
   void fork_sequence(int32_t source_id, int32_t target_id);
   // Drops the stored tokens at positions in [first, end) on every layer and head.
   void remove_positions(int32_t seq_id, int32_t first, int32_t end);
+  // Everything stored for a sequence, and a new sequence made from such an image (converted
+  // to this cache's dtype where that is exact; all or nothing).
+  SequenceImage export_sequence(int32_t seq_id);
+  void import_sequence(int32_t seq_id, SequenceImage image);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }

@@ -121,6 +121,11 @@ class HeadStore {
   void set_effective_budget(int32_t budget) { effective_budget_ = budget; }
   // Takes `n` tokens off the count of those ever appended (they were removed, not evicted).
   void forget(int32_t n) { seen_ -= n; }
+  // An imported head's counters.
+  void restore_counters(int64_t seen, int32_t effective_budget) {
+    seen_ = seen;
+    effective_budget_ = effective_budget;
+  }
 
   // Keeps the first `new_length` tokens; paged blocks left empty go back to the pool.
   void truncate(int32_t new_length, BlockPool& pool, const Geometry& g);

@@ -84,7 +84,7 @@ void check_plugin_call(int32_t code, const kvc_plugin_error& error, const std::s
   if (code == KVC_OK) return;
   std::string message(error.message, strnlen(error.message, sizeof(error.message)));
   auto status = static_cast<kvc_status_code>(code);
-  if (code < KVC_OK || code > KVC_ERR_INTERNAL) status = KVC_ERR_PLUGIN;
+  if (code < KVC_OK || code > KVC_ERR_IO) status = KVC_ERR_PLUGIN;
   throw Error(status, who + " " + what + ": " + message);
 }
 

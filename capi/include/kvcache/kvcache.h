@@ -55,7 +55,8 @@ typedef enum kvc_status_code {
   KVC_ERR_PLUGIN = 6,           /**< a plugin that cannot be loaded, or that reported an error */
   KVC_ERR_UNSUPPORTED = 7,      /**< a valid request this build or backend cannot serve */
   KVC_ERR_NO_DEVICE = 8,        /**< the backend's device is absent */
-  KVC_ERR_INTERNAL = 9          /**< a bug in kvcache; please report it */
+  KVC_ERR_INTERNAL = 9,         /**< a bug in kvcache; please report it */
+  KVC_ERR_IO = 10               /**< a file could not be read or written */
 } kvc_status_code;
 
 /** @brief An error: a code and a message. Opaque. */
@@ -274,6 +275,36 @@ KVC_API kvc_status *kvc_seq_truncate(kvc_cache *cache, int32_t seq_id, int32_t p
  */
 KVC_API kvc_status *kvc_seq_remove_range(kvc_cache *cache, int32_t seq_id, int32_t first,
                                          int32_t end);
+/**
+ * @brief The size in bytes of kvc_seq_export()'s output for the sequence as it is now.
+ */
+KVC_API kvc_status *kvc_seq_export_size(kvc_cache *cache, int32_t seq_id, size_t *out_size);
+/**
+ * @brief Writes everything stored for the sequence (per (layer, KV head) positions, K, V and
+ * statistics, and its compression counters) into @p buffer in the versioned, checksummed,
+ * little-endian format of docs/sequence_format.md. Fails with INVALID_ARGUMENT, writing
+ * nothing, when @p capacity is smaller than kvc_seq_export_size(); stores the bytes written
+ * in @p out_written.
+ */
+KVC_API kvc_status *kvc_seq_export(kvc_cache *cache, int32_t seq_id, void *buffer,
+                                   size_t capacity, size_t *out_written);
+/**
+ * @brief Creates sequence @p seq_id from bytes of kvc_seq_export(), from this or another
+ * cache or process. The shape (layers, KV heads, query heads, head_dim) must match; storage
+ * of another dtype is converted where that is exact (f16 or bf16 into an f32 cache) and
+ * refused otherwise (UNSUPPORTED, saying why); the layout may differ. A cache whose policy
+ * reads a statistic the bytes lack refuses them (UNSUPPORTED). Truncated, corrupted or
+ * inconsistent bytes are INVALID_ARGUMENT naming what is wrong; the memory limit applies all
+ * or nothing (OUT_OF_MEMORY). On any error no sequence is created. Waits for calls on other
+ * sequences of the cache to finish.
+ */
+KVC_API kvc_status *kvc_seq_import(kvc_cache *cache, int32_t seq_id, const void *data,
+                                   size_t size);
+/** @brief kvc_seq_export() into the file at @p path (UTF-8), replaced atomically: a failed
+ * write (KVC_ERR_IO) leaves any earlier file as it was. */
+KVC_API kvc_status *kvc_seq_export_file(kvc_cache *cache, int32_t seq_id, const char *path);
+/** @brief kvc_seq_import() from the file at @p path (NOT_FOUND when it does not exist). */
+KVC_API kvc_status *kvc_seq_import_file(kvc_cache *cache, int32_t seq_id, const char *path);
 /** @brief Number of tokens stored for (sequence, layer, KV head). */
 KVC_API kvc_status *kvc_seq_length(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                    int32_t kv_head, int32_t *out_length);

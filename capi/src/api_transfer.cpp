@@ -1,0 +1,110 @@
+// Export and import of one sequence: to and from a caller's buffer, and files.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "handles.hpp"
+#include "sequence_image.hpp"
+
+namespace {
+
+kvc::Error io_error(const std::string& what, const std::string& path) {
+  return kvc::Error(KVC_ERR_IO, what + " '" + path + "': " + std::strerror(errno));
+}
+
+std::vector<uint8_t> encoded(kvc::Cache& cache, int32_t seq_id) {
+  const kvc::SequenceImage image = cache.export_sequence(seq_id);
+  std::vector<uint8_t> bytes(kvc::encoded_size(image));
+  kvc::encode(image, bytes.data(), bytes.size());
+  return bytes;
+}
+
+}  // namespace
+
+extern "C" {
+
+kvc_status* kvc_seq_export_size(kvc_cache* cache, int32_t seq_id, size_t* out_size) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_size != nullptr, "out_size is NULL");
+    *out_size = kvc::encoded_size(cache->impl->export_sequence(seq_id));
+  });
+}
+
+kvc_status* kvc_seq_export(kvc_cache* cache, int32_t seq_id, void* buffer, size_t capacity,
+                           size_t* out_written) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_written != nullptr, "out_written is NULL");
+    kvc::require(buffer != nullptr || capacity == 0, "buffer is NULL");
+    const kvc::SequenceImage image = cache->impl->export_sequence(seq_id);
+    const size_t size = kvc::encoded_size(image);
+    if (capacity < size) {
+      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, "export: the buffer holds " +
+                                                     std::to_string(capacity) + " bytes, " +
+                                                     std::to_string(size) + " are needed");
+    }
+    kvc::encode(image, static_cast<uint8_t*>(buffer), capacity);
+    *out_written = size;
+  });
+}
+
+kvc_status* kvc_seq_import(kvc_cache* cache, int32_t seq_id, const void* data, size_t size) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(data != nullptr || size == 0, "data is NULL");
+    cache->impl->import_sequence(seq_id, kvc::decode(static_cast<const uint8_t*>(data), size));
+  });
+}
+
+kvc_status* kvc_seq_export_file(kvc_cache* cache, int32_t seq_id, const char* path) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
+    const std::vector<uint8_t> bytes = encoded(*cache->impl, seq_id);
+    const std::string target(path);
+    const std::string temporary = target + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      if (!out) throw io_error("export: cannot create", temporary);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      out.flush();
+      if (!out) {
+        std::remove(temporary.c_str());
+        throw io_error("export: cannot write", temporary);
+      }
+    }
+    if (std::rename(temporary.c_str(), target.c_str()) != 0) {
+      const kvc::Error error = io_error("export: cannot replace", target);
+      std::remove(temporary.c_str());
+      throw error;
+    }
+  });
+}
+
+kvc_status* kvc_seq_import_file(kvc_cache* cache, int32_t seq_id, const char* path) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, std::string("import: '") + path + "' is a folder");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      throw kvc::Error(errno == ENOENT ? KVC_ERR_NOT_FOUND : KVC_ERR_IO,
+                       std::string("import: cannot open '") + path + "': " + std::strerror(errno));
+    }
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
+    if (in.bad()) throw io_error("import: cannot read", path);
+    cache->impl->import_sequence(seq_id, kvc::decode(bytes.data(), bytes.size()));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,151 @@
+// Export and import of one sequence as a SequenceImage (the format is sequence_image.cpp's).
+#include <mutex>
+
+#include "cache.hpp"
+#include "dtype.hpp"
+#include "error.hpp"
+
+namespace kvc {
+namespace {
+
+const char* stat_name(kvc_stat_flags stat) {
+  switch (stat) {
+    case KVC_STAT_ATTN_SUM: return "attn_sum";
+    case KVC_STAT_ATTN_LAST: return "attn_last";
+    case KVC_STAT_ATTN_WINDOW: return "attn_window";
+    default: return "keys";
+  }
+}
+
+}  // namespace
+
+SequenceImage Cache::export_sequence(int32_t seq_id) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const Sequence& sequence = find(seq_id);
+  SequenceImage image;
+  image.layers = config_.layers;
+  image.kv_heads = config_.kv_heads;
+  image.q_heads = config_.q_heads;
+  image.head_dim = config_.head_dim;
+  image.dtype = config_.dtype;
+  image.layout = config_.layout;
+  image.stats = geometry_.stats;
+  image.heads.resize(sequence.heads.size());
+  for (const TriggerState& t : sequence.triggers) {
+    image.triggers.push_back(LayerTriggers{t.decode_steps, t.prefill_pending});
+  }
+
+  // Positions and statistics in one batched read, then K and V segment by segment.
+  std::vector<std::vector<kvc_segment>> segments(sequence.heads.size());
+  std::vector<kvc_read_tokens_job> reads;
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    const HeadStore& head = sequence.heads[i];
+    HeadImage& out = image.heads[i];
+    const size_t n = static_cast<size_t>(head.length());
+    out.seen = head.seen();
+    out.effective_budget = head.effective_budget();
+    out.positions.resize(n);
+    out.k.resize(n * geometry_.row_bytes);
+    out.v.resize(n * geometry_.row_bytes);
+    head.gather(segments[i], geometry_);
+    kvc_read_tokens_job job{};
+    job.struct_size = sizeof(job);
+    job.n_segments = static_cast<int32_t>(segments[i].size());
+    job.segments = segments[i].data();
+    job.stats = head.stats(geometry_);
+    job.out_pos = out.positions.data();
+    float** outs[] = {&job.out_attn_sum, &job.out_attn_last, &job.out_attn_window};
+    for (size_t s = 0; s < std::size(kStoredStats); ++s) {
+      if (!(geometry_.stats & kStoredStats[s])) continue;
+      out.stats[s].resize(n);
+      *outs[s] = out.stats[s].data();
+    }
+    if (n > 0) reads.push_back(job);
+  }
+  backend_.read_tokens(reads, nullptr);
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    size_t at = 0;
+    for (const kvc_segment& s : segments[i]) {
+      const size_t bytes = static_cast<size_t>(s.count) * geometry_.row_bytes;
+      backend_.copy(image.heads[i].k.data() + at, s.k, bytes, KVC_COPY_DEVICE_TO_HOST);
+      backend_.copy(image.heads[i].v.data() + at, s.v, bytes, KVC_COPY_DEVICE_TO_HOST);
+      at += bytes;
+    }
+  }
+  return image;
+}
+
+void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
+  if (seq_id < 0) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT, "sequence ids must be >= 0, got " + std::to_string(seq_id));
+  }
+  if (image.layers != config_.layers || image.kv_heads != config_.kv_heads ||
+      image.q_heads != config_.q_heads || image.head_dim != config_.head_dim) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT,
+                "import: the sequence has shape (layers " + std::to_string(image.layers) +
+                    ", kv_heads " + std::to_string(image.kv_heads) + ", q_heads " +
+                    std::to_string(image.q_heads) + ", head_dim " + std::to_string(image.head_dim) +
+                    "), this cache (" + std::to_string(config_.layers) + ", " +
+                    std::to_string(config_.kv_heads) + ", " + std::to_string(config_.q_heads) +
+                    ", " + std::to_string(config_.head_dim) + ")");
+  }
+  for (kvc_stat_flags stat : kStoredStats) {
+    if ((geometry_.stats & stat) && !(image.stats & stat)) {
+      throw Error(KVC_ERR_UNSUPPORTED, std::string("import: the sequence carries no ") +
+                                           stat_name(stat) +
+                                           " statistic, which this cache's policy reads");
+    }
+  }
+  convert_storage(image, config_.dtype);
+
+  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
+  if (sequences_.count(seq_id)) {
+    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
+  }
+  auto sequence = std::make_unique<Sequence>();
+  sequence->heads.resize(image.heads.size());
+  for (const LayerTriggers& t : image.triggers) {
+    sequence->triggers.push_back(TriggerState{t.decode_steps, t.prefill_pending});
+  }
+  std::vector<HeadStore*> stores;
+  std::vector<int32_t> lengths;
+  for (size_t i = 0; i < image.heads.size(); ++i) {
+    stores.push_back(&sequence->heads[i]);
+    lengths.push_back(static_cast<int32_t>(image.heads[i].positions.size()));
+  }
+  ensure_room(stores, lengths, true);  // all or nothing, exactly the size needed
+  try {
+    std::vector<kvc_append_job> jobs;
+    for (size_t i = 0; i < image.heads.size(); ++i) {
+      const HeadImage& head = image.heads[i];
+      if (head.positions.empty()) continue;
+      AppendSource source{head.k.data(), head.v.data(), static_cast<size_t>(config_.head_dim),
+                          static_cast<size_t>(config_.head_dim), dtype_size(config_.dtype),
+                          config_.dtype, KVC_DEVICE_HOST, head.positions.data()};
+      stores[i]->plan_append(lengths[i], source, geometry_, jobs);
+    }
+    backend_.append(jobs, nullptr);
+    for (size_t i = 0; i < image.heads.size(); ++i) {
+      const kvc_head_stats stats = stores[i]->stats(geometry_);
+      float* targets[] = {stats.attn_sum, stats.attn_last, stats.attn_window};
+      for (size_t s = 0; s < std::size(kStoredStats); ++s) {
+        if (!targets[s] || lengths[i] == 0) continue;
+        backend_.copy(targets[s], image.heads[i].stats[s].data(),
+                      sizeof(float) * static_cast<size_t>(lengths[i]), KVC_COPY_HOST_TO_DEVICE);
+      }
+    }
+  } catch (...) {
+    for (HeadStore* store : stores) store->release_all(pool_, geometry_);
+    throw;
+  }
+  uint64_t tokens = 0;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    stores[i]->commit_append(lengths[i], geometry_);
+    stores[i]->restore_counters(image.heads[i].seen, image.heads[i].effective_budget);
+    tokens += static_cast<uint64_t>(lengths[i]);
+  }
+  sequences_.emplace(seq_id, std::move(sequence));
+  tokens_stored_ += tokens;
+}
+
+}  // namespace kvc
