@@ -21,7 +21,7 @@
 static const char usage[] =
     "usage: kvc-llama eval --model FILE [--tokenizer FILE] (--text FILE | --token-ids FILE)\n"
     "                      [--windows N] [--prompt P] [--policies a,b,...]\n"
-    "                      [--budgets r1,r2,...] [--chunk N] [--skip-decode]\n"
+    "                      [--budgets r1,r2,...] [--chunk N] [--skip-decode | --skip-prefill]\n"
     "                      [--csv FILE] [--markdown FILE]\n"
     "\n"
     "Quality of every eviction policy at every budget, against the full cache. The text\n"
@@ -56,6 +56,7 @@ static const char usage[] =
     "  --windows N        windows to average over (default 4)\n"
     "  --prompt P         prompt positions in (b) (default: min(context, 512) - 64)\n"
     "  --skip-decode      leave out (a), the slow part with long windows\n"
+    "  --skip-prefill     leave out (b)\n"
     "  --policies LIST    comma-separated policy plugins (default: full,window,streaming,\n"
     "                     h2o,tova,snapkv,pyramidkv,adakv,knorm,keydiff,random)\n"
     "  --budgets LIST     comma-separated budget ratios in (0, 1] (default 0.125,0.25,0.5)\n"
@@ -98,7 +99,7 @@ typedef struct eval_state {
   kvl_model *model;
   kvl_tokenizer *tokenizer;
   kvc_context *context;
-  int32_t vocab, n_windows, window, prompt, chunk, skip_decode;
+  int32_t vocab, n_windows, window, prompt, chunk, skip_decode, skip_prefill;
   int32_t *windows; /* [n_windows, window]: BOS then window - 1 text tokens */
   int32_t *tokens, *positions, *n_tokens, *seq_ids; /* one step's batch */
   float *logits;                                     /* [n_windows, vocab] */
@@ -455,6 +456,7 @@ static void print_tables(FILE *out, const eval_report *r, int markdown) {
     }
     fprintf(out, "\n");
   }
+  if (st->skip_prefill) return;
   if (markdown) {
     fprintf(out,
             "**(b) Continuation NLL (nats)** of the last %d tokens of each window after a "
@@ -523,7 +525,7 @@ static void print_differences(FILE *out, const eval_report *r, int markdown) {
   const eval_state *st = r->st;
   char label[32];
   int p, b, mode;
-  for (mode = st->skip_decode ? 1 : 0; mode < 3; ++mode) {
+  for (mode = st->skip_decode ? 1 : 0; mode < (st->skip_prefill ? 1 : 3); ++mode) {
     const eval_result *full = mode == 0 ? &r->full_decode : &r->full_prompt;
     if (mode == 2) continue; /* printed with per_chunk */
     if (markdown) {
@@ -588,6 +590,7 @@ static void print_summary(FILE *out, const eval_report *r, int values) {
   const eval_state *st = r->st;
   const int streaming = find_policy(r, "streaming"), random_ = find_policy(r, "random");
   int b, mode;
+  if (st->skip_prefill) return;
   if (!values) fprintf(out, "\nsummary (continuation NLL increase over the full cache):\n");
   for (b = 0; b < r->n_budgets; ++b) {
     for (mode = 1; mode < 3; ++mode) {
@@ -659,7 +662,8 @@ static void print_summary(FILE *out, const eval_report *r, int values) {
 static void print_values(FILE *out, const eval_report *r) {
   int p, b;
   fprintf(out, "windows=%d\nwindow_positions=%d\nscored_tokens=%d\n", (int)r->st->n_windows,
-          (int)r->st->window, (int)(r->st->n_windows * (r->st->window - 1)));
+          (int)r->st->window,
+          r->st->skip_decode ? 0 : (int)(r->st->n_windows * (r->st->window - 1)));
   fprintf(out, "prompt_tokens=%d\ncontinuation_tokens=%d\nchunk=%d\n", (int)r->st->prompt,
           EVAL_CONTINUATION, (int)r->st->chunk);
   fprintf(out, "full_cache.ppl=%.4f\nfull_cache.nll=%.6f\nfull_cache.cont_nll=%.6f\n",
@@ -735,7 +739,7 @@ int kvl_cmd_eval(int argc, char **argv) {
   const char *windows_text = NULL, *policies_text = NULL, *budgets_text = NULL;
   const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL, *ids_path = NULL;
   const char *prompt_text = NULL;
-  int skip_decode = 0;
+  int skip_decode = 0, skip_prefill = 0;
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},       {"--tokenizer", &tokenizer_path, NULL},
       {"--text", &text_path, NULL},         {"--token-ids", &ids_path, NULL},
@@ -743,6 +747,7 @@ int kvl_cmd_eval(int argc, char **argv) {
       {"--policies", &policies_text, NULL}, {"--budgets", &budgets_text, NULL},
       {"--chunk", &chunk_text, NULL},       {"--csv", &csv_path, NULL},
       {"--markdown", &markdown_path, NULL}, {"--skip-decode", NULL, &skip_decode},
+      {"--skip-prefill", NULL, &skip_prefill},
   };
   char *policy_list = NULL, *budget_list = NULL, *text = NULL;
   char *policy_items[EVAL_MAX_POLICIES], *budget_items[EVAL_MAX_BUDGETS];
@@ -872,6 +877,11 @@ int kvl_cmd_eval(int argc, char **argv) {
   st.n_windows = n_windows;
   st.chunk = chunk;
   st.skip_decode = skip_decode;
+  st.skip_prefill = skip_prefill;
+  if (skip_decode && skip_prefill) {
+    rc = kvl_cli_usage_error(argv[0], usage, "--skip-decode and --skip-prefill leave nothing");
+    goto done;
+  }
   if (text != NULL) {
     text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
     if (text_tokens != NULL) {
@@ -931,10 +941,10 @@ int kvl_cmd_eval(int argc, char **argv) {
 
   /* The full cache: no policy. Per_chunk and once are the same procedure without one. */
   memset(&setup, 0, sizeof setup);
-  report.full_decode.nll = NAN;
+  report.full_decode.nll = report.full_prompt.nll = NAN;
   t_run = kvl_cli_now();
   if ((!st.skip_decode && run_decode(&st, &setup, &report.full_decode) != 0) ||
-      run_prefill(&st, &setup, &report.full_prompt) != 0) {
+      (!st.skip_prefill && run_prefill(&st, &setup, &report.full_prompt) != 0)) {
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
@@ -947,7 +957,7 @@ int kvl_cmd_eval(int argc, char **argv) {
       eval_row *row = &rows[p * n_budgets + b];
       long rounded;
       char label[32];
-      row->decode.nll = NAN;
+      row->decode.nll = row->per_chunk.nll = row->once.nll = NAN;
       row->policy = policies[p];
       row->ratio = ratios[b];
       rounded = lround(ratios[b] * st.window);
@@ -978,12 +988,12 @@ int kvl_cmd_eval(int argc, char **argv) {
       setup.recent = row->explicit_prompt ? row->recent_prompt : -1;
       setup.decode_every = 0;
       setup.prefill = KVC_PREFILL_PER_CHUNK;
-      if (run_prefill(&st, &setup, &row->per_chunk) != 0) {
+      if (!st.skip_prefill && run_prefill(&st, &setup, &row->per_chunk) != 0) {
         rc = KVL_EXIT_FAILURE;
         goto done;
       }
       setup.prefill = KVC_PREFILL_ONCE;
-      if (run_prefill(&st, &setup, &row->once) != 0) {
+      if (!st.skip_prefill && run_prefill(&st, &setup, &row->once) != 0) {
         rc = KVL_EXIT_FAILURE;
         goto done;
       }
