@@ -498,3 +498,50 @@ TEST_CASE("sequences: bad export bytes and refused imports are clear errors that
   KVT_CHECK_ERR(kvc_seq_export_file(cache.get(), 0, nullptr), KVC_ERR_INVALID_ARGUMENT);
   CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
 }
+
+TEST_CASE("sequences: the contiguous layout gives back capacity a truncation leaves unused") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_CONTIGUOUS, nullptr));
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(23);
+  feed(cache.get(), 0, random_chunk(rng, range(0, 64)));
+  const size_t token_bytes = 2 * kHeadDim * 2 + sizeof(int32_t);
+  const size_t heads = kLayers * kKvHeads;
+  CHECK(kvt::get_stats(cache.get()).bytes_used == heads * 64 * token_bytes);
+  // 20 of 64 is more than a quarter: kept. 10 is less: shrunk to twice that.
+  KVT_CHECK_OK(kvc_seq_truncate(cache.get(), 0, 20));
+  CHECK(kvt::get_stats(cache.get()).bytes_used == heads * 64 * token_bytes);
+  KVT_CHECK_OK(kvc_seq_truncate(cache.get(), 0, 10));
+  CHECK(kvt::get_stats(cache.get()).bytes_used == heads * 20 * token_bytes);
+  const Chunk next = random_chunk(rng, range(10, 14));
+  kvt::CachePtr fresh = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_CONTIGUOUS, nullptr));
+  REQUIRE(kvc_seq_create(fresh.get(), 0) == nullptr);
+  std::mt19937 same(23);
+  const Chunk first = random_chunk(same, range(0, 64));
+  Chunk ten = first;
+  ten.pos.resize(10);
+  ten.q.resize(10 * kQHeads * kHeadDim);
+  ten.k.resize(10 * kKvHeads * kHeadDim);
+  ten.v.resize(ten.k.size());
+  feed(fresh.get(), 0, ten);
+  CHECK(feed(cache.get(), 0, next) == feed(fresh.get(), 0, next));
+}
+
+TEST_CASE("sequences: the peak estimate follows compaction's shrinking (contiguous, once)") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = params(KVC_LAYOUT_CONTIGUOUS, "h2o");
+  p.budget = 32;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  size_t estimate = 0;
+  KVT_CHECK_OK(kvc_cache_estimate_peak_bytes(cache.get(), 256, 64, 8, &estimate));
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(29);
+  for (int32_t start = 0; start < 256; start += 64) feed(cache.get(), 0, random_chunk(rng, range(start, start + 64)));
+  for (int32_t step = 0; step < 8; ++step) feed(cache.get(), 0, random_chunk(rng, {256 + step}));
+  const kvc_cache_stats stats = kvt::get_stats(cache.get());
+  CHECK(kvt::seq_length(cache.get(), 0, 1, 1) == 32 + 8);
+  CHECK(stats.bytes_peak == estimate);
+  // The compaction to 32 of 256 shrank the segments.
+  CHECK(stats.bytes_used < estimate / 4);
+}

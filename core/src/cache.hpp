@@ -110,6 +110,10 @@ class Cache {
   // Gives each written segment that other sequences share a private copy; all memory is
   // taken first, so an OUT_OF_MEMORY changes nothing.
   void unshare_slots(const std::vector<SlotWrite>& writes);
+  // Shrinks the contiguous segments and statistics arrays that compaction or truncation left
+  // mostly empty (the schedule's rule). Best effort: when the memory for the smaller copies is
+  // not there, or a copy fails, the stores keep their capacity (logged).
+  void release_unused_capacity(const std::vector<HeadStore*>& heads);
   int32_t head_budget(const HeadStore& head) const {
     return schedule_.budget(head.seen(), head.effective_budget());
   }

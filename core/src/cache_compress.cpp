@@ -179,6 +179,9 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   }
   const uint64_t evicted = compact_heads(changed, stream);
   tokens_evicted_ += evicted;
+  std::vector<HeadStore*> compacted;
+  for (auto& entry : changed) compacted.push_back(entry.first);
+  release_unused_capacity(compacted);
   for (LayerSelection& sel : selections) {
     for (int32_t h = 0; h < heads; ++h) {
       store(*sel.sequence, sel.layer, h).set_effective_budget(sel.budgets[static_cast<size_t>(h)]);

@@ -18,15 +18,16 @@ class HeadModel {
 
   void store(int32_t tokens) {
     const size_t before = held_bytes();
+    size_t peak = 0;
     if (schedule_.before_store(triggers_, tokens)) {
-      compress();
+      peak = compress();
       triggers_.prefill_pending = false;
     }
-    const size_t peak = grow(tokens);
+    peak = std::max(peak, grow(tokens));
     length_ += tokens;
     seen_ += tokens;
     auto excess = [&] { return length_ - int64_t{schedule_.budget(seen_, -1)}; };
-    if (schedule_.after_attend(triggers_, tokens, excess)) compress();
+    if (schedule_.after_attend(triggers_, tokens, excess)) peak = std::max(peak, compress());
     const size_t after = held_bytes();
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
@@ -34,8 +35,26 @@ class HeadModel {
   size_t peak_bytes() const { return peak_bytes_; }
 
  private:
-  void compress() {
-    length_ = schedule_.kept(static_cast<int32_t>(length_), schedule_.budget(seen_, -1));
+  // Compresses as the cache does, then shrinks what the compaction left mostly empty; returns
+  // the bytes held at the peak (old and new arrays together while a shrink copies).
+  size_t compress() {
+    const int32_t kept = schedule_.kept(static_cast<int32_t>(length_), schedule_.budget(seen_, -1));
+    if (kept == length_) return held_bytes();
+    length_ = kept;
+    size_t transient = 0;
+    if (g_.layout == KVC_LAYOUT_CONTIGUOUS) {
+      if (int32_t shrunk = schedule_.shrunk_capacity(capacity_, kept)) {
+        transient += g_.bytes_for(capacity_);
+        capacity_ = shrunk;
+      }
+    }
+    if (g_.stat_count() > 0) {
+      if (int32_t shrunk = schedule_.shrunk_capacity(stats_capacity_, kept)) {
+        transient += g_.stats_bytes_for(stats_capacity_);
+        stats_capacity_ = shrunk;
+      }
+    }
+    return held_bytes() + transient;
   }
   // Paged: whole blocks. Contiguous: the capacity, which compaction keeps. Plus statistics.
   size_t held_bytes() const {

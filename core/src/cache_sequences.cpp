@@ -92,13 +92,62 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     }
   }
   compact_heads(compactions, nullptr);
+  std::vector<HeadStore*> changed;
+  for (auto& entry : compactions) changed.push_back(entry.first);
   for (auto& [head, n_keep] : truncations) {
     tokens_stored_ -= static_cast<uint64_t>(head->length() - n_keep);
     head->truncate(n_keep, pool_, geometry_);
+    changed.push_back(head);
   }
+  release_unused_capacity(changed);
   // The removed tokens are as if never appended: ratio budgets follow what is left.
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     sequence.heads[i].forget(static_cast<int32_t>(positions[i].size() - kept[i].size()));
+  }
+}
+
+void Cache::release_unused_capacity(const std::vector<HeadStore*>& heads) {
+  struct Shrink {
+    HeadStore* head;
+    int32_t segment;  // new capacity, 0: keep
+    int32_t stats;
+  };
+  std::vector<Shrink> shrinks;
+  std::vector<size_t> sizes;
+  for (HeadStore* head : heads) {
+    Shrink s{head, 0, 0};
+    if (geometry_.layout == KVC_LAYOUT_CONTIGUOUS) {
+      s.segment = schedule_.shrunk_capacity(head->segment_capacity(), head->length());
+    }
+    if (geometry_.stat_count() > 0) s.stats = schedule_.shrunk_capacity(head->stats_capacity(), head->length());
+    if (s.segment == 0 && s.stats == 0) continue;
+    if (s.segment > 0) sizes.push_back(geometry_.bytes_for(s.segment));
+    if (s.stats > 0) sizes.push_back(geometry_.stats_bytes_for(s.stats));
+    shrinks.push_back(s);
+  }
+  if (shrinks.empty()) return;
+  std::vector<void*> memory;
+  try {
+    memory = pool_.allocate(sizes);
+  } catch (const Error& e) {
+    context_.logger().log(KVC_LOG_DEBUG, std::string("keeping unused capacity: ") + e.what());
+    return;
+  }
+  size_t next = 0;
+  for (const Shrink& s : shrinks) {
+    try {
+      if (s.segment > 0) {
+        void* target = memory[next++];
+        bytes_copied_ += s.head->move_segment_to(target, s.segment, backend_, pool_, geometry_);
+      }
+      if (s.stats > 0) {
+        void* target = memory[next++];
+        bytes_copied_ += s.head->move_stats_to(target, s.stats, backend_, pool_, geometry_);
+      }
+    } catch (const Error& e) {
+      // The failed move released its own target and left the store as it was.
+      context_.logger().log(KVC_LOG_WARN, std::string("keeping unused capacity: ") + e.what());
+    }
   }
 }
 

@@ -90,6 +90,8 @@ class HeadStore {
   void fork_from(const HeadStore& source, void* stats_memory, Backend& backend, BlockPool& pool,
                  const Geometry& g);
   int32_t stats_capacity() const { return stats_capacity_; }
+  // Contiguous: the segment's capacity (0 before the first token).
+  int32_t segment_capacity() const { return segments_.empty() ? 0 : segments_.front().capacity; }
   // Indices of the segments other stores share that a write to token slots [first, end)
   // would touch.
   std::vector<size_t> shared_segments(int32_t first, int32_t end, const BlockPool& pool) const;

@@ -50,4 +50,13 @@ int32_t Schedule::grown_capacity(int32_t current, int64_t needed, bool exact) co
   return static_cast<int32_t>(std::min<int64_t>(target, INT32_MAX));
 }
 
+int32_t Schedule::shrunk_capacity(int32_t capacity, int32_t length) const {
+  if (capacity <= kMinCapacity) return 0;
+  const double factor = growth_factor_;
+  if (static_cast<double>(length) * factor * factor > static_cast<double>(capacity)) return 0;
+  const double target = std::ceil(static_cast<double>(length) * factor);
+  const int32_t shrunk = std::max(kMinCapacity, static_cast<int32_t>(target));
+  return shrunk < capacity ? shrunk : 0;
+}
+
 }  // namespace kvc

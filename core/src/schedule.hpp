@@ -68,6 +68,10 @@ class Schedule {
   // the growth factor (at least kMinCapacity), or exactly `needed` when `exact`; 0 when
   // they already fit.
   int32_t grown_capacity(int32_t current, int64_t needed, bool exact) const;
+  // The capacity an array of `capacity` holding `length` tokens shrinks to once compaction or
+  // truncation left it at most 1 / factor^2 full (length * factor, at least kMinCapacity), or
+  // 0 to keep it: a shrunk array is 1 / factor full, one growth away from its old size.
+  int32_t shrunk_capacity(int32_t capacity, int32_t length) const;
 
  private:
   // The smallest first allocation, so that one-token appends do not start with a run of
