@@ -1,8 +1,10 @@
 // The header-only C++ RAII wrapper (kvcache.hpp): errors become kvcache::Error with the C code,
-// handles own and release their C objects, and the data path gives the reference's results.
+// handles own and release their C objects, the data path gives the reference's results, and
+// the sequence operations (fork, truncate, remove_range, export/import) behave as in C.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -114,4 +116,140 @@ TEST_CASE("cpp wrapper: a cache round trip against the reference") {
   moved.remove_sequence(4);
   CHECK(moved.stats().sequences == 0);
   CHECK(code_of([&] { moved.remove_sequence(4); }) == KVC_ERR_NOT_FOUND);
+}
+
+namespace {
+
+constexpr int32_t kSeqLayers = 2, kSeqKvHeads = 2, kSeqQHeads = 4, kSeqHeadDim = 8;
+
+kvcache::Cache sequence_cache(kvcache::Context& ctx) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kSeqLayers;
+  p.kv_heads = kSeqKvHeads;
+  p.q_heads = kSeqQHeads;
+  p.head_dim = kSeqHeadDim;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  return kvcache::Cache(ctx, p);
+}
+
+// append_attend of random tokens at `positions` on every layer; all layers' outputs.
+std::vector<float> feed(kvcache::Cache& cache, int32_t seq, const std::vector<int32_t>& positions,
+                        uint32_t seed) {
+  const int32_t n = static_cast<int32_t>(positions.size());
+  kvc_batch b;
+  kvc_batch_init(&b, 1, &seq, &n, positions.data());
+  ref::Rng rng(seed);
+  std::vector<float> all;
+  for (int32_t layer = 0; layer < kSeqLayers; ++layer) {
+    std::vector<float> k = rng.vec(n * kSeqKvHeads * kSeqHeadDim), v = rng.vec(k.size());
+    std::vector<float> q = rng.vec(n * kSeqQHeads * kSeqHeadDim), out(q.size());
+    const kvc_tensor kt{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    const kvc_tensor vt{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    const kvc_tensor qt{q.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    kvc_tensor_mut ot{out.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    cache.append_attend(layer, b, qt, kt, vt, ot);
+    all.insert(all.end(), out.begin(), out.end());
+  }
+  return all;
+}
+
+std::vector<int32_t> positions(int32_t first, int32_t end) {
+  std::vector<int32_t> p;
+  for (int32_t i = first; i < end; ++i) p.push_back(i);
+  return p;
+}
+
+// Positions, then K and V values, of every (layer, KV head), read through Cache::view().
+std::vector<float> stored(const kvcache::Cache& cache, int32_t seq) {
+  std::vector<float> all;
+  for (int32_t layer = 0; layer < kSeqLayers; ++layer) {
+    for (int32_t h = 0; h < kSeqKvHeads; ++h) {
+      for (const kvc_segment_view& s : cache.view(seq, layer, h)) {
+        const auto* k = static_cast<const float*>(s.k);
+        const auto* v = static_cast<const float*>(s.v);
+        for (int32_t i = 0; i < s.count; ++i) all.push_back(static_cast<float>(s.pos[i]));
+        all.insert(all.end(), k, k + s.count * kSeqHeadDim);
+        all.insert(all.end(), v, v + s.count * kSeqHeadDim);
+      }
+    }
+  }
+  return all;
+}
+
+std::vector<int32_t> stored_positions(const kvcache::Cache& cache, int32_t seq, int32_t layer,
+                                      int32_t kv_head) {
+  std::vector<int32_t> pos;
+  for (const kvc_segment_view& s : cache.view(seq, layer, kv_head))
+    pos.insert(pos.end(), s.pos, s.pos + s.count);
+  return pos;
+}
+
+}  // namespace
+
+TEST_CASE("cpp wrapper: fork, truncate, remove_range") {
+  kvcache::Context ctx;
+  kvcache::Cache cache = sequence_cache(ctx);
+  cache.create_sequence(0);
+  cache.create_sequence(2);
+  feed(cache, 0, positions(0, 10), 1);
+  feed(cache, 2, positions(0, 10), 1);  // the same prompt, independently
+
+  cache.fork(0, 1);
+  CHECK(cache.stats().bytes_shared > 0);
+  CHECK(stored(cache, 1) == stored(cache, 0));
+  // Divergent tokens: branch 1 gets what independent sequence 2 gets, bit for bit.
+  const std::vector<float> out0 = feed(cache, 0, {10}, 2);
+  const std::vector<float> out1 = feed(cache, 1, {10}, 3);
+  CHECK(feed(cache, 2, {10}, 3) == out1);
+  CHECK(out0 != out1);
+  CHECK(stored(cache, 1) == stored(cache, 2));
+  CHECK(code_of([&] { cache.fork(0, 1); }) == KVC_ERR_ALREADY_EXISTS);
+  CHECK(code_of([&] { cache.fork(9, 3); }) == KVC_ERR_NOT_FOUND);
+
+  cache.truncate(1, 6);
+  CHECK(stored_positions(cache, 1, 1, 1) == positions(0, 6));
+  CHECK(stored_positions(cache, 0, 1, 1) == positions(0, 11));
+  cache.remove_range(1, 2, 4);
+  CHECK(stored_positions(cache, 1, 0, 0) == std::vector<int32_t>{0, 1, 4, 5});
+  CHECK(cache.length(1, 0, 1) == 4);
+}
+
+TEST_CASE("cpp wrapper: export and import, through bytes and a file") {
+  kvcache::Context ctx;
+  kvcache::Cache cache = sequence_cache(ctx);
+  kvcache::Cache other = sequence_cache(ctx);
+  cache.create_sequence(0);
+  feed(cache, 0, positions(0, 9), 4);
+
+  const std::vector<uint8_t> bytes = cache.export_sequence(0);
+  CHECK(!bytes.empty());
+  cache.import_sequence(5, bytes);
+  other.import_sequence(0, bytes.data(), bytes.size());
+  CHECK(stored(cache, 5) == stored(cache, 0));
+  CHECK(stored(other, 0) == stored(cache, 0));
+  CHECK(stored_positions(other, 0, 1, 0) == positions(0, 9));
+  // The same next token gives the same outputs in the original and both imports.
+  const std::vector<float> expected = feed(cache, 0, {9}, 5);
+  CHECK(feed(cache, 5, {9}, 5) == expected);
+  CHECK(feed(other, 0, {9}, 5) == expected);
+
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "kvc_test_cpp_wrapper.kvcseq").string();
+  cache.export_file(0, path);
+  other.import_file(1, path);
+  std::filesystem::remove(path);
+  CHECK(stored(other, 1) == stored(cache, 0));
+
+  // Errors carry the C status code; a failed import creates no sequence.
+  std::vector<uint8_t> corrupt = bytes;
+  corrupt[corrupt.size() / 2] ^= 0x40;
+  CHECK(code_of([&] { cache.import_sequence(6, corrupt); }) == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(code_of([&] { (void)cache.length(6, 0, 0); }) == KVC_ERR_NOT_FOUND);
+  CHECK(code_of([&] { cache.import_sequence(5, bytes); }) == KVC_ERR_ALREADY_EXISTS);
+  CHECK(code_of([&] { (void)cache.export_sequence(7); }) == KVC_ERR_NOT_FOUND);
+  CHECK(code_of([&] { cache.export_file(0, "/nonexistent/dir/kvc.kvcseq"); }) == KVC_ERR_IO);
+  CHECK(code_of([&] { cache.import_file(6, "/nonexistent/kvc.kvcseq"); }) == KVC_ERR_NOT_FOUND);
+  CHECK(cache.stats().sequences == 2);
 }

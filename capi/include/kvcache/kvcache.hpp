@@ -104,6 +104,52 @@ class Cache {
   void remove_sequence(int32_t seq_id) { check(kvc_seq_remove(get(), seq_id)); }
   /** @brief See kvc_seq_reserve(). */
   void reserve(int32_t seq_id, int32_t tokens) { check(kvc_seq_reserve(get(), seq_id, tokens)); }
+  /** @brief See kvc_seq_fork(): @p dst_seq_id shares the K/V blocks of @p src_seq_id. */
+  void fork(int32_t src_seq_id, int32_t dst_seq_id) {
+    check(kvc_seq_fork(get(), src_seq_id, dst_seq_id));
+  }
+  /** @brief See kvc_seq_truncate(): drops the tokens at positions >= @p position. */
+  void truncate(int32_t seq_id, int32_t position) {
+    check(kvc_seq_truncate(get(), seq_id, position));
+  }
+  /** @brief See kvc_seq_remove_range(): drops the tokens at positions in [first, end). */
+  void remove_range(int32_t seq_id, int32_t first, int32_t end) {
+    check(kvc_seq_remove_range(get(), seq_id, first, end));
+  }
+  /** @brief kvc_seq_export_size() then kvc_seq_export(): the sequence's bytes. */
+  std::vector<uint8_t> export_sequence(int32_t seq_id) {
+    size_t size = 0;
+    check(kvc_seq_export_size(get(), seq_id, &size));
+    std::vector<uint8_t> bytes(size);
+    size_t written = 0;
+    check(kvc_seq_export(get(), seq_id, bytes.data(), bytes.size(), &written));
+    bytes.resize(written);
+    return bytes;
+  }
+  /** @brief See kvc_seq_import(): creates @p seq_id from @p size bytes of an export. */
+  void import_sequence(int32_t seq_id, const void* data, size_t size) {
+    check(kvc_seq_import(get(), seq_id, data, size));
+  }
+  /** @brief See kvc_seq_import(): creates @p seq_id from the bytes of export_sequence(). */
+  void import_sequence(int32_t seq_id, const std::vector<uint8_t>& bytes) {
+    import_sequence(seq_id, bytes.data(), bytes.size());
+  }
+  /** @brief See kvc_seq_export_file(). */
+  void export_file(int32_t seq_id, const std::string& path) {
+    check(kvc_seq_export_file(get(), seq_id, path.c_str()));
+  }
+  /** @brief See kvc_seq_import_file(). */
+  void import_file(int32_t seq_id, const std::string& path) {
+    check(kvc_seq_import_file(get(), seq_id, path.c_str()));
+  }
+  /** @brief See kvc_seq_view(): the stored segments of (sequence, layer, KV head). */
+  std::vector<kvc_segment_view> view(int32_t seq_id, int32_t layer, int32_t kv_head) const {
+    size_t count = 0;
+    check(kvc_seq_view(get(), seq_id, layer, kv_head, nullptr, 0, &count));
+    std::vector<kvc_segment_view> views(count);
+    check(kvc_seq_view(get(), seq_id, layer, kv_head, views.data(), views.size(), &count));
+    return views;
+  }
   /** @brief See kvc_seq_length(). */
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
     int32_t n = 0;
@@ -125,7 +171,7 @@ class Cache {
                      const kvc_attention_params* params = nullptr) {
     check(kvc_append_attend(get(), layer, &batch, &q, &k, &v, params, &out));
   }
-  /** @brief See kvc_cache_get_stats(). */
+  /** @brief See kvc_cache_get_stats() (bytes_shared: blocks several forked sequences hold). */
   kvc_cache_stats stats() const {
     kvc_cache_stats s;
     kvc_cache_stats_init(&s);
