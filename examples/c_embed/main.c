@@ -9,7 +9,9 @@
  *      2 KV heads (GQA), head_dim 64, f16 storage, paged blocks, a 512 KiB memory limit;
  *   2. three sequences, prefilled in one batch with prompts of different lengths;
  *   3. a few decode steps, one token per sequence per step (kvc_append_attend);
- *   4. a request that does not fit: OUT_OF_MEMORY, handled, and nothing changed.
+ *   4. a request that does not fit: OUT_OF_MEMORY, handled, and nothing changed;
+ *   5. sequence operations: a fork for two sampled continuations of one prompt, a truncate
+ *      that rolls back rejected speculative tokens, and an export/import round trip.
  *
  * Build: part of the kvcache build (build/release/bin/kvc-c-demo), or on its own against an
  * installed kvcache with this folder's CMakeLists.txt, or
@@ -143,6 +145,8 @@ static void print_stats(const char *title, const kvc_cache *cache) {
   printf("  blocks : %zu used, %zu free under the limit\n", s.blocks_used, s.blocks_free);
   printf("  tokens : %llu stored (summed over sequence x layer x KV head), %d sequences\n",
          (unsigned long long)s.tokens_stored, (int)s.sequences);
+  printf("  shared : %7.1f KiB of the used memory held by more than one sequence (forks)\n",
+         (double)s.bytes_shared / 1024.0);
 }
 
 static void print_lengths(const kvc_cache *cache, const int32_t *seq_ids, int n) {
@@ -160,6 +164,88 @@ static void print_lengths(const kvc_cache *cache, const int32_t *seq_ids, int n)
 static void print_out(const char *label, int32_t seq, int32_t pos, const float *row) {
   printf("  %s seq %d pos %3d: out[head 0][0..3] = %+.4f %+.4f %+.4f %+.4f\n", label, (int)seq,
          (int)pos, row[0], row[1], row[2], row[3]);
+}
+
+/* ----------------------------------------------------- sequence operations */
+
+/* 5a. Two sampled continuations of one prompt: fork the prompt's sequence after prefill.
+ *     The fork shares every K/V block of the prompt (no copy, nothing more counted against
+ *     the limit); a block is copied only when a branch writes into it. Both branches then
+ *     decode in one batch, each with its own tokens (here: Q/K/V seeded by the sequence id,
+ *     as if each had sampled another token). Returns the branches' length. */
+static int32_t fork_continuations(kvc_cache *cache, int32_t prompt_seq, int32_t branch_seq,
+                                  int32_t length) {
+  int32_t ids[2], n_tokens[2] = {1, 1}, positions[2];
+  float out[2 * Q_HEADS * HEAD_DIM];
+  int step;
+
+  ids[0] = prompt_seq;
+  ids[1] = branch_seq;
+  check(kvc_seq_fork(cache, prompt_seq, branch_seq), "kvc_seq_fork");
+  printf("\nfork: seq %d = a fork of seq %d (%d tokens), sharing its blocks\n", (int)branch_seq,
+         (int)prompt_seq, (int)length);
+  print_stats("stats after the fork:", cache);
+  printf("decode: %d steps of both branches in one batch, each its own token\n", DECODE_STEPS);
+  for (step = 0; step < DECODE_STEPS; ++step, ++length) {
+    positions[0] = positions[1] = length;
+    check(forward(cache, 2, ids, n_tokens, positions, out), "decode both branches");
+  }
+  print_out("last step,", ids[0], length - 1, out);
+  print_out("last step,", ids[1], length - 1, out + Q_HEADS * HEAD_DIM);
+  print_lengths(cache, ids, 2);
+  print_stats("stats after the divergent decode:", cache);
+  return length;
+}
+
+/* 5b. Speculative decoding: a draft model proposed DRAFT tokens, the engine verified them in
+ *     one chunk, and the target model accepted only the first. The rejected tokens' K/V are
+ *     dropped by position: kvc_seq_truncate keeps positions < length + accepted. */
+static void rollback_speculation(kvc_cache *cache, int32_t seq, int32_t length) {
+  enum { DRAFT = 4, ACCEPTED = 1 };
+  int32_t n_tokens = DRAFT, positions[DRAFT], len = 0, t;
+  float *out = xmalloc((size_t)DRAFT * Q_HEADS * HEAD_DIM * sizeof(float));
+
+  for (t = 0; t < DRAFT; ++t) positions[t] = length + t;
+  check(forward(cache, 1, &seq, &n_tokens, positions, out), "verify draft");
+  free(out);
+  check(kvc_seq_length(cache, seq, 0, 0, &len), "kvc_seq_length");
+  printf("\nspeculation: seq %d verified %d draft tokens (now %d tokens), accepted %d\n",
+         (int)seq, DRAFT, (int)len, ACCEPTED);
+  check(kvc_seq_truncate(cache, seq, length + ACCEPTED), "kvc_seq_truncate");
+  check(kvc_seq_length(cache, seq, 0, 0, &len), "kvc_seq_length");
+  printf("  truncate at position %d: seq %d holds %d tokens\n", (int)(length + ACCEPTED),
+         (int)seq, (int)len);
+  if (len != length + ACCEPTED) {
+    fprintf(stderr, "error: expected %d tokens after the truncate\n", (int)(length + ACCEPTED));
+    exit(EXIT_FAILURE);
+  }
+}
+
+/* 5c. Park a sequence: export it into a buffer (the versioned, checksummed format of
+ *     docs/sequence_format.md, which a file or another process can hold too), then import
+ *     it under a new id and check that every (layer, KV head) holds as many tokens. */
+static void export_import(kvc_cache *cache, int32_t seq, int32_t new_seq) {
+  size_t size = 0, written = 0;
+  void *bytes;
+  int layer, head, same = 1;
+
+  check(kvc_seq_export_size(cache, seq, &size), "kvc_seq_export_size");
+  bytes = xmalloc(size);
+  check(kvc_seq_export(cache, seq, bytes, size, &written), "kvc_seq_export");
+  printf("\nexport: seq %d into a %.1f KiB buffer\n", (int)seq, (double)written / 1024.0);
+  check(kvc_seq_import(cache, new_seq, bytes, written), "kvc_seq_import");
+  free(bytes);
+  for (layer = 0; layer < LAYERS; ++layer) {
+    for (head = 0; head < KV_HEADS; ++head) {
+      int32_t a = -1, b = -1;
+      check(kvc_seq_length(cache, seq, layer, head, &a), "kvc_seq_length");
+      check(kvc_seq_length(cache, new_seq, layer, head, &b), "kvc_seq_length");
+      same = same && a == b;
+    }
+  }
+  printf("import: as seq %d; lengths match seq %d on every layer and KV head: %s\n",
+         (int)new_seq, (int)seq, same ? "yes" : "NO");
+  if (!same) exit(EXIT_FAILURE);
 }
 
 /* -------------------------------------------------------------------- main */
@@ -295,6 +381,16 @@ int main(void) {
     free(big_kv);
   }
   print_stats("stats after the refused request:", cache);
+
+  /* 5. Sequence operations: seq 2 as it stands forked into seq 4, which then rolls back a
+   *    speculation and is copied as seq 5 through an export. */
+  {
+    int32_t branch_len = fork_continuations(cache, seq_ids[2], 4, length[2]);
+    rollback_speculation(cache, 4, branch_len);
+    export_import(cache, 4, 5);
+    check(kvc_seq_remove(cache, 4), "kvc_seq_remove");
+    check(kvc_seq_remove(cache, 5), "kvc_seq_remove");
+  }
 
   /* Finished sequences give their blocks back to the pool. */
   for (i = 0; i < N_SEQS; ++i) check(kvc_seq_remove(cache, seq_ids[i]), "kvc_seq_remove");
