@@ -12,6 +12,7 @@
 #include "bandwidth.hpp"
 #include "common.hpp"
 #include "filled_cache.hpp"
+#include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
 #include "timer.hpp"
@@ -123,6 +124,7 @@ int run_attention(Options& opts) {
   const int reps = static_cast<int>(opts.get_int("reps", 20, 1, 1000));
   const int prefill_reps = static_cast<int>(opts.get_int("prefill_reps", 3, 1, 1000));
   opts.reject_unknown();
+  report_machine();
 
   // The library's arena uses every core: so does the baseline.
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "filled_cache.hpp"
+#include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
 #include "timer.hpp"
@@ -25,6 +26,7 @@ int run_compress(Options& opts) {
   const int32_t budget = static_cast<int32_t>(opts.get_int("budget", shape.tokens / 2, 1, shape.tokens));
   const int reps = static_cast<int>(opts.get_int("reps", 5, 1, 1000));
   opts.reject_unknown();
+  report_machine();
 
   double attention_s = std::numeric_limits<double>::infinity();
   double compress_s = std::numeric_limits<double>::infinity();

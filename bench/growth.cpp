@@ -18,6 +18,7 @@
 
 #include "bandwidth.hpp"
 #include "common.hpp"
+#include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
 #include "timer.hpp"
@@ -328,6 +329,7 @@ void report_way(const char* way, const WayResult& r, const Config& cfg, const Ba
 
 int run_growth(Options& opts) {
   const Config cfg = read_config(opts);
+  report_machine();
 
   const Bandwidth bw = measure_bandwidth();
   const Inputs inputs(cfg);

@@ -27,6 +27,8 @@ const Subcommand kSubcommands[] = {
      kGrowthHelp, run_growth},
     {"compress", "compress a cache to half vs one decode attention step over it", kCompressHelp,
      run_compress},
+    {"fork", "fork a sequence 16 ways: one fork vs one decode attention step, memory vs copies",
+     kForkHelp, run_fork},
     {"attention", "decode attention, append and prefill attention vs memory bandwidth",
      kAttentionHelp, run_attention},
     {"batchmax",

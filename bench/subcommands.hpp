@@ -25,6 +25,11 @@ extern const char* const kBatchmaxHelp;
 int run_compress(Options& opts);
 extern const char* const kCompressHelp;
 
+/// fork: forking a sequence many ways and decoding divergent tokens on each branch: the cost
+/// of a fork vs one decode attention step, and memory vs independent copies.
+int run_fork(Options& opts);
+extern const char* const kForkHelp;
+
 /// attention: decode attention as a fraction of read bandwidth, append as a fraction of
 /// memcpy bandwidth, and prefill attention in GFLOP/s, over one --tokens cache.
 int run_attention(Options& opts);
