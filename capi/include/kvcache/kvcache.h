@@ -321,7 +321,8 @@ typedef struct kvc_segment_view {
  * @brief Views the stored tokens of (sequence, layer, KV head) as segments in storage
  * (= position) order. Writes at most @p capacity views to @p out_views and the number of
  * segments to @p out_count (call with capacity 0 to size the array). The pointers stay valid
- * until the next call that appends to, compresses or removes this sequence.
+ * until the next call that appends to, compresses, truncates or removes this sequence. The
+ * memory is read-only: after kvc_seq_fork() a segment may be shared with other sequences.
  */
 KVC_API kvc_status *kvc_seq_view(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                  int32_t kv_head, kvc_segment_view *out_views, size_t capacity,
