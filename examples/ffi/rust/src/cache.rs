@@ -1,0 +1,202 @@
+//! `Cache`: one model shape's K/V store. Creation, sequence creation and removal, and the
+//! cache-wide reads; the per-sequence calls are in `Sequences` (seq_ops.rs).
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::ptr::{self, NonNull};
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::params::CacheParams;
+use crate::policy::PolicyInfo;
+use crate::seq_ops::sealed::{Access, Handle};
+use crate::shard::Shard;
+use crate::stats::Stats;
+use crate::strings::{c_path, c_string};
+use crate::sys;
+
+/// The shape a cache was created with (defaults filled in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub layers: i32,
+    pub kv_heads: i32,
+    pub q_heads: i32,
+    pub head_dim: i32,
+}
+
+/// A cache, borrowing the context it was created from (so it cannot outlive it).
+///
+/// Threading, as kvcache.h states it: calls on disjoint sequences may run concurrently;
+/// creating, forking, importing and removing sequences need exclusive access. Here the
+/// latter take `&mut self`, as do the calls that change a sequence (`Sequences`). `Cache` is
+/// `Send` but not `Sync`, so its `&self` calls never run on two threads at once; to work on
+/// disjoint sequences from several threads, `split` it into `Shard`s.
+pub struct Cache<'ctx> {
+    handle: Handle,
+    _context: PhantomData<&'ctx Context>,
+}
+
+// SAFETY: nothing in a cache is tied to the thread that created it.
+unsafe impl Send for Cache<'_> {}
+
+impl Context {
+    /// Creates a cache from parameters.
+    pub fn cache(&self, params: &CacheParams) -> Result<Cache<'_>> {
+        let mut raw = ptr::null_mut();
+        params.with_raw(|params| {
+            // SAFETY: a live context, a filled params struct whose strings outlive the call.
+            check(unsafe { sys::kvc_cache_create(self.raw(), params, &mut raw) })
+        })?;
+        Cache::adopt(raw)
+    }
+
+    /// Creates a cache from YAML holding `cache:` and optionally `backend:` and `policy:`
+    /// sections; None uses the context's own configuration.
+    pub fn cache_from_yaml(&self, yaml: Option<&str>) -> Result<Cache<'_>> {
+        let yaml = yaml.map(|text| c_string("yaml", text)).transpose()?;
+        let text = yaml.as_ref().map_or(ptr::null(), |text| text.as_ptr());
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live context and a C string or NULL.
+        check(unsafe { sys::kvc_cache_create_from_yaml(self.raw(), text, &mut raw) })?;
+        Cache::adopt(raw)
+    }
+}
+
+impl<'ctx> Cache<'ctx> {
+    /// Takes ownership of a new cache and reads back its shape.
+    fn adopt(raw: *mut sys::kvc_cache) -> Result<Cache<'ctx>> {
+        let raw = NonNull::new(raw).expect("kvc_cache_create succeeded with NULL");
+        let mut params = MaybeUninit::<sys::kvc_cache_params>::uninit();
+        // SAFETY: init sets struct_size; get_params fills the rest (its backend string lives
+        // as long as the cache and is read at once). On failure the new cache is destroyed.
+        let (shape, host) = unsafe {
+            sys::kvc_cache_params_init(params.as_mut_ptr());
+            if let Err(err) = check(sys::kvc_cache_get_params(raw.as_ptr(), params.as_mut_ptr())) {
+                sys::kvc_cache_destroy(raw.as_ptr());
+                return Err(err);
+            }
+            let params = params.assume_init();
+            let shape = Shape {
+                layers: params.layers,
+                kv_heads: params.kv_heads,
+                q_heads: params.q_heads,
+                head_dim: params.head_dim,
+            };
+            (
+                shape,
+                params.backend.is_null() || CStr::from_ptr(params.backend).to_bytes() == b"cpu",
+            )
+        };
+        Ok(Cache {
+            handle: Handle { raw, shape, host },
+            _context: PhantomData,
+        })
+    }
+
+    pub fn shape(&self) -> Shape {
+        self.handle.shape
+    }
+
+    /// Memory and token counters.
+    pub fn stats(&self) -> Result<Stats> {
+        Stats::read(self.handle.raw.as_ptr())
+    }
+
+    /// The policy in effect; `NotFound` for a cache without one.
+    pub fn policy_info(&self) -> Result<PolicyInfo> {
+        PolicyInfo::read(self.handle.raw.as_ptr())
+    }
+
+    /// Peak bytes one sequence holds for a prompt of `prompt_tokens` arriving in chunks of
+    /// `chunk_tokens`, then `new_tokens` decoded one at a time.
+    pub fn estimate_peak_bytes(
+        &self,
+        prompt_tokens: i32,
+        chunk_tokens: i32,
+        new_tokens: i32,
+    ) -> Result<usize> {
+        let mut bytes = 0;
+        // SAFETY: a live cache; a const call that names no sequence, and &self is never shared
+        // across threads (Cache is not Sync).
+        check(unsafe {
+            sys::kvc_cache_estimate_peak_bytes(
+                self.handle.raw.as_ptr(),
+                prompt_tokens,
+                chunk_tokens,
+                new_tokens,
+                &mut bytes,
+            )
+        })?;
+        Ok(bytes)
+    }
+
+    /// Creates an empty sequence (ids are chosen by the caller, >= 0).
+    pub fn create_seq(&mut self, seq_id: i32) -> Result<()> {
+        // SAFETY: &mut self: exclusive access, as creating a sequence requires.
+        check(unsafe { sys::kvc_seq_create(self.handle.raw.as_ptr(), seq_id) })
+    }
+
+    /// Removes a sequence and returns its memory to the pool.
+    pub fn remove_seq(&mut self, seq_id: i32) -> Result<()> {
+        // SAFETY: exclusive access.
+        check(unsafe { sys::kvc_seq_remove(self.handle.raw.as_ptr(), seq_id) })
+    }
+
+    /// Creates `dst` as a fork of `src`, sharing its K/V blocks until either writes them.
+    pub fn fork(&mut self, src: i32, dst: i32) -> Result<()> {
+        // SAFETY: exclusive access (a fork creates a sequence).
+        check(unsafe { sys::kvc_seq_fork(self.handle.raw.as_ptr(), src, dst) })
+    }
+
+    /// Creates `seq_id` from bytes of `Sequences::export`.
+    pub fn import(&mut self, seq_id: i32, bytes: &[u8]) -> Result<()> {
+        // SAFETY: exclusive access; the slice is read during the call only.
+        check(unsafe {
+            sys::kvc_seq_import(
+                self.handle.raw.as_ptr(),
+                seq_id,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+            )
+        })
+    }
+
+    /// Creates `seq_id` from a file of `Sequences::export_file`.
+    pub fn import_file(&mut self, seq_id: i32, path: &Path) -> Result<()> {
+        let path = c_path(path)?;
+        // SAFETY: exclusive access and a valid C string.
+        check(unsafe { sys::kvc_seq_import_file(self.handle.raw.as_ptr(), seq_id, path.as_ptr()) })
+    }
+
+    /// Splits the cache into shards, one per group of sequence ids, for calls from several
+    /// threads: each shard may only name its own sequences, and no two groups share one.
+    /// While shards live the cache is borrowed, so no sequence can be created or removed.
+    pub fn split(&mut self, groups: &[&[i32]]) -> Result<Vec<Shard<'_>>> {
+        let mut seen = std::collections::HashSet::new();
+        for &seq_id in groups.iter().flat_map(|group| group.iter()) {
+            if !seen.insert(seq_id) {
+                return Err(Error::invalid(format!(
+                    "split: sequence {seq_id} is in more than one group"
+                )));
+            }
+        }
+        Ok(groups
+            .iter()
+            .map(|group| Shard::new(self.handle, group.to_vec()))
+            .collect())
+    }
+}
+
+impl Access for Cache<'_> {
+    fn handle(&self, _seq_ids: &[i32]) -> Result<Handle> {
+        Ok(self.handle)
+    }
+}
+
+impl Drop for Cache<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the cache and hold exclusive access; the context is still alive.
+        unsafe { sys::kvc_cache_destroy(self.handle.raw.as_ptr()) }
+    }
+}

@@ -1,0 +1,64 @@
+//! Safe Rust bindings to kvcache's C API (`kvcache/kvcache.h`), with no dependency beyond the
+//! standard library. `sys` declares the C API by hand; the rest wraps it:
+//!
+//! - handles (`Context`, `Cache`) free themselves on `Drop`;
+//! - every fallible call returns `Result<_, Error>`, the error carrying the status `Code` and
+//!   the library's message;
+//! - tensors are f32 slices whose lengths are checked against the cache's shape before the
+//!   call;
+//! - a `Cache` borrows its `Context`, so it cannot outlive it;
+//! - `Context` is `Send + Sync` (thread-safe); `Cache` is `Send` only. Calls that create or
+//!   remove sequences take `&mut Cache`; for concurrent calls on disjoint sequences,
+//!   `Cache::split` gives one `Send` `Shard` per group of sequences.
+//!
+//! A cache cannot outlive its context:
+//! ```compile_fail,E0597
+//! let cache = {
+//!     let context = kvcache::Context::new("").unwrap();
+//!     context.cache(&kvcache::CacheParams::default()).unwrap()
+//! };
+//! ```
+//! No sequence can be created while shards are out:
+//! ```compile_fail,E0499
+//! # let context = kvcache::Context::new("").unwrap();
+//! let mut cache = context.cache(&kvcache::CacheParams::default()).unwrap();
+//! let shards = cache.split(&[&[0], &[1]]).unwrap();
+//! cache.create_seq(2).unwrap();
+//! drop(shards);
+//! ```
+//! A cache cannot be shared between threads by reference (it is not `Sync`):
+//! ```compile_fail,E0277
+//! fn shared<T: Sync>(_: &T) {}
+//! let context = kvcache::Context::new("").unwrap();
+//! shared(&context.cache(&kvcache::CacheParams::default()).unwrap());
+//! ```
+pub mod sys;
+
+mod cache;
+mod context;
+mod data;
+mod error;
+mod params;
+mod policy;
+mod seq_ops;
+mod shard;
+mod stats;
+mod strings;
+
+pub use cache::{Cache, Shape};
+pub use context::{Context, PluginInfo, PluginKind};
+pub use data::{Attention, Batch};
+pub use error::{Code, Error, Result};
+pub use params::{CacheParams, DType, Layout};
+pub use policy::{PolicyInfo, StatKind};
+pub use seq_ops::Sequences;
+pub use shard::Shard;
+pub use stats::Stats;
+
+/// The library's version, "MAJOR.MINOR.PATCH".
+pub fn version() -> &'static str {
+    // SAFETY: static storage.
+    unsafe { std::ffi::CStr::from_ptr(sys::kvc_version_string()) }
+        .to_str()
+        .unwrap_or("")
+}

@@ -1,0 +1,68 @@
+//! The hand-written structs of `sys` have the size the library was compiled with: each
+//! `*_init` function stores the C `sizeof` in `struct_size`.
+use std::mem::{size_of, MaybeUninit};
+
+use kvcache::sys;
+
+macro_rules! init_size {
+    ($ty:ty, $init:expr) => {{
+        let mut value = MaybeUninit::<$ty>::zeroed();
+        // SAFETY: the init function writes a struct of this type.
+        unsafe { $init(value.as_mut_ptr()) };
+        unsafe { value.assume_init() }.struct_size as usize
+    }};
+}
+
+#[test]
+fn struct_sizes_match_the_library() {
+    assert_eq!(
+        init_size!(sys::kvc_cache_params, sys::kvc_cache_params_init),
+        size_of::<sys::kvc_cache_params>()
+    );
+    assert_eq!(
+        init_size!(sys::kvc_cache_stats, sys::kvc_cache_stats_init),
+        size_of::<sys::kvc_cache_stats>()
+    );
+    assert_eq!(
+        init_size!(sys::kvc_policy_info, sys::kvc_policy_info_init),
+        size_of::<sys::kvc_policy_info>()
+    );
+    assert_eq!(
+        init_size!(sys::kvc_attention_params, sys::kvc_attention_params_init),
+        size_of::<sys::kvc_attention_params>()
+    );
+    let mut batch = MaybeUninit::<sys::kvc_batch>::zeroed();
+    // SAFETY: kvc_batch_init only stores the pointers.
+    unsafe {
+        sys::kvc_batch_init(
+            batch.as_mut_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(
+        unsafe { batch.assume_init() }.struct_size as usize,
+        size_of::<sys::kvc_batch>()
+    );
+}
+
+#[test]
+fn version_and_names_agree() {
+    // SAFETY: plain calls returning static strings.
+    unsafe {
+        let number = sys::kvc_version();
+        let text = std::ffi::CStr::from_ptr(sys::kvc_version_string())
+            .to_str()
+            .unwrap();
+        let expected = format!("{}.{}.{}", number / 10000, number / 100 % 100, number % 100);
+        assert_eq!(text, expected);
+        assert_eq!(
+            std::ffi::CStr::from_ptr(sys::kvc_status_code_name(sys::KVC_ERR_OUT_OF_MEMORY))
+                .to_bytes(),
+            b"OUT_OF_MEMORY"
+        );
+        assert_eq!(sys::kvc_dtype_size(sys::KVC_DTYPE_F16), 2);
+    }
+}
