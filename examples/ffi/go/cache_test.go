@@ -1,0 +1,65 @@
+package kvcache_test
+
+import (
+	"testing"
+
+	"kvcache.example/kvcache"
+)
+
+func TestCacheParamsRoundTrip(t *testing.T) {
+	ctx, fromYAML := open(t, "", gqaCache)
+	p := gqaParams()
+	p.Layout = kvcache.Contiguous
+	p.GrowthFactor = 1.5
+	cache := newCache(t, ctx, p)
+
+	shape, err := cache.Shape()
+	must(t, err)
+	if shape.Layers != 2 || shape.KVHeads != kvHeads || shape.QHeads != qHeads || shape.HeadDim != headDim ||
+		shape.DType != kvcache.F32 || shape.Layout != kvcache.Contiguous || shape.GrowthFactor != 1.5 ||
+		shape.MemoryLimit != 1<<20 {
+		t.Fatalf("Shape = %+v", shape)
+	}
+	shape, err = fromYAML.Shape()
+	must(t, err)
+	if shape.Layout != kvcache.Paged || shape.BlockTokens != 4 || shape.DType.String() != "f32" {
+		t.Fatalf("Shape from YAML = %+v", shape)
+	}
+}
+
+func TestBadCacheParams(t *testing.T) {
+	ctx, _ := open(t, "", "")
+	p := gqaParams()
+	p.QHeads = 3 // not a multiple of kv_heads
+	_, err := ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "q_heads")
+
+	p = gqaParams()
+	p.Backend = "no_such_backend"
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrNotFound, "no_such_backend")
+
+	_, err = ctx.NewCacheFromYAML("cache: { head_dim: 0 }\n")
+	mustFail(t, err, kvcache.ErrConfig, "head_dim")
+}
+
+func TestSequencesAndTheMemoryLimit(t *testing.T) {
+	_, cache := open(t, "", gqaCache)
+	must(t, cache.CreateSeq(3))
+	mustFail(t, cache.CreateSeq(3), kvcache.ErrAlreadyExists, "3")
+	mustFail(t, cache.CreateSeq(-1), kvcache.ErrInvalidArgument, "-1")
+
+	mustFail(t, cache.Reserve(3, 1<<20), kvcache.ErrOutOfMemory, "")
+	stats, err := cache.Stats()
+	must(t, err)
+	if stats.BytesUsed != 0 {
+		t.Fatalf("a failed reserve holds %d bytes", stats.BytesUsed)
+	}
+	must(t, cache.Reserve(3, 16))
+	if n, err := cache.Len(3, 0, 0); err != nil || n != 0 {
+		t.Fatalf("Len after Reserve = %d, %v", n, err)
+	}
+	_, err = cache.Len(3, 5, 0)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "")
+	must(t, cache.RemoveSeq(3))
+}

@@ -1,0 +1,90 @@
+package kvcache
+
+// #include <kvcache/kvcache.h>
+import "C"
+
+import "unsafe"
+
+// AllLayers, as Compress's layer, compresses every layer.
+const AllLayers int32 = -1
+
+// Compress compresses the listed sequences now on layer (or AllLayers): every (layer, KV
+// head) over its budget keeps its sinks, its recent tokens and its best-scored tokens up to
+// the budget. A cache without a policy does nothing.
+func (cache *Cache) Compress(layer int32, seqIDs ...int32) error {
+	return cache.shared(func() error {
+		var ids *C.int32_t
+		if len(seqIDs) > 0 {
+			ids = int32s(seqIDs)
+		}
+		return statusError("kvc_compress", C.kvc_compress(cache.c, C.int32_t(layer), C.int32_t(len(seqIDs)), ids))
+	})
+}
+
+// StatKind is an attention statistic an engine computed itself.
+type StatKind int32
+
+// The statistics ReportStats accepts.
+const (
+	StatAttnSum    StatKind = C.KVC_STAT_KIND_ATTN_SUM    // added to the accumulated attention mass (H2O)
+	StatAttnLast   StatKind = C.KVC_STAT_KIND_ATTN_LAST   // replaces the last query's attention (TOVA)
+	StatAttnWindow StatKind = C.KVC_STAT_KIND_ATTN_WINDOW // replaces the observation window's attention (SnapKV)
+)
+
+// ReportStats reports one statistic per stored token of (sequence, layer, KV head), in
+// storage order, for engines that compute attention with their own kernels.
+func (cache *Cache) ReportStats(id, layer, kvHead int32, kind StatKind, values []float32) error {
+	return cache.shared(func() error {
+		var p *C.float
+		if len(values) > 0 {
+			p = (*C.float)(unsafe.Pointer(&values[0]))
+		}
+		return statusError("kvc_report_stats", C.kvc_report_stats(cache.c, C.int32_t(id), C.int32_t(layer),
+			C.int32_t(kvHead), C.kvc_stat_kind(kind), p, C.int32_t(len(values))))
+	})
+}
+
+// PolicyInfo is kvc_policy_info: the cache's policy as in effect.
+type PolicyInfo struct {
+	Name              string
+	Sinks, Recent     int32
+	BudgetTokens      int32   // 0: BudgetRatio applies
+	BudgetRatio       float64 // 0 with BudgetTokens
+	Stats             uint32  // the kvc_stat_flags bits the policy reads
+	ObservationWindow int32
+}
+
+// PolicyInfo describes the cache's policy; ErrNotFound for a cache without one.
+func (cache *Cache) PolicyInfo() (PolicyInfo, error) {
+	var info PolicyInfo
+	err := cache.shared(func() error {
+		var c C.kvc_policy_info
+		C.kvc_policy_info_init(&c)
+		if err := statusError("kvc_cache_policy_info", C.kvc_cache_policy_info(cache.c, &c)); err != nil {
+			return err
+		}
+		info = PolicyInfo{
+			Name:              C.GoString(c.name), // owned by the cache: copied under the lock
+			Sinks:             int32(c.sinks),
+			Recent:            int32(c.recent),
+			BudgetTokens:      int32(c.budget_tokens),
+			BudgetRatio:       float64(c.budget_ratio),
+			Stats:             uint32(c.stats),
+			ObservationWindow: int32(c.observation_window),
+		}
+		return nil
+	})
+	return info, err
+}
+
+// EstimatePeakBytes is the peak bytes one sequence holds when a prompt of promptTokens
+// arrives in chunks of chunkTokens and newTokens are then decoded one at a time, under the
+// cache's layout, policy, budget and triggers.
+func (cache *Cache) EstimatePeakBytes(promptTokens, chunkTokens, newTokens int32) (uint64, error) {
+	var n C.size_t
+	err := cache.shared(func() error {
+		return statusError("kvc_cache_estimate_peak_bytes", C.kvc_cache_estimate_peak_bytes(cache.c,
+			C.int32_t(promptTokens), C.int32_t(chunkTokens), C.int32_t(newTokens), &n))
+	})
+	return uint64(n), err
+}

@@ -1,0 +1,73 @@
+package kvcache_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"kvcache.example/kvcache"
+)
+
+func TestVersion(t *testing.T) {
+	if kvcache.Version() != kvcache.HeaderVersion {
+		t.Fatalf("runtime %d (%s), header %d", kvcache.Version(), kvcache.VersionString(), kvcache.HeaderVersion)
+	}
+}
+
+func TestContextFromYAMLAndItsPlugins(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kvcache.yaml")
+	must(t, os.WriteFile(path, []byte("threads: 2\n"), 0o644))
+	ctx, err := kvcache.NewContextFromFile(path)
+	must(t, err)
+	defer ctx.Close()
+
+	plugins, err := ctx.Plugins()
+	must(t, err)
+	found := map[string]kvcache.PluginKind{}
+	for _, p := range plugins {
+		found[p.Name] = p.Kind
+		if p.Path == "" {
+			t.Errorf("plugin %s has no path", p.Name)
+		}
+	}
+	if found["cpu"] != kvcache.PluginBackend || found["streaming"] != kvcache.PluginPolicy {
+		t.Fatalf("plugins: %+v", plugins)
+	}
+	// Loading a library twice registers its names twice.
+	for _, p := range plugins {
+		if p.Name == "streaming" {
+			mustFail(t, ctx.LoadPlugin(p.Path), kvcache.ErrAlreadyExists, "streaming")
+		}
+	}
+	mustFail(t, ctx.LoadPlugin("/nonexistent/libnothing.so"), kvcache.ErrPlugin, "/nonexistent/libnothing.so")
+}
+
+func TestContextErrors(t *testing.T) {
+	_, err := kvcache.NewContext("threads: -1\n")
+	mustFail(t, err, kvcache.ErrConfig, "threads")
+	_, err = kvcache.NewContext("cache: [\n")
+	mustFail(t, err, kvcache.ErrConfig, "")
+	_, err = kvcache.NewContextFromFile("/nonexistent/kvcache.yaml")
+	mustFail(t, err, kvcache.ErrNotFound, "/nonexistent/kvcache.yaml")
+}
+
+func TestCloseOrderAndClosedHandles(t *testing.T) {
+	ctx, err := kvcache.NewContext("")
+	must(t, err)
+	cache, err := ctx.NewCacheFromYAML(gqaCache)
+	must(t, err)
+
+	if err := ctx.Close(); err == nil {
+		t.Fatal("closed a context with an open cache")
+	}
+	must(t, cache.Close())
+	must(t, cache.Close()) // twice is fine
+	if err := cache.CreateSeq(0); !errors.Is(err, kvcache.ErrClosed) {
+		t.Fatalf("CreateSeq on a closed cache: %v", err)
+	}
+	must(t, ctx.Close())
+	if _, err := ctx.NewCacheFromYAML(gqaCache); !errors.Is(err, kvcache.ErrClosed) {
+		t.Fatalf("NewCacheFromYAML on a closed context: %v", err)
+	}
+}

@@ -1,0 +1,36 @@
+// Package kvcache is a cgo binding of the kvcache C API (capi/include/kvcache/kvcache.h):
+// a budgeted key/value cache for transformer inference.
+//
+// # Handles and ownership
+//
+// A Context (plugins, configuration, thread arena) makes Caches; each has a Close method
+// that frees the C object and that is safe to call twice. Close every Cache before its
+// Context: Context.Close refuses while a Cache made from it is open. A finalizer closes a
+// handle that became unreachable unclosed and logs the leak; it is a safety net, not a way
+// to manage memory, because the GC does not see the C memory a cache holds.
+//
+// Errors are *Error values carrying the C function, the status code and the library's
+// message. Each Code but OK is also an error, so errors.Is(err, ErrOutOfMemory) tests the
+// code. A failed call leaves the cache as it was. Calls on a closed handle return ErrClosed.
+//
+// No Go pointer is kept by C: tensors, batches and byte buffers are read or written during
+// the call only. No C pointer is kept either: strings, policy names and the views of
+// Cache.View are copied into Go memory before the call returns.
+//
+// # Concurrency
+//
+// A Context is safe for concurrent use. A Cache allows concurrent calls that name disjoint
+// sequences (Append, Attend, Compress, Truncate, Export, ...): they share a sync.RWMutex.
+// Calls that change the set of sequences (CreateSeq, RemoveSeq, Fork, Import, ImportFile)
+// and Close take it exclusively, so they wait for calls in progress instead of racing them.
+// Two concurrent calls naming the same sequence are the caller's to prevent. The library
+// keeps no thread-local state, so it does not matter that a goroutine may move between OS
+// threads from one call to the next.
+//
+// # Building
+//
+// By default the library is found through pkg-config (kvcache.pc of an installed kvcache).
+// Against a build tree, build with -tags kvcache_nopkgconfig and set CGO_CFLAGS to
+// "-I<src>/capi/include -I<build>/include" and CGO_LDFLAGS to
+// "-L<build>/lib -lkvcache -Wl,-rpath,<build>/lib".
+package kvcache

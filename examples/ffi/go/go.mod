@@ -1,0 +1,3 @@
+module kvcache.example/kvcache
+
+go 1.19

@@ -1,0 +1,124 @@
+package kvcache
+
+// #include <kvcache/kvcache.h>
+import "C"
+
+import "unsafe"
+
+// DType is an element type of stored and passed tensors.
+type DType int32
+
+// The element types.
+const (
+	F32  DType = C.KVC_DTYPE_F32
+	F16  DType = C.KVC_DTYPE_F16
+	BF16 DType = C.KVC_DTYPE_BF16
+)
+
+func (d DType) String() string { return C.GoString(C.kvc_dtype_name(C.kvc_dtype(d))) }
+
+// Layout is a storage layout.
+type Layout int32
+
+// The storage layouts.
+const (
+	Paged      Layout = C.KVC_LAYOUT_PAGED
+	Contiguous Layout = C.KVC_LAYOUT_CONTIGUOUS
+)
+
+// PrefillCompression says when a cache compresses a prompt automatically.
+type PrefillCompression int32
+
+// The prefill compression modes.
+const (
+	PrefillNone     PrefillCompression = C.KVC_PREFILL_NONE
+	PrefillPerChunk PrefillCompression = C.KVC_PREFILL_PER_CHUNK // Batch-Max
+	PrefillOnce     PrefillCompression = C.KVC_PREFILL_ONCE
+)
+
+// KeyValue is a policy-specific parameter, its value written as in YAML.
+type KeyValue struct{ Key, Value string }
+
+// CacheParams is kvc_cache_params. Start from DefaultCacheParams: its zero value is not
+// the library's defaults (Sinks and Recent default to -1, the policy's own default).
+type CacheParams struct {
+	Layers, KVHeads, QHeads, HeadDim int32
+	DType                            DType
+	Layout                           Layout
+	BlockTokens                      int32
+	GrowthFactor                     float64
+	MemoryLimit                      uint64
+	Backend                          string // "" means "cpu"
+	Policy                           string // "" means no compression
+	Budget                           int32
+	BudgetRatio                      float64
+	Sinks, Recent                    int32
+	PolicyParams                     []KeyValue
+	Prefill                          PrefillCompression
+	DecodeEvery, DecodeSlack         int32
+}
+
+// DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
+func DefaultCacheParams() CacheParams {
+	var p C.kvc_cache_params
+	C.kvc_cache_params_init(&p)
+	return paramsFromC(&p)
+}
+
+func paramsFromC(p *C.kvc_cache_params) CacheParams {
+	return CacheParams{
+		Layers:       int32(p.layers),
+		KVHeads:      int32(p.kv_heads),
+		QHeads:       int32(p.q_heads),
+		HeadDim:      int32(p.head_dim),
+		DType:        DType(p.dtype),
+		Layout:       Layout(p.layout),
+		BlockTokens:  int32(p.block_tokens),
+		GrowthFactor: float64(p.growth_factor),
+		MemoryLimit:  uint64(p.memory_limit),
+		Backend:      C.GoString(p.backend),
+		Policy:       C.GoString(p.policy),
+		Budget:       int32(p.budget),
+		BudgetRatio:  float64(p.budget_ratio),
+		Sinks:        int32(p.sinks),
+		Recent:       int32(p.recent),
+		Prefill:      PrefillCompression(p.prefill),
+		DecodeEvery:  int32(p.decode_every),
+		DecodeSlack:  int32(p.decode_slack),
+	}
+}
+
+// toC fills a kvc_cache_params whose strings and parameter array live in m. The struct
+// itself may be Go memory: the pointers it holds are C pointers.
+func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
+	var c C.kvc_cache_params
+	C.kvc_cache_params_init(&c)
+	c.layers = C.int32_t(p.Layers)
+	c.kv_heads = C.int32_t(p.KVHeads)
+	c.q_heads = C.int32_t(p.QHeads)
+	c.head_dim = C.int32_t(p.HeadDim)
+	c.dtype = C.kvc_dtype(p.DType)
+	c.layout = C.kvc_layout(p.Layout)
+	c.block_tokens = C.int32_t(p.BlockTokens)
+	c.growth_factor = C.double(p.GrowthFactor)
+	c.memory_limit = C.size_t(p.MemoryLimit)
+	c.backend = m.optional(p.Backend)
+	c.policy = m.optional(p.Policy)
+	c.budget = C.int32_t(p.Budget)
+	c.budget_ratio = C.double(p.BudgetRatio)
+	c.sinks = C.int32_t(p.Sinks)
+	c.recent = C.int32_t(p.Recent)
+	if n := len(p.PolicyParams); n > 0 {
+		kv := unsafe.Slice((*C.kvc_key_value)(m.alloc(n*C.sizeof_kvc_key_value)), n)
+		for i, param := range p.PolicyParams {
+			kv[i].key = m.str(param.Key)
+			kv[i].value = m.str(param.Value)
+		}
+		c.policy_params = &kv[0]
+		c.n_policy_params = C.size_t(n)
+	}
+	c.prefill = C.kvc_prefill_compression(p.Prefill)
+	c.decode_every = C.int32_t(p.DecodeEvery)
+	c.decode_slack = C.int32_t(p.DecodeSlack)
+	return c
+}
