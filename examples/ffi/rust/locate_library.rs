@@ -11,9 +11,7 @@ pub fn lib_dir() -> Option<String> {
     if let Ok(dir) = env::var("KVCACHE_LIB_DIR") {
         return Some(dir);
     }
-    let output = Command::new("pkg-config")
-        .args(["--libs", "kvcache"])
-        .output();
+    let output = Command::new("pkg-config").args(["--libs", "kvcache"]).output();
     match output {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
             .split_whitespace()

@@ -83,15 +83,9 @@ impl<'ctx> Cache<'ctx> {
                 q_heads: params.q_heads,
                 head_dim: params.head_dim,
             };
-            (
-                shape,
-                params.backend.is_null() || CStr::from_ptr(params.backend).to_bytes() == b"cpu",
-            )
+            (shape, params.backend.is_null() || CStr::from_ptr(params.backend).to_bytes() == b"cpu")
         };
-        Ok(Cache {
-            handle: Handle { raw, shape, host },
-            _context: PhantomData,
-        })
+        Ok(Cache { handle: Handle { raw, shape, host }, _context: PhantomData })
     }
 
     pub fn shape(&self) -> Shape {
@@ -153,12 +147,7 @@ impl<'ctx> Cache<'ctx> {
     pub fn import(&mut self, seq_id: i32, bytes: &[u8]) -> Result<()> {
         // SAFETY: exclusive access; the slice is read during the call only.
         check(unsafe {
-            sys::kvc_seq_import(
-                self.handle.raw.as_ptr(),
-                seq_id,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-            )
+            sys::kvc_seq_import(self.handle.raw.as_ptr(), seq_id, bytes.as_ptr().cast(), bytes.len())
         })
     }
 
@@ -176,15 +165,10 @@ impl<'ctx> Cache<'ctx> {
         let mut seen = std::collections::HashSet::new();
         for &seq_id in groups.iter().flat_map(|group| group.iter()) {
             if !seen.insert(seq_id) {
-                return Err(Error::invalid(format!(
-                    "split: sequence {seq_id} is in more than one group"
-                )));
+                return Err(Error::invalid(format!("split: sequence {seq_id} is in more than one group")));
             }
         }
-        Ok(groups
-            .iter()
-            .map(|group| Shard::new(self.handle, group.to_vec()))
-            .collect())
+        Ok(groups.iter().map(|group| Shard::new(self.handle, group.to_vec())).collect())
     }
 }
 

@@ -57,9 +57,7 @@ impl Context {
     }
 
     fn own(raw: *mut sys::kvc_context) -> Context {
-        Context {
-            raw: NonNull::new(raw).expect("kvc_context_create succeeded with NULL"),
-        }
+        Context { raw: NonNull::new(raw).expect("kvc_context_create succeeded with NULL") }
     }
 
     /// Loads the plugins of the shared library at `path`.
@@ -82,11 +80,7 @@ impl Context {
         // before the call, and the strings it returns live as long as the context.
         unsafe {
             (*info.as_mut_ptr()).struct_size = std::mem::size_of::<sys::kvc_plugin_info>() as u32;
-            check(sys::kvc_context_plugin_info(
-                self.raw.as_ptr(),
-                index,
-                info.as_mut_ptr(),
-            ))?;
+            check(sys::kvc_context_plugin_info(self.raw.as_ptr(), index, info.as_mut_ptr()))?;
             let info = info.assume_init();
             Ok(PluginInfo {
                 kind: match info.kind {

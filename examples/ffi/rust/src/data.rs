@@ -44,16 +44,11 @@ impl Batch {
             return Err(Error::invalid("batch: no sequence".into()));
         }
         if let Some(i) = self.n_tokens.iter().position(|&n| n < 1) {
-            return Err(Error::invalid(format!(
-                "batch: sequence {} has no token",
-                self.seq_ids[i]
-            )));
+            return Err(Error::invalid(format!("batch: sequence {} has no token", self.seq_ids[i])));
         }
         let mut seen = HashSet::new();
         if let Some(id) = self.seq_ids.iter().find(|id| !seen.insert(**id)) {
-            return Err(Error::invalid(format!(
-                "batch: sequence {id} is listed twice"
-            )));
+            return Err(Error::invalid(format!("batch: sequence {id} is listed twice")));
         }
         let mut raw = std::mem::MaybeUninit::<sys::kvc_batch>::uninit();
         // SAFETY: kvc_batch_init writes every field; the arrays outlive the returned struct's
@@ -105,13 +100,7 @@ pub(crate) enum Heads {
 }
 
 /// Checks that `len` floats are `[tokens, heads, head_dim]` of `shape`.
-pub(crate) fn check_len(
-    name: &str,
-    len: usize,
-    tokens: usize,
-    heads: Heads,
-    shape: &Shape,
-) -> Result<()> {
+pub(crate) fn check_len(name: &str, len: usize, tokens: usize, heads: Heads, shape: &Shape) -> Result<()> {
     let (heads, which) = match heads {
         Heads::Query => (shape.q_heads, "q_heads"),
         Heads::Kv => (shape.kv_heads, "kv_heads"),

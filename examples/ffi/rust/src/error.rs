@@ -89,9 +89,7 @@ pub(crate) fn check(status: *mut sys::kvc_status) -> Result<()> {
     // copied before the free.
     unsafe {
         let code = Code::from_raw(sys::kvc_status_get_code(status));
-        let message = CStr::from_ptr(sys::kvc_status_message(status))
-            .to_string_lossy()
-            .into_owned();
+        let message = CStr::from_ptr(sys::kvc_status_message(status)).to_string_lossy().into_owned();
         sys::kvc_status_free(status);
         Err(Error { code, message })
     }

@@ -58,7 +58,5 @@ pub use stats::Stats;
 /// The library's version, "MAJOR.MINOR.PATCH".
 pub fn version() -> &'static str {
     // SAFETY: static storage.
-    unsafe { std::ffi::CStr::from_ptr(sys::kvc_version_string()) }
-        .to_str()
-        .unwrap_or("")
+    unsafe { std::ffi::CStr::from_ptr(sys::kvc_version_string()) }.to_str().unwrap_or("")
 }

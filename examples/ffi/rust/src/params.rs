@@ -85,20 +85,9 @@ impl Default for CacheParams {
 
 impl CacheParams {
     /// Calls `f` with the C struct; its strings live until `f` returns.
-    pub(crate) fn with_raw<T>(
-        &self,
-        f: impl FnOnce(&sys::kvc_cache_params) -> Result<T>,
-    ) -> Result<T> {
-        let backend = self
-            .backend
-            .as_deref()
-            .map(|name| c_string("backend", name))
-            .transpose()?;
-        let policy = self
-            .policy
-            .as_deref()
-            .map(|name| c_string("policy", name))
-            .transpose()?;
+    pub(crate) fn with_raw<T>(&self, f: impl FnOnce(&sys::kvc_cache_params) -> Result<T>) -> Result<T> {
+        let backend = self.backend.as_deref().map(|name| c_string("backend", name)).transpose()?;
+        let policy = self.policy.as_deref().map(|name| c_string("policy", name)).transpose()?;
         let mut raw = MaybeUninit::<sys::kvc_cache_params>::uninit();
         // SAFETY: kvc_cache_params_init writes every field.
         let mut raw = unsafe {

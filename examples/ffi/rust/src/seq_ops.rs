@@ -65,14 +65,7 @@ pub trait Sequences: sealed::Access {
         let mut out = output(out);
         // SAFETY: as in append; `out` is written during the call only.
         check(unsafe {
-            sys::kvc_attend(
-                h.raw.as_ptr(),
-                layer,
-                &raw_batch,
-                &input(q),
-                &attention.raw(),
-                &mut out,
-            )
+            sys::kvc_attend(h.raw.as_ptr(), layer, &raw_batch, &input(q), &attention.raw(), &mut out)
         })
     }
 
@@ -115,12 +108,7 @@ pub trait Sequences: sealed::Access {
         let h = self.handle(seq_ids)?;
         // SAFETY: the handle may name these sequences; the array is read during the call.
         check(unsafe {
-            sys::kvc_compress(
-                h.raw.as_ptr(),
-                layer.unwrap_or(-1),
-                seq_ids.len() as i32,
-                seq_ids.as_ptr(),
-            )
+            sys::kvc_compress(h.raw.as_ptr(), layer.unwrap_or(-1), seq_ids.len() as i32, seq_ids.as_ptr())
         })
     }
 
@@ -169,9 +157,7 @@ pub trait Sequences: sealed::Access {
     fn remove_range(&mut self, seq_id: i32, positions: Range<i32>) -> Result<()> {
         let h = self.handle(&[seq_id])?;
         // SAFETY: the handle may name the sequence.
-        check(unsafe {
-            sys::kvc_seq_remove_range(h.raw.as_ptr(), seq_id, positions.start, positions.end)
-        })
+        check(unsafe { sys::kvc_seq_remove_range(h.raw.as_ptr(), seq_id, positions.start, positions.end) })
     }
 
     /// Everything stored for the sequence, in the format of docs/sequence_format.md.
@@ -227,15 +213,7 @@ pub trait Sequences: sealed::Access {
         // SAFETY: the handle may name the sequence; views are read at once (nothing can change
         // the sequence meanwhile: &self, not Sync), and the CPU backend's memory is host memory.
         unsafe {
-            check(sys::kvc_seq_view(
-                h.raw.as_ptr(),
-                seq_id,
-                layer,
-                kv_head,
-                ptr::null_mut(),
-                0,
-                &mut count,
-            ))?;
+            check(sys::kvc_seq_view(h.raw.as_ptr(), seq_id, layer, kv_head, ptr::null_mut(), 0, &mut count))?;
             let capacity = count;
             let mut views = Vec::with_capacity(capacity);
             check(sys::kvc_seq_view(

@@ -20,11 +20,7 @@ unsafe impl Send for Shard<'_> {}
 
 impl Shard<'_> {
     pub(crate) fn new(handle: Handle, seq_ids: Vec<i32>) -> Self {
-        Shard {
-            handle,
-            seq_ids,
-            _cache: PhantomData,
-        }
+        Shard { handle, seq_ids, _cache: PhantomData }
     }
 
     /// The sequence ids this shard may name.

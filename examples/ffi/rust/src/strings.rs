@@ -11,9 +11,8 @@ pub(crate) fn c_string(what: &str, text: &str) -> Result<CString> {
 
 /// A path as the UTF-8 C string the API expects.
 pub(crate) fn c_path(path: &Path) -> Result<CString> {
-    let text = path
-        .to_str()
-        .ok_or_else(|| Error::invalid(format!("path {} is not UTF-8", path.display())))?;
+    let text =
+        path.to_str().ok_or_else(|| Error::invalid(format!("path {} is not UTF-8", path.display())))?;
     c_string("path", text)
 }
 

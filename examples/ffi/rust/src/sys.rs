@@ -41,9 +41,8 @@ pub const KVC_LOG_WARN: kvc_log_level = 2;
 pub const KVC_LOG_ERROR: kvc_log_level = 3;
 pub const KVC_LOG_OFF: kvc_log_level = 4;
 
-pub type kvc_log_fn = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, level: kvc_log_level, message: *const c_char),
->;
+pub type kvc_log_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, level: kvc_log_level, message: *const c_char)>;
 
 pub type kvc_plugin_kind = c_int;
 pub const KVC_PLUGIN_POLICY: kvc_plugin_kind = 1;
@@ -206,10 +205,7 @@ extern "C" {
         user_data: *mut c_void,
         min_level: kvc_log_level,
     );
-    pub fn kvc_context_load_plugin(
-        context: *mut kvc_context,
-        path: *const c_char,
-    ) -> *mut kvc_status;
+    pub fn kvc_context_load_plugin(context: *mut kvc_context, path: *const c_char) -> *mut kvc_status;
     pub fn kvc_context_plugin_count(context: *const kvc_context) -> usize;
     pub fn kvc_context_plugin_info(
         context: *const kvc_context,
@@ -237,28 +233,15 @@ extern "C" {
         out_params: *mut kvc_cache_params,
     ) -> *mut kvc_status;
     pub fn kvc_cache_stats_init(stats: *mut kvc_cache_stats);
-    pub fn kvc_cache_get_stats(
-        cache: *const kvc_cache,
-        out_stats: *mut kvc_cache_stats,
-    ) -> *mut kvc_status;
+    pub fn kvc_cache_get_stats(cache: *const kvc_cache, out_stats: *mut kvc_cache_stats) -> *mut kvc_status;
 
     pub fn kvc_seq_create(cache: *mut kvc_cache, seq_id: i32) -> *mut kvc_status;
     pub fn kvc_seq_remove(cache: *mut kvc_cache, seq_id: i32) -> *mut kvc_status;
     pub fn kvc_seq_reserve(cache: *mut kvc_cache, seq_id: i32, tokens: i32) -> *mut kvc_status;
-    pub fn kvc_seq_fork(cache: *mut kvc_cache, src_seq_id: i32, dst_seq_id: i32)
-        -> *mut kvc_status;
+    pub fn kvc_seq_fork(cache: *mut kvc_cache, src_seq_id: i32, dst_seq_id: i32) -> *mut kvc_status;
     pub fn kvc_seq_truncate(cache: *mut kvc_cache, seq_id: i32, position: i32) -> *mut kvc_status;
-    pub fn kvc_seq_remove_range(
-        cache: *mut kvc_cache,
-        seq_id: i32,
-        first: i32,
-        end: i32,
-    ) -> *mut kvc_status;
-    pub fn kvc_seq_export_size(
-        cache: *mut kvc_cache,
-        seq_id: i32,
-        out_size: *mut usize,
-    ) -> *mut kvc_status;
+    pub fn kvc_seq_remove_range(cache: *mut kvc_cache, seq_id: i32, first: i32, end: i32) -> *mut kvc_status;
+    pub fn kvc_seq_export_size(cache: *mut kvc_cache, seq_id: i32, out_size: *mut usize) -> *mut kvc_status;
     pub fn kvc_seq_export(
         cache: *mut kvc_cache,
         seq_id: i32,
@@ -272,16 +255,8 @@ extern "C" {
         data: *const c_void,
         size: usize,
     ) -> *mut kvc_status;
-    pub fn kvc_seq_export_file(
-        cache: *mut kvc_cache,
-        seq_id: i32,
-        path: *const c_char,
-    ) -> *mut kvc_status;
-    pub fn kvc_seq_import_file(
-        cache: *mut kvc_cache,
-        seq_id: i32,
-        path: *const c_char,
-    ) -> *mut kvc_status;
+    pub fn kvc_seq_export_file(cache: *mut kvc_cache, seq_id: i32, path: *const c_char) -> *mut kvc_status;
+    pub fn kvc_seq_import_file(cache: *mut kvc_cache, seq_id: i32, path: *const c_char) -> *mut kvc_status;
     pub fn kvc_seq_length(
         cache: *const kvc_cache,
         seq_id: i32,
@@ -340,10 +315,7 @@ extern "C" {
         seq_ids: *const i32,
     ) -> *mut kvc_status;
     pub fn kvc_policy_info_init(info: *mut kvc_policy_info);
-    pub fn kvc_cache_policy_info(
-        cache: *const kvc_cache,
-        out_info: *mut kvc_policy_info,
-    ) -> *mut kvc_status;
+    pub fn kvc_cache_policy_info(cache: *const kvc_cache, out_info: *mut kvc_policy_info) -> *mut kvc_status;
     pub fn kvc_report_stats(
         cache: *mut kvc_cache,
         seq_id: i32,

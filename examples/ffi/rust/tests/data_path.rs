@@ -7,9 +7,7 @@ use kvcache::{Attention, Code, Sequences};
 /// Prefill 5 and 3 tokens of two sequences, then two decode steps, comparing every output.
 fn prefill_and_decode(dtype: &str, tolerance: f32) {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml(dtype, "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml(dtype, ""))).unwrap();
     cache.create_seq(0).unwrap();
     cache.create_seq(7).unwrap();
     let mut histories = vec![History::default(); 2];
@@ -17,24 +15,12 @@ fn prefill_and_decode(dtype: &str, tolerance: f32) {
         let step = step(seed, &[(0, sizes[0]), (7, sizes[1])], &mut histories);
         let mut out = vec![0.0; step.q.len()];
         cache
-            .append_attend(
-                0,
-                &step.batch,
-                &step.q,
-                &step.k,
-                &step.v,
-                &Attention::default(),
-                &mut out,
-            )
+            .append_attend(0, &step.batch, &step.q, &step.k, &step.v, &Attention::default(), &mut out)
             .unwrap();
         for (i, history) in histories.iter().enumerate() {
             let n = step.sizes[i];
             let positions = &history.positions[history.positions.len() - n..];
-            let expected = naive_attention(
-                rows_of(&step.sizes, i, &step.q, Q_HEADS),
-                positions,
-                history,
-            );
+            let expected = naive_attention(rows_of(&step.sizes, i, &step.q, Q_HEADS), positions, history);
             let diff = max_diff(rows_of(&step.sizes, i, &out, Q_HEADS), &expected);
             assert!(diff <= tolerance, "{dtype}: sequence {i} differs by {diff}");
         }
@@ -56,17 +42,13 @@ fn attention_matches_naive_f16() {
 #[test]
 fn separate_append_and_attend_match_append_attend() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     let mut histories = vec![History::default()];
     let step = step(1, &[(0, 4)], &mut histories);
     cache.append(1, &step.batch, &step.k, &step.v).unwrap();
     let mut out = vec![0.0; step.q.len()];
-    cache
-        .attend(1, &step.batch, &step.q, &Attention::default(), &mut out)
-        .unwrap();
+    cache.attend(1, &step.batch, &step.q, &Attention::default(), &mut out).unwrap();
     let expected = naive_attention(&step.q, &histories[0].positions, &histories[0]);
     assert!(max_diff(&out, &expected) <= 1e-5);
 }
@@ -74,19 +56,14 @@ fn separate_append_and_attend_match_append_attend() {
 #[test]
 fn wrong_shape_is_an_error_and_the_cache_stays_usable() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     let mut histories = vec![History::default()];
     let step = step(1, &[(0, 2)], &mut histories);
-    let err = cache
-        .append(0, &step.batch, &step.k[1..], &step.v)
-        .unwrap_err();
+    let err = cache.append(0, &step.batch, &step.k[1..], &step.v).unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(
-        err.message()
-            .contains("k holds 63 floats, expected 2 tokens x 2 kv_heads x 16 head_dim = 64"),
+        err.message().contains("k holds 63 floats, expected 2 tokens x 2 kv_heads x 16 head_dim = 64"),
         "{err}"
     );
     // The library's own check: layer 5 of a 2-layer cache.
@@ -119,9 +96,7 @@ fn past_the_memory_limit_nothing_is_stored() {
 #[test]
 fn shards_run_on_their_own_threads() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     cache.create_seq(1).unwrap();
     let shards = cache.split(&[&[0], &[1]]).unwrap();
@@ -133,15 +108,7 @@ fn shards_run_on_their_own_threads() {
                 let step = step(100 + seq_id as u64, &[(seq_id, 6)], &mut histories);
                 let mut out = vec![0.0; step.q.len()];
                 shard
-                    .append_attend(
-                        0,
-                        &step.batch,
-                        &step.q,
-                        &step.k,
-                        &step.v,
-                        &Attention::default(),
-                        &mut out,
-                    )
+                    .append_attend(0, &step.batch, &step.q, &step.k, &step.v, &Attention::default(), &mut out)
                     .unwrap();
                 let expected = naive_attention(&step.q, &histories[0].positions, &histories[0]);
                 assert!(max_diff(&out, &expected) <= 1e-5);
@@ -156,9 +123,7 @@ fn shards_run_on_their_own_threads() {
 #[test]
 fn overlapping_shards_are_refused() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     let err = cache.split(&[&[0, 1], &[1]]).err().unwrap();
     assert_eq!(err.code(), Code::InvalidArgument);
 }

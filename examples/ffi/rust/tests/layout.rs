@@ -34,18 +34,9 @@ fn struct_sizes_match_the_library() {
     let mut batch = MaybeUninit::<sys::kvc_batch>::zeroed();
     // SAFETY: kvc_batch_init only stores the pointers.
     unsafe {
-        sys::kvc_batch_init(
-            batch.as_mut_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
+        sys::kvc_batch_init(batch.as_mut_ptr(), 0, std::ptr::null(), std::ptr::null(), std::ptr::null())
     };
-    assert_eq!(
-        unsafe { batch.assume_init() }.struct_size as usize,
-        size_of::<sys::kvc_batch>()
-    );
+    assert_eq!(unsafe { batch.assume_init() }.struct_size as usize, size_of::<sys::kvc_batch>());
 }
 
 #[test]
@@ -53,14 +44,11 @@ fn version_and_names_agree() {
     // SAFETY: plain calls returning static strings.
     unsafe {
         let number = sys::kvc_version();
-        let text = std::ffi::CStr::from_ptr(sys::kvc_version_string())
-            .to_str()
-            .unwrap();
+        let text = std::ffi::CStr::from_ptr(sys::kvc_version_string()).to_str().unwrap();
         let expected = format!("{}.{}.{}", number / 10000, number / 100 % 100, number % 100);
         assert_eq!(text, expected);
         assert_eq!(
-            std::ffi::CStr::from_ptr(sys::kvc_status_code_name(sys::KVC_ERR_OUT_OF_MEMORY))
-                .to_bytes(),
+            std::ffi::CStr::from_ptr(sys::kvc_status_code_name(sys::KVC_ERR_OUT_OF_MEMORY)).to_bytes(),
             b"OUT_OF_MEMORY"
         );
         assert_eq!(sys::kvc_dtype_size(sys::KVC_DTYPE_F16), 2);

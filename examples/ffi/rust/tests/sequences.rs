@@ -7,9 +7,7 @@ use kvcache::{Attention, Cache, Code, Sequences};
 
 /// A cache with sequence 0 holding 20 tokens (positions 0..20) on layer 0.
 fn filled(context: &kvcache::Context) -> (Cache<'_>, History) {
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     let mut histories = vec![History::default()];
     let step = step(5, &[(0, 20)], &mut histories);
@@ -22,18 +20,14 @@ fn probe(cache: &mut Cache<'_>, seq_id: i32) -> Vec<f32> {
     let q = values(99, Q_HEADS * HEAD_DIM);
     let mut out = vec![0.0; q.len()];
     let batch = kvcache::Batch::new().seq(seq_id, [100]);
-    cache
-        .attend(0, &batch, &q, &Attention::default(), &mut out)
-        .unwrap();
+    cache.attend(0, &batch, &q, &Attention::default(), &mut out).unwrap();
     out
 }
 
 #[test]
 fn create_and_remove() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(3).unwrap();
     let err = cache.create_seq(3).unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists);
@@ -46,16 +40,11 @@ fn create_and_remove() {
 #[test]
 fn reserve_past_the_limit_fails_and_changes_nothing() {
     let context = context();
-    let mut cache = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "")))
-        .unwrap();
+    let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     cache.reserve(0, 16).unwrap();
     let before = cache.stats().unwrap();
-    assert_eq!(
-        cache.reserve(0, 1 << 20).unwrap_err().code(),
-        Code::OutOfMemory
-    );
+    assert_eq!(cache.reserve(0, 1 << 20).unwrap_err().code(), Code::OutOfMemory);
     assert_eq!(cache.stats().unwrap().bytes_used, before.bytes_used);
 }
 
@@ -65,10 +54,7 @@ fn fork_shares_blocks_and_matches_the_source() {
     let (mut cache, _) = filled(&context);
     cache.fork(0, 1).unwrap();
     assert!(cache.stats().unwrap().bytes_shared > 0);
-    assert_eq!(
-        cache.positions(1, 0, 0).unwrap(),
-        cache.positions(0, 0, 0).unwrap()
-    );
+    assert_eq!(cache.positions(1, 0, 0).unwrap(), cache.positions(0, 0, 0).unwrap());
     assert_eq!(probe(&mut cache, 1), probe(&mut cache, 0));
     assert_eq!(cache.fork(0, 1).unwrap_err().code(), Code::AlreadyExists);
 }
@@ -78,10 +64,7 @@ fn truncate_and_remove_range_drop_positions() {
     let context = context();
     let (mut cache, history) = filled(&context);
     cache.truncate(0, 15).unwrap();
-    assert_eq!(
-        cache.positions(0, 0, 1).unwrap(),
-        (0..15).collect::<Vec<_>>()
-    );
+    assert_eq!(cache.positions(0, 0, 1).unwrap(), (0..15).collect::<Vec<_>>());
     cache.remove_range(0, 3..6).unwrap();
     let expected: Vec<i32> = (0..3).chain(6..15).collect();
     assert_eq!(cache.positions(0, 0, 0).unwrap(), expected);
@@ -90,14 +73,8 @@ fn truncate_and_remove_range_drop_positions() {
     let row = KV_HEADS * HEAD_DIM;
     let left = History {
         positions: expected.clone(),
-        k: keep
-            .iter()
-            .flat_map(|&j| history.k[j * row..(j + 1) * row].to_vec())
-            .collect(),
-        v: keep
-            .iter()
-            .flat_map(|&j| history.v[j * row..(j + 1) * row].to_vec())
-            .collect(),
+        k: keep.iter().flat_map(|&j| history.k[j * row..(j + 1) * row].to_vec()).collect(),
+        v: keep.iter().flat_map(|&j| history.v[j * row..(j + 1) * row].to_vec()).collect(),
     };
     let q = values(99, Q_HEADS * HEAD_DIM);
     assert!(max_diff(&probe(&mut cache, 0), &naive_attention(&q, &[100], &left)) <= 1e-5);
@@ -111,9 +88,8 @@ fn export_and_import_round_trip() {
     assert!(!bytes.is_empty());
     cache.import(9, &bytes).unwrap();
     assert_eq!(probe(&mut cache, 9), probe(&mut cache, 0));
-    let mut other = context
-        .cache_from_yaml(Some(&cache_yaml("f32", "").replace("paged", "contiguous")))
-        .unwrap();
+    let mut other =
+        context.cache_from_yaml(Some(&cache_yaml("f32", "").replace("paged", "contiguous"))).unwrap();
     other.import(0, &bytes).unwrap();
     assert_eq!(probe(&mut other, 0), probe(&mut cache, 0));
 }
@@ -141,9 +117,6 @@ fn export_and_import_through_a_file() {
     cache.import_file(4, &path).unwrap();
     assert_eq!(probe(&mut cache, 4), probe(&mut cache, 0));
     let missing = path.with_extension("missing");
-    assert_eq!(
-        cache.import_file(5, &missing).unwrap_err().code(),
-        Code::NotFound
-    );
+    assert_eq!(cache.import_file(5, &missing).unwrap_err().code(), Code::NotFound);
     std::fs::remove_file(&path).unwrap();
 }

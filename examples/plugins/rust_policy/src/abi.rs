@@ -29,17 +29,14 @@ pub struct kvc_plugin_error {
     pub message: [c_char; 512],
 }
 
-pub type kvc_range_fn =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, begin: usize, end: usize)>;
+pub type kvc_range_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, begin: usize, end: usize)>;
 
 #[repr(C)]
 pub struct kvc_host_api {
     pub struct_size: u32,
     pub abi_version: u32,
     pub host: *mut c_void,
-    pub log: Option<
-        unsafe extern "C" fn(host: *mut c_void, level: kvc_log_level, message: *const c_char),
-    >,
+    pub log: Option<unsafe extern "C" fn(host: *mut c_void, level: kvc_log_level, message: *const c_char)>,
     pub parallel_for: Option<
         unsafe extern "C" fn(
             host: *mut c_void,
@@ -49,9 +46,7 @@ pub struct kvc_host_api {
             user_data: *mut c_void,
         ),
     >,
-    pub alloc: Option<
-        unsafe extern "C" fn(host: *mut c_void, bytes: usize, alignment: usize) -> *mut c_void,
-    >,
+    pub alloc: Option<unsafe extern "C" fn(host: *mut c_void, bytes: usize, alignment: usize) -> *mut c_void>,
     pub free: Option<unsafe extern "C" fn(host: *mut c_void, ptr: *mut c_void)>,
 }
 
@@ -138,8 +133,7 @@ pub struct kvc_policy_vtable {
         ) -> i32,
     >,
     pub destroy: Option<unsafe extern "C" fn(instance: *mut c_void)>,
-    pub needs:
-        Option<unsafe extern "C" fn(instance: *mut c_void, out_needs: *mut kvc_policy_needs)>,
+    pub needs: Option<unsafe extern "C" fn(instance: *mut c_void, out_needs: *mut kvc_policy_needs)>,
     pub score: Option<
         unsafe extern "C" fn(
             instance: *mut c_void,
@@ -179,9 +173,7 @@ pub fn field_size<S, F>(_project: impl Fn(*const S) -> *const F) -> usize {
 /// # Safety
 /// `jobs` points at an array of at least `index + 1` jobs written by the host.
 pub unsafe fn job_at(jobs: *const kvc_score_job, index: usize) -> *const kvc_score_job {
-    jobs.cast::<u8>()
-        .add(index * (*jobs).struct_size as usize)
-        .cast()
+    jobs.cast::<u8>().add(index * (*jobs).struct_size as usize).cast()
 }
 
 /// Writes `message` into a plugin error (truncated, NUL-terminated) and returns `code`.

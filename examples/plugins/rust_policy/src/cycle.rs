@@ -2,8 +2,8 @@
 use std::ffi::{c_void, CStr};
 
 use crate::abi::{
-    fail, job_at, kvc_host_api, kvc_plugin_error, kvc_policy_needs, kvc_policy_param,
-    kvc_policy_vtable, kvc_score_job, KVC_ERR_CONFIG, KVC_ERR_PLUGIN, KVC_OK,
+    fail, job_at, kvc_host_api, kvc_plugin_error, kvc_policy_needs, kvc_policy_param, kvc_policy_vtable,
+    kvc_score_job, KVC_ERR_CONFIG, KVC_ERR_PLUGIN, KVC_OK,
 };
 use crate::has_field;
 
@@ -34,15 +34,13 @@ unsafe extern "C" fn create(
         let key = CStr::from_ptr(param.key).to_string_lossy();
         let value = CStr::from_ptr(param.value).to_string_lossy();
         if key != "period" {
-            let message =
-                format!("policy.params.{key}: unknown parameter for rust_cycle (known: period)");
+            let message = format!("policy.params.{key}: unknown parameter for rust_cycle (known: period)");
             return fail(error, KVC_ERR_CONFIG, &message);
         }
         match value.parse::<i32>() {
             Ok(p) if (2..=16).contains(&p) => period = p,
             _ => {
-                let message =
-                    format!("policy.params.period: expected an integer in 2..16, got '{value}'");
+                let message = format!("policy.params.period: expected an integer in 2..16, got '{value}'");
                 return fail(error, KVC_ERR_CONFIG, &message);
             }
         }
@@ -74,11 +72,7 @@ unsafe extern "C" fn score(
     for j in 0..n_jobs {
         let job = job_at(jobs, j);
         if !has_field!(job, kvc_score_job, scores) {
-            return fail(
-                error,
-                KVC_ERR_PLUGIN,
-                "rust_cycle: the host's score jobs lack `scores`",
-            );
+            return fail(error, KVC_ERR_PLUGIN, "rust_cycle: the host's score jobs lack `scores`");
         }
         let n = (*job).n_tokens as usize;
         let pos = std::slice::from_raw_parts((*job).pos, n);

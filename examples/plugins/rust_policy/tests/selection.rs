@@ -31,12 +31,7 @@ fn expected(positions: &[i32], budget: usize, period: i32) -> Vec<i32> {
 #[test]
 fn keeps_what_the_rule_selects() {
     let context = Context::new(&yaml(9, "period: 7")).unwrap();
-    let info = context
-        .plugins()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.name == "rust_cycle")
-        .unwrap();
+    let info = context.plugins().unwrap().into_iter().find(|p| p.name == "rust_cycle").unwrap();
     assert_eq!(PathBuf::from(&info.path), plugin_path());
     let mut cache = context.cache_from_yaml(None).unwrap();
     let sequences: [(i32, Vec<i32>); 2] = [(0, (0..40).collect()), (5, (100..127).collect())];
@@ -61,10 +56,7 @@ fn keeps_what_the_rule_selects() {
         }
     }
     let info = cache.policy_info().unwrap();
-    assert_eq!(
-        (info.name.as_str(), info.sinks, info.recent, info.stats),
-        ("rust_cycle", 0, 0, 0)
-    );
+    assert_eq!((info.name.as_str(), info.sinks, info.recent, info.stats), ("rust_cycle", 0, 0, 0));
 }
 
 #[test]
@@ -77,10 +69,7 @@ fn another_period() {
     cache.append(0, &batch, &k, &k).unwrap();
     cache.compress(Some(0), &[0]).unwrap();
     let positions: Vec<i32> = (0..12).collect();
-    assert_eq!(
-        cache.positions(0, 0, 1).unwrap(),
-        expected(&positions, 5, 4)
-    );
+    assert_eq!(cache.positions(0, 0, 1).unwrap(), expected(&positions, 5, 4));
 }
 
 #[test]
@@ -88,16 +77,8 @@ fn bad_parameters_are_config_errors_with_the_plugin_message() {
     let context = Context::new(&yaml(4, "colour: red")).unwrap();
     let err = context.cache_from_yaml(None).err().unwrap();
     assert_eq!(err.code(), Code::Config, "{err}");
-    assert!(
-        err.message()
-            .contains("policy.params.colour: unknown parameter for rust_cycle"),
-        "{err}"
-    );
+    assert!(err.message().contains("policy.params.colour: unknown parameter for rust_cycle"), "{err}");
     let context = Context::new(&yaml(4, "period: 99")).unwrap();
     let err = context.cache_from_yaml(None).err().unwrap();
-    assert!(
-        err.message()
-            .contains("expected an integer in 2..16, got '99'"),
-        "{err}"
-    );
+    assert!(err.message().contains("expected an integer in 2..16, got '99'"), "{err}");
 }

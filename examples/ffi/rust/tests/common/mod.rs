@@ -22,14 +22,10 @@ pub fn cache_yaml(dtype: &str, extra: &str) -> String {
 
 /// Deterministic values in [-1, 1) (a linear congruential generator).
 pub fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -44,12 +40,7 @@ pub struct History {
 }
 
 /// The rows of `batch` (q, k and v in batch order) that belong to its `index`-th sequence.
-pub fn rows_of<'a>(
-    batch_sizes: &[usize],
-    index: usize,
-    data: &'a [f32],
-    heads: usize,
-) -> &'a [f32] {
+pub fn rows_of<'a>(batch_sizes: &[usize], index: usize, data: &'a [f32], heads: usize) -> &'a [f32] {
     let row = heads * HEAD_DIM;
     let start: usize = batch_sizes[..index].iter().sum();
     &data[start * row..(start + batch_sizes[index]) * row]
@@ -65,9 +56,8 @@ pub fn naive_attention(q: &[f32], positions: &[i32], history: &History) -> Vec<f
         for h in 0..Q_HEADS {
             let g = h / group;
             let query = &q[(t * Q_HEADS + h) * HEAD_DIM..][..HEAD_DIM];
-            let seen: Vec<usize> = (0..history.positions.len())
-                .filter(|&j| history.positions[j] <= p)
-                .collect();
+            let seen: Vec<usize> =
+                (0..history.positions.len()).filter(|&j| history.positions[j] <= p).collect();
             let logits: Vec<f32> = seen
                 .iter()
                 .map(|&j| {
@@ -112,28 +102,15 @@ pub fn step(seed: u64, seqs: &[(i32, usize)], histories: &mut [History]) -> Step
         let first = history.positions.last().map_or(0, |p| p + 1);
         let positions: Vec<i32> = (first..first + n as i32).collect();
         history.positions.extend(&positions);
-        history
-            .k
-            .extend_from_slice(rows_of(&sizes, i, &k, KV_HEADS));
-        history
-            .v
-            .extend_from_slice(rows_of(&sizes, i, &v, KV_HEADS));
+        history.k.extend_from_slice(rows_of(&sizes, i, &k, KV_HEADS));
+        history.v.extend_from_slice(rows_of(&sizes, i, &v, KV_HEADS));
         batch = batch.seq(seq_id, positions);
     }
-    Step {
-        batch,
-        sizes,
-        q,
-        k,
-        v,
-    }
+    Step { batch, sizes, q, k, v }
 }
 
 /// Largest absolute difference.
 pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
