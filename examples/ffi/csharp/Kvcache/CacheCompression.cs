@@ -1,0 +1,49 @@
+using System;
+using System.Runtime.InteropServices;
+
+namespace Kvcache
+{
+    public sealed partial class Cache
+    {
+        /// <summary>
+        /// Compresses the listed sequences now on <paramref name="layer"/>, or on every layer when
+        /// it is -1. A cache without a policy does nothing.
+        /// </summary>
+        public void Compress(int layer, params int[] seqIds)
+        {
+            if (seqIds == null) throw new ArgumentNullException(nameof(seqIds));
+            Shared(() => KvcacheException.Check(NativeMethods.kvc_compress(handle, layer, seqIds.Length, seqIds)));
+        }
+
+        /// <summary>The policy as in effect; NotFound for a cache created without one.</summary>
+        public PolicyInfo GetPolicyInfo()
+        {
+            return Shared(() => {
+                var info = new NativePolicyInfo { StructSize = (uint)Marshal.SizeOf(typeof(NativePolicyInfo)) };
+                KvcacheException.Check(NativeMethods.kvc_cache_policy_info(handle, ref info));
+                return new PolicyInfo(info);
+            });
+        }
+
+        /// <summary>
+        /// Reports statistics an engine computed with its own kernels: one value per stored token of
+        /// (sequence, layer, KV head), in storage order.
+        /// </summary>
+        public void ReportStats(int seqId, int layer, int kvHead, StatKind kind, float[] values)
+        {
+            if (values == null) throw new ArgumentNullException(nameof(values));
+            Shared(() => KvcacheException.Check(
+                NativeMethods.kvc_report_stats(handle, seqId, layer, kvHead, kind, values, values.Length)));
+        }
+
+        /// <summary>Peak bytes one sequence holds for this prompt, chunking and decode length.</summary>
+        public ulong EstimatePeakBytes(int promptTokens, int chunkTokens, int newTokens)
+        {
+            return Shared(() => {
+                UIntPtr bytes;
+                KvcacheException.Check(NativeMethods.kvc_cache_estimate_peak_bytes(handle, promptTokens, chunkTokens, newTokens, out bytes));
+                return bytes.ToUInt64();
+            });
+        }
+    }
+}

@@ -1,0 +1,87 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+
+namespace Kvcache
+{
+    /// <summary>
+    /// Shape, storage and compression of a cache (kvc_cache_params). The initial values are the
+    /// defaults kvcache.h documents, set here rather than by kvc_cache_params_init(), which
+    /// writes the library's sizeof and so could overrun this mirror under a newer library.
+    /// </summary>
+    public sealed class CacheParams
+    {
+        public int Layers { get; set; } = 1;
+        public int KvHeads { get; set; } = 1;
+        /// <summary>A multiple of KvHeads (GQA); 0: as many as KvHeads.</summary>
+        public int QHeads { get; set; }
+        public int HeadDim { get; set; } = 64;
+        /// <summary>The storage dtype; inputs are f32.</summary>
+        public DType DType { get; set; } = DType.F16;
+        public Layout Layout { get; set; } = Layout.Paged;
+        public int BlockTokens { get; set; } = 16;
+        public double GrowthFactor { get; set; } = 2.0;
+        /// <summary>Bytes of K, V and per-token metadata.</summary>
+        public ulong MemoryLimit { get; set; } = 1UL << 30;
+        /// <summary>Backend plugin name; null means "cpu".</summary>
+        public string Backend { get; set; }
+        /// <summary>Eviction policy plugin name; null: the cache never compresses.</summary>
+        public string Policy { get; set; }
+        /// <summary>Tokens kept per (sequence, layer, KV head); 0: use BudgetRatio.</summary>
+        public int Budget { get; set; }
+        /// <summary>In (0, 1]: the budget as a share of the tokens a head has received.</summary>
+        public double BudgetRatio { get; set; }
+        /// <summary>First tokens always kept; &lt; 0: the policy's default.</summary>
+        public int Sinks { get; set; } = -1;
+        /// <summary>Newest tokens always kept; &lt; 0: the policy's default.</summary>
+        public int Recent { get; set; } = -1;
+        /// <summary>Policy-specific parameters as written in YAML, in order.</summary>
+        public IList<KeyValuePair<string, string>> PolicyParams { get; } = new List<KeyValuePair<string, string>>();
+        public PrefillCompression Prefill { get; set; }
+        /// <summary>&gt; 0: compress every this many single-token steps.</summary>
+        public int DecodeEvery { get; set; }
+        /// <summary>&gt; 0: compress when a head holds more than budget + slack.</summary>
+        public int DecodeSlack { get; set; }
+
+        internal static CacheParams FromNative(NativeCacheParams p)
+        {
+            return new CacheParams {
+                Layers = p.Layers, KvHeads = p.KvHeads, QHeads = p.QHeads, HeadDim = p.HeadDim,
+                DType = p.DType, Layout = p.Layout, BlockTokens = p.BlockTokens,
+                GrowthFactor = p.GrowthFactor, MemoryLimit = p.MemoryLimit.ToUInt64(),
+                Backend = NativeMethods.String(p.Backend), Policy = NativeMethods.String(p.Policy),
+                Budget = p.Budget, BudgetRatio = p.BudgetRatio, Sinks = p.Sinks, Recent = p.Recent,
+                Prefill = p.Prefill, DecodeEvery = p.DecodeEvery, DecodeSlack = p.DecodeSlack,
+            };
+        }
+
+        /// <summary>
+        /// The native struct, its strings and key/value array allocated in <paramref name="memory"/>,
+        /// which must outlive the call it is passed to.
+        /// </summary>
+        internal NativeCacheParams ToNative(NativeMemory memory)
+        {
+            var p = new NativeCacheParams {
+                StructSize = (uint)Marshal.SizeOf(typeof(NativeCacheParams)),
+                Layers = Layers, KvHeads = KvHeads, QHeads = QHeads, HeadDim = HeadDim,
+                DType = DType, Layout = Layout, BlockTokens = BlockTokens, GrowthFactor = GrowthFactor,
+                MemoryLimit = new UIntPtr(MemoryLimit),
+                Backend = memory.Utf8(Backend), Policy = memory.Utf8(Policy),
+                Budget = Budget, BudgetRatio = BudgetRatio, Sinks = Sinks, Recent = Recent,
+                NPolicyParams = new UIntPtr((uint)PolicyParams.Count),
+                Prefill = Prefill, DecodeEvery = DecodeEvery, DecodeSlack = DecodeSlack,
+            };
+            if (PolicyParams.Count > 0) {
+                var entries = new NativeKeyValue[PolicyParams.Count];
+                for (int i = 0; i < entries.Length; i++) {
+                    if (PolicyParams[i].Key == null || PolicyParams[i].Value == null)
+                        throw new ArgumentException("PolicyParams[" + i + "] has a null key or value");
+                    entries[i] = new NativeKeyValue { Key = memory.Utf8(PolicyParams[i].Key),
+                                                      Value = memory.Utf8(PolicyParams[i].Value) };
+                }
+                p.PolicyParams = memory.Array(entries);
+            }
+            return p;
+        }
+    }
+}

@@ -1,0 +1,100 @@
+using System;
+
+namespace Kvcache
+{
+    public sealed partial class Cache
+    {
+        /// <summary>Creates an empty sequence; ids are chosen by the caller and must be &gt;= 0. Exclusive.</summary>
+        public void CreateSequence(int seqId)
+        {
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_create(handle, seqId)));
+        }
+
+        /// <summary>Removes a sequence and returns its memory to the pool. Exclusive.</summary>
+        public void RemoveSequence(int seqId)
+        {
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_remove(handle, seqId)));
+        }
+
+        /// <summary>Ensures every (layer, KV head) can hold <paramref name="tokens"/> without allocating.</summary>
+        public void Reserve(int seqId, int tokens)
+        {
+            Shared(() => KvcacheException.Check(NativeMethods.kvc_seq_reserve(handle, seqId, tokens)));
+        }
+
+        /// <summary>Creates <paramref name="dstSeqId"/> sharing the K/V blocks of <paramref name="srcSeqId"/>. Exclusive.</summary>
+        public void Fork(int srcSeqId, int dstSeqId)
+        {
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_fork(handle, srcSeqId, dstSeqId)));
+        }
+
+        /// <summary>Drops every stored token at positions &gt;= <paramref name="position"/>.</summary>
+        public void Truncate(int seqId, int position)
+        {
+            Shared(() => KvcacheException.Check(NativeMethods.kvc_seq_truncate(handle, seqId, position)));
+        }
+
+        /// <summary>Drops the stored tokens at positions in [first, end); the others keep their positions.</summary>
+        public void RemoveRange(int seqId, int first, int end)
+        {
+            Shared(() => KvcacheException.Check(NativeMethods.kvc_seq_remove_range(handle, seqId, first, end)));
+        }
+
+        /// <summary>Everything stored for the sequence, in the format of docs/sequence_format.md.</summary>
+        public byte[] Export(int seqId)
+        {
+            return Shared(() => {
+                UIntPtr size;
+                KvcacheException.Check(NativeMethods.kvc_seq_export_size(handle, seqId, out size));
+                var buffer = new byte[size.ToUInt64()];
+                UIntPtr written;
+                KvcacheException.Check(NativeMethods.kvc_seq_export(handle, seqId, buffer, size, out written));
+                if (written.ToUInt64() != size.ToUInt64()) Array.Resize(ref buffer, (int)written.ToUInt64());
+                return buffer;
+            });
+        }
+
+        /// <summary>Creates <paramref name="seqId"/> from bytes of Export, from any cache of this shape. Exclusive.</summary>
+        public void Import(int seqId, byte[] data)
+        {
+            if (data == null) throw new ArgumentNullException(nameof(data));
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_import(handle, seqId, data, new UIntPtr((ulong)data.LongLength))));
+        }
+
+        /// <summary>Export into a file, replaced atomically.</summary>
+        public void ExportFile(int seqId, string path)
+        {
+            if (path == null) throw new ArgumentNullException(nameof(path));
+            Shared(() => KvcacheException.Check(NativeMethods.kvc_seq_export_file(handle, seqId, path)));
+        }
+
+        /// <summary>Import from a file written by ExportFile. Exclusive.</summary>
+        public void ImportFile(int seqId, string path)
+        {
+            if (path == null) throw new ArgumentNullException(nameof(path));
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_import_file(handle, seqId, path)));
+        }
+
+        /// <summary>Tokens stored for (sequence, layer, KV head).</summary>
+        public int Length(int seqId, int layer, int kvHead)
+        {
+            return Shared(() => {
+                int length;
+                KvcacheException.Check(NativeMethods.kvc_seq_length(handle, seqId, layer, kvHead, out length));
+                return length;
+            });
+        }
+
+        /// <summary>The stored tokens of (sequence, layer, KV head) as segments in position order.</summary>
+        public SegmentView[] View(int seqId, int layer, int kvHead)
+        {
+            return Shared(() => {
+                UIntPtr count;
+                KvcacheException.Check(NativeMethods.kvc_seq_view(handle, seqId, layer, kvHead, null, UIntPtr.Zero, out count));
+                var views = new SegmentView[count.ToUInt64()];
+                KvcacheException.Check(NativeMethods.kvc_seq_view(handle, seqId, layer, kvHead, views, count, out count));
+                return views;
+            });
+        }
+    }
+}

@@ -1,0 +1,121 @@
+using System;
+using System.Runtime.InteropServices;
+
+namespace Kvcache
+{
+    /// <summary>
+    /// The C API of kvcache.h, declared by hand. "kvcache" is mapped to the library's SONAME
+    /// (libkvcache.so.&lt;ABI major&gt;) by Kvcache.dll.config, which Mono reads next to
+    /// Kvcache.dll. Strings go in as UTF-8 (LPUTF8Str); strings coming back are IntPtr because
+    /// the library owns them.
+    /// </summary>
+    static class NativeMethods
+    {
+        const string Lib = "kvcache";
+        const UnmanagedType Utf8 = UnmanagedType.LPUTF8Str;
+
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        internal delegate void LogFn(IntPtr userData, LogLevel level, IntPtr message);
+
+        // version
+        [DllImport(Lib)] internal static extern uint kvc_version();
+        [DllImport(Lib)] internal static extern IntPtr kvc_version_string();
+
+        // status
+        [DllImport(Lib)] internal static extern StatusCode kvc_status_get_code(StatusHandle status);
+        [DllImport(Lib)] internal static extern IntPtr kvc_status_message(StatusHandle status);
+        [DllImport(Lib)] internal static extern void kvc_status_free(IntPtr status);
+        [DllImport(Lib)] internal static extern IntPtr kvc_status_code_name(StatusCode code);
+
+        // context
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_context_create([MarshalAs(Utf8)] string yaml, out ContextHandle context);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_context_create_from_file([MarshalAs(Utf8)] string path, out ContextHandle context);
+        [DllImport(Lib)] internal static extern void kvc_context_destroy(IntPtr context);
+        [DllImport(Lib)]
+        internal static extern void kvc_context_set_logger(ContextHandle context, LogFn fn, IntPtr userData, LogLevel minLevel);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_context_load_plugin(ContextHandle context, [MarshalAs(Utf8)] string path);
+        [DllImport(Lib)] internal static extern UIntPtr kvc_context_plugin_count(ContextHandle context);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_context_plugin_info(ContextHandle context, UIntPtr index, ref NativePluginInfo info);
+
+        // cache
+        [DllImport(Lib)] internal static extern UIntPtr kvc_dtype_size(DType dtype);
+        [DllImport(Lib)] internal static extern IntPtr kvc_dtype_name(DType dtype);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_create(ContextHandle context, ref NativeCacheParams parameters, out CacheHandle cache);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_create_from_yaml(ContextHandle context, [MarshalAs(Utf8)] string yaml, out CacheHandle cache);
+        [DllImport(Lib)] internal static extern void kvc_cache_destroy(IntPtr cache);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_get_params(CacheHandle cache, ref NativeCacheParams parameters);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_get_stats(CacheHandle cache, ref CacheStats stats);
+
+        // sequences
+        [DllImport(Lib)] internal static extern StatusHandle kvc_seq_create(CacheHandle cache, int seq);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_seq_remove(CacheHandle cache, int seq);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_seq_reserve(CacheHandle cache, int seq, int tokens);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_seq_fork(CacheHandle cache, int src, int dst);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_seq_truncate(CacheHandle cache, int seq, int position);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_remove_range(CacheHandle cache, int seq, int first, int end);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_export_size(CacheHandle cache, int seq, out UIntPtr size);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_export(CacheHandle cache, int seq, byte[] buffer, UIntPtr capacity, out UIntPtr written);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_import(CacheHandle cache, int seq, byte[] data, UIntPtr size);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_export_file(CacheHandle cache, int seq, [MarshalAs(Utf8)] string path);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_import_file(CacheHandle cache, int seq, [MarshalAs(Utf8)] string path);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_length(CacheHandle cache, int seq, int layer, int kvHead, out int length);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_view(CacheHandle cache, int seq, int layer, int kvHead,
+                                                         [Out] SegmentView[] views, UIntPtr capacity, out UIntPtr count);
+
+        // data path
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_append(CacheHandle cache, int layer, ref NativeBatch batch,
+                                                       ref NativeTensor k, ref NativeTensor v);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_attend(CacheHandle cache, int layer, ref NativeBatch batch, ref NativeTensor q,
+                                                       ref AttentionParams parameters, ref NativeTensor output);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_append_attend(CacheHandle cache, int layer, ref NativeBatch batch,
+                                                              ref NativeTensor q, ref NativeTensor k, ref NativeTensor v,
+                                                              ref AttentionParams parameters, ref NativeTensor output);
+
+        // compression
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_compress(CacheHandle cache, int layer, int nSeqs, int[] seqIds);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_policy_info(CacheHandle cache, ref NativePolicyInfo info);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_report_stats(CacheHandle cache, int seq, int layer, int kvHead,
+                                                             StatKind kind, float[] values, int nValues);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_estimate_peak_bytes(CacheHandle cache, int promptTokens, int chunkTokens,
+                                                                          int newTokens, out UIntPtr bytes);
+
+        // The *_init functions write the library's sizeof, which may exceed these mirrors under a
+        // newer library, so the binding fills its structs itself; the tests call them into
+        // padded buffers to check the mirrors' sizes and defaults.
+        [DllImport(Lib)] internal static extern void kvc_cache_params_init(IntPtr buffer);
+        [DllImport(Lib)] internal static extern void kvc_cache_stats_init(IntPtr buffer);
+        [DllImport(Lib)] internal static extern void kvc_policy_info_init(IntPtr buffer);
+        [DllImport(Lib)] internal static extern void kvc_attention_params_init(IntPtr buffer);
+        [DllImport(Lib)]
+        internal static extern void kvc_batch_init(IntPtr buffer, int nSeqs, IntPtr seqIds, IntPtr nTokens, IntPtr positions);
+
+        /// <summary>A NUL-terminated UTF-8 string the library owns, copied.</summary>
+        internal static string String(IntPtr utf8)
+        {
+            return Marshal.PtrToStringUTF8(utf8);
+        }
+    }
+}
