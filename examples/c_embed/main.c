@@ -168,9 +168,10 @@ static void print_out(const char *label, int32_t seq, int32_t pos, const float *
 
 /* ----------------------------------------------------- sequence operations */
 
-/* 5a. Two sampled continuations of one prompt: fork the prompt's sequence after prefill.
- *     The fork shares every K/V block of the prompt (no copy, nothing more counted against
- *     the limit); a block is copied only when a branch writes into it. Both branches then
+/* 5a. Two sampled continuations of one context: fork its sequence (here after the prompt and
+ *     the decode steps above). The fork shares every K/V block of the source (no copy,
+ *     nothing more counted against the limit); a block is copied only when a branch writes
+ *     into it: here the partly filled last block, on the first step. Both branches then
  *     decode in one batch, each with its own tokens (here: Q/K/V seeded by the sequence id,
  *     as if each had sampled another token). Returns the branches' length. */
 static int32_t fork_continuations(kvc_cache *cache, int32_t prompt_seq, int32_t branch_seq,
