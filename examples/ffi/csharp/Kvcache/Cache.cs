@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.InteropServices;
 using System.Threading;
 
 namespace Kvcache
@@ -25,15 +26,16 @@ namespace Kvcache
         Cache(CacheHandle handle)
         {
             this.handle = handle;
+            CacheParams shape;
             try {
-                Params = ReadParams();
+                shape = Params;
             } catch {
                 handle.Dispose();
                 throw;
             }
-            int qHeads = Params.QHeads != 0 ? Params.QHeads : Params.KvHeads;
-            qRow = qHeads * Params.HeadDim;
-            kvRow = Params.KvHeads * Params.HeadDim;
+            int qHeads = shape.QHeads != 0 ? shape.QHeads : shape.KvHeads;
+            qRow = qHeads * shape.HeadDim;
+            kvRow = shape.KvHeads * shape.HeadDim;
         }
 
         internal static Cache Create(Context context, CreateFn create)
@@ -52,14 +54,14 @@ namespace Kvcache
             }
         }
 
-        /// <summary>The parameters the cache was created with, defaults filled in (no PolicyParams).</summary>
-        public CacheParams Params { get; }
-
-        CacheParams ReadParams()
+        /// <summary>A fresh copy of the parameters the cache was created with, defaults filled in (no PolicyParams).</summary>
+        public CacheParams Params
         {
-            var p = new NativeCacheParams { StructSize = (uint)System.Runtime.InteropServices.Marshal.SizeOf(typeof(NativeCacheParams)) };
-            KvcacheException.Check(NativeMethods.kvc_cache_get_params(handle, ref p));
-            return CacheParams.FromNative(p);
+            get {
+                var p = new NativeCacheParams { StructSize = (uint)Marshal.SizeOf(typeof(NativeCacheParams)) };
+                KvcacheException.Check(NativeMethods.kvc_cache_get_params(handle, ref p));
+                return CacheParams.FromNative(p);
+            }
         }
 
         /// <summary>Memory and token counters.</summary>

@@ -4,15 +4,25 @@ using System.Runtime.InteropServices;
 namespace Kvcache
 {
     /// <summary>
-    /// The C API of kvcache.h, declared by hand. "kvcache" is mapped to the library's SONAME
-    /// (libkvcache.so.&lt;ABI major&gt;) by Kvcache.dll.config, which Mono reads next to
-    /// Kvcache.dll. Strings go in as UTF-8 (LPUTF8Str); strings coming back are IntPtr because
-    /// the library owns them.
+    /// The C API of kvcache.h, declared by hand, loaded by its SONAME (the ABI major these
+    /// declarations mirror) from the dynamic linker's search path. Strings go in as UTF-8
+    /// (LPUTF8Str); strings coming back are IntPtr because the library owns them.
     /// </summary>
     static class NativeMethods
     {
-        const string Lib = "kvcache";
+        const string Lib = "libkvcache.so.0";
         const UnmanagedType Utf8 = UnmanagedType.LPUTF8Str;
+
+        // Mono unloads native libraries at exit while the library's TBB worker threads still
+        // run; loading it once more with RTLD_NODELETE keeps it (and libtbb) mapped until the
+        // process ends. A failure here shows as the DllNotFoundException of the first call.
+        static NativeMethods()
+        {
+            const int RTLD_LAZY = 0x1, RTLD_NODELETE = 0x1000;
+            dlopen(Lib, RTLD_LAZY | RTLD_NODELETE);
+        }
+
+        [DllImport("libc")] static extern IntPtr dlopen(string file, int mode);
 
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         internal delegate void LogFn(IntPtr userData, LogLevel level, IntPtr message);
