@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -64,6 +65,8 @@ class BlockPool {
   mutable std::mutex mutex_;
   std::vector<void*> free_blocks_;
   std::unordered_map<const void*, uint32_t> extra_owners_;  // only pointers with several owners
+  // extra_owners_.size(), read without the lock: with no fork, shared() costs nothing.
+  std::atomic<size_t> n_shared_{0};
   PoolCounters counters_;
 };
 

@@ -1,7 +1,7 @@
 /**
  * @file kvcache_half.h
- * @brief Conversions between f32 and the 16-bit storage types (::KVC_DTYPE_F16, IEEE binary16,
- * and ::KVC_DTYPE_BF16), as `uint16_t` bit patterns. Header-only, for C99 and C++17.
+ * @brief Conversions between f32 and the 16-bit storage types (`KVC_DTYPE_F16`, IEEE binary16,
+ * and `KVC_DTYPE_BF16`), as `uint16_t` bit patterns. Header-only, for C99 and C++17.
  *
  * Rounding is to nearest, ties to even, done by the FPU: this assumes the default rounding
  * mode and no flush-to-zero. A nan stays a (quiet) nan, values past the largest f16 become
