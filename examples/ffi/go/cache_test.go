@@ -22,7 +22,8 @@ func TestCacheParamsRoundTrip(t *testing.T) {
 	}
 	shape, err = fromYAML.Shape()
 	must(t, err)
-	if shape.Layout != kvcache.Paged || shape.BlockTokens != 4 || shape.DType.String() != "f32" {
+	if shape.Layout != kvcache.Paged || shape.BlockTokens != 4 || shape.DType.String() != "f32" ||
+		shape.DType.Size() != 4 || kvcache.BF16.Size() != 2 {
 		t.Fatalf("Shape from YAML = %+v", shape)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"runtime"
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 )
@@ -18,6 +19,7 @@ type Context struct {
 	mu     sync.RWMutex // Close takes it exclusively; every other call shares it
 	c      *C.kvc_context
 	caches atomic.Int32 // caches made from this context and not yet closed
+	logger cgo.Handle   // the SetLogger function the library calls; 0 when none
 }
 
 // NewContext creates a context from YAML text (docs/config.md); "" means the defaults. It
@@ -67,6 +69,10 @@ func (ctx *Context) Close() error {
 	}
 	C.kvc_context_destroy(ctx.c)
 	ctx.c = nil
+	if ctx.logger != 0 {
+		ctx.logger.Delete()
+		ctx.logger = 0
+	}
 	runtime.SetFinalizer(ctx, nil)
 	return nil
 }

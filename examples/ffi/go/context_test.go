@@ -2,8 +2,11 @@ package kvcache_test
 
 import (
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"kvcache.example/kvcache"
@@ -70,4 +73,45 @@ func TestCloseOrderAndClosedHandles(t *testing.T) {
 	if _, err := ctx.NewCacheFromYAML(gqaCache); !errors.Is(err, kvcache.ErrClosed) {
 		t.Fatalf("NewCacheFromYAML on a closed context: %v", err)
 	}
+}
+
+// A contiguous segment reserved up to the limit and then truncated cannot move into a
+// smaller one, which the library logs at debug level.
+func TestLoggerReceivesTheLibrarysMessages(t *testing.T) {
+	ctx, err := kvcache.NewContext("")
+	must(t, err)
+	defer ctx.Close()
+	var mu sync.Mutex
+	var messages []string
+	must(t, ctx.SetLogger(func(level kvcache.LogLevel, message string) {
+		mu.Lock()
+		defer mu.Unlock()
+		messages = append(messages, level.String()+": "+message)
+	}, kvcache.LogDebug))
+
+	const tokenBytes = 2*8*4 + 4 // K and V of 8 f32 values, and a position
+	p := kvcache.DefaultCacheParams()
+	p.HeadDim, p.DType, p.Layout, p.MemoryLimit = 8, kvcache.F32, kvcache.Contiguous, 100*tokenBytes+16
+	cache, err := ctx.NewCache(p)
+	must(t, err)
+	must(t, cache.CreateSeq(0))
+	must(t, cache.Reserve(0, 100))
+	rng := rand.New(rand.NewSource(8))
+	b := kvcache.Batch{SeqIDs: []int32{0}, NTokens: []int32{100}, Positions: make([]int32, 100)}
+	for i := range b.Positions {
+		b.Positions[i] = int32(i)
+	}
+	must(t, cache.Append(0, b, kvcache.F32Tensor(random(rng, 800)), kvcache.F32Tensor(random(rng, 800))))
+	must(t, cache.Truncate(0, 2))
+	must(t, cache.Close())
+	must(t, ctx.SetLogger(nil, kvcache.LogWarn))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range messages {
+		if strings.HasPrefix(m, "debug: keeping unused capacity") {
+			return
+		}
+	}
+	t.Fatalf("no debug message about unused capacity; got %q", messages)
 }

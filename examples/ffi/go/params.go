@@ -17,6 +17,9 @@ const (
 
 func (d DType) String() string { return C.GoString(C.kvc_dtype_name(C.kvc_dtype(d))) }
 
+// Size is the bytes per element; 0 for a value that is not a DType.
+func (d DType) Size() int { return int(C.kvc_dtype_size(C.kvc_dtype(d))) }
+
 // Layout is a storage layout.
 type Layout int32
 

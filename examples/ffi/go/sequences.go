@@ -87,7 +87,7 @@ func (cache *Cache) View(id, layer, kvHead int32) ([]Segment, error) {
 		if err := statusError("kvc_seq_view", st); err != nil {
 			return err
 		}
-		rowBytes := C.int(cache.shape.HeadDim) * C.int(C.kvc_dtype_size(C.kvc_dtype(cache.shape.DType)))
+		rowBytes := C.int(int(cache.shape.HeadDim) * cache.shape.DType.Size())
 		segments = make([]Segment, len(views))
 		for i, v := range views {
 			segments[i] = Segment{
