@@ -1,4 +1,5 @@
-/* kvc-llama generate: prefill a prompt (in chunks), then decode one token at a time. */
+/* kvc-llama generate: prefill a prompt (in chunks), then decode one token at a time, for one
+ * continuation or several forked from the prefilled prompt. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 static const char usage[] =
     "usage: kvc-llama generate --model FILE [--tokenizer FILE] [--prompt TEXT] [--steps N]\n"
     "                          [--config FILE] [--chunk N] [--temperature T] [--seed N]\n"
+    "                          [--samples N]\n"
     "\n"
     "Prints the prompt and its continuation, then timings and the cache's counters (stderr).\n"
     "\n"
@@ -24,7 +26,12 @@ static const char usage[] =
     "                     Default: f32 storage, paged layout, no eviction policy\n"
     "  --chunk N          prefill the prompt in chunks of N tokens (default: all at once)\n"
     "  --temperature T    0 (default): greedy; > 0: sample from softmax(logits / T)\n"
-    "  --seed N           random seed for sampling (default 42)\n";
+    "  --seed N           random seed for sampling (default 42)\n"
+    "  --samples N        N continuations of the prompt (default 1): the prompt is prefilled\n"
+    "                     once, its sequence forked N - 1 times (kvc_seq_fork shares its K/V)\n"
+    "                     and the N branches decoded as one batch; sample i samples with seed\n"
+    "                     S + i, so it continues as a run with --seed S+i alone would. Each\n"
+    "                     sample is printed after a line \"--- sample i (seed S+i) ---\"\n";
 
 static uint64_t next_random(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -33,7 +40,7 @@ static uint64_t next_random(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-static int32_t sample(float *logits, int32_t n, double temperature, uint64_t *state) {
+static int32_t sample_token(float *logits, int32_t n, double temperature, uint64_t *state) {
   int32_t i;
   double sum = 0.0, r, acc = 0.0, top;
   if (temperature <= 0.0) return kvl_cli_argmax(logits, n);
@@ -50,9 +57,79 @@ static int32_t sample(float *logits, int32_t n, double temperature, uint64_t *st
   return n - 1;
 }
 
+/* One continuation: its random state and the tokens it generated. */
+typedef struct kvl_sample {
+  uint64_t rng;
+  int32_t *tokens;
+  int32_t n_tokens;
+} kvl_sample;
+
+/* The samples of one run; sample i decodes as sequence i. live lists the samples still
+ * generating, in the order of the logits rows; the step_* arrays are one batched step. */
+typedef struct kvl_samples {
+  kvl_sample *items;
+  int32_t n;
+  int32_t *live, *step_ids, *step_tokens, *step_positions, *ones;
+  int32_t n_live;
+} kvl_samples;
+
+static void kvl_samples_free(kvl_samples *samples) {
+  int32_t i;
+  for (i = 0; samples->items != NULL && i < samples->n; ++i) free(samples->items[i].tokens);
+  free(samples->items);
+  free(samples->live);
+  free(samples->step_ids);
+  free(samples->step_tokens);
+  free(samples->step_positions);
+  free(samples->ones);
+}
+
+static int kvl_samples_init(kvl_samples *samples, int32_t n, int32_t seed, int32_t steps) {
+  int32_t i;
+  const size_t ints = (size_t)n * sizeof(int32_t);
+  samples->items = (kvl_sample *)calloc((size_t)n, sizeof(kvl_sample));
+  samples->live = (int32_t *)malloc(ints);
+  samples->step_ids = (int32_t *)malloc(ints);
+  samples->step_tokens = (int32_t *)malloc(ints);
+  samples->step_positions = (int32_t *)malloc(ints);
+  samples->ones = (int32_t *)malloc(ints);
+  if (samples->items == NULL || samples->live == NULL || samples->step_ids == NULL ||
+      samples->step_tokens == NULL || samples->step_positions == NULL || samples->ones == NULL) {
+    return -1;
+  }
+  samples->n = n;
+  for (i = 0; i < n; ++i) {
+    samples->items[i].rng = (uint64_t)seed + (uint64_t)i;
+    samples->items[i].tokens = (int32_t *)malloc(((size_t)steps + 1) * sizeof(int32_t));
+    if (samples->items[i].tokens == NULL) return -1;
+    samples->live[i] = i;
+  }
+  samples->n_live = n;
+  return 0;
+}
+
+static void print_samples(const kvl_cli_session *s, const kvl_samples *samples,
+                          const int32_t *prompt, int32_t n_prompt, int has_bos, int32_t seed) {
+  int32_t i, t;
+  for (i = 0; i < samples->n; ++i) {
+    const kvl_sample *sample = &samples->items[i];
+    printf("--- sample %d (seed %d) ---\n", (int)i, (int)(seed + i));
+    for (t = has_bos ? 1 : 0; t < n_prompt; ++t) {
+      kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s->tokenizer, t > 0 ? prompt[t - 1] : -1,
+                                                       prompt[t]));
+    }
+    for (t = 0; t < sample->n_tokens; ++t) {
+      const int32_t previous = t > 0 ? sample->tokens[t - 1] : prompt[n_prompt - 1];
+      kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s->tokenizer, previous, sample->tokens[t]));
+    }
+    printf("\n");
+  }
+}
+
 int kvl_cmd_generate(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *prompt = "", *config = NULL;
   const char *steps_text = NULL, *chunk_text = NULL, *temperature_text = NULL, *seed_text = NULL;
+  const char *samples_text = NULL;
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},
       {"--tokenizer", &tokenizer_path, NULL},
@@ -62,14 +139,15 @@ int kvl_cmd_generate(int argc, char **argv) {
       {"--chunk", &chunk_text, NULL},
       {"--temperature", &temperature_text, NULL},
       {"--seed", &seed_text, NULL},
+      {"--samples", &samples_text, NULL},
   };
-  int32_t steps = 256, chunk = 0, seed = 42, n_prompt, seq_len, vocab, seq = 0;
-  int32_t generated = 0, decode_steps = 0, pos, token, previous, i;
+  int32_t steps = 256, chunk = 0, seed = 42, n_samples = 1, n_prompt, seq_len, vocab, seq = 0;
+  int32_t generated = 0, decode_steps = 0, pos, i;
   int has_bos;
   double temperature = 0.0, t_start, t_prefilled, t_end;
-  uint64_t rng;
   int32_t *tokens = NULL;
   float *logits = NULL;
+  kvl_samples samples = {0};
   kvl_cli_session s;
   char error[1024];
   int rc;
@@ -80,11 +158,11 @@ int kvl_cmd_generate(int argc, char **argv) {
   if ((rc = kvl_cli_int(argv[0], usage, "--steps", steps_text, 0, 1L << 30, &steps)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 1, 1L << 30, &chunk)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--samples", samples_text, 1, 4096, &n_samples)) != 0 ||
       (rc = kvl_cli_double(argv[0], usage, "--temperature", temperature_text, 0.0, &temperature)) !=
           0) {
     return rc;
   }
-  rng = (uint64_t)seed;
 
   if (kvl_cli_open(&s, model_path, tokenizer_path, config) != 0) return KVL_EXIT_FAILURE;
   seq_len = kvl_model_config(s.model)->seq_len;
@@ -110,13 +188,13 @@ int kvl_cmd_generate(int argc, char **argv) {
     goto done;
   }
   if (chunk == 0 || chunk > n_prompt) chunk = n_prompt;
-  logits = (float *)malloc((size_t)vocab * sizeof(float));
-  if (logits == NULL) {
+  logits = (float *)malloc((size_t)vocab * (size_t)n_samples * sizeof(float));
+  if (logits == NULL || kvl_samples_init(&samples, n_samples, seed, steps) != 0) {
     kvl_cli_error("out of host memory");
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
-  if (kvl_cli_open_engine(&s, chunk) != 0) {
+  if (kvl_cli_open_engine(&s, chunk > n_samples ? chunk : n_samples) != 0) {
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
@@ -131,8 +209,9 @@ int kvl_cmd_generate(int argc, char **argv) {
     }
   }
 
-  /* The prompt, echoed as run.c does, then prefilled chunk by chunk. */
-  for (i = has_bos ? 1 : 0; i < n_prompt; ++i) {
+  /* The prompt, echoed as run.c does (several samples each print it), then prefilled chunk by
+   * chunk. */
+  for (i = has_bos ? 1 : 0; n_samples == 1 && i < n_prompt; ++i) {
     kvl_cli_print_piece(stdout,
                         kvl_tokenizer_decode(s.tokenizer, i > 0 ? tokens[i - 1] : -1, tokens[i]));
   }
@@ -159,21 +238,50 @@ int kvl_cmd_generate(int argc, char **argv) {
   }
   t_prefilled = kvl_cli_now();
 
-  /* Decode: pick a token, print it, feed it back. */
-  previous = tokens[n_prompt - 1];
+  /* The other samples are forks of the prefilled sequence, starting from its logits. */
+  for (i = 1; i < n_samples; ++i) {
+    kvc_status *status = kvc_seq_fork(s.cache, seq, i);
+    if (status != NULL) {
+      kvl_cli_error("kvc_seq_fork: %s", kvc_status_message(status));
+      kvc_status_free(status);
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+    memcpy(logits + (size_t)i * (size_t)vocab, logits, (size_t)vocab * sizeof(float));
+  }
+
+  /* Decode: every live sample picks a token, prints (or keeps) it, and feeds it back; the
+   * live samples step as one batch. */
   pos = n_prompt;
-  while (generated < steps) {
-    int32_t one = 1;
-    token = sample(logits, vocab, temperature, &rng);
-    /* BOS starts the next story; EOS ends this one. */
-    if (token == kvl_model_eos(s.model) || (has_bos && token == kvl_model_bos(s.model))) break;
-    kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s.tokenizer, previous, token));
-    fflush(stdout);
-    ++generated;
-    previous = token;
-    if (generated == steps || pos >= seq_len) break;
-    if (kvl_engine_forward(s.engine, 1, &seq, &one, &token, &pos, 0, logits, error, sizeof error) !=
-        0) {
+  while (samples.n_live > 0) {
+    int32_t n_step = 0;
+    for (i = 0; i < samples.n_live; ++i) {
+      kvl_sample *sample = &samples.items[samples.live[i]];
+      float *row = logits + (size_t)i * (size_t)vocab;
+      int32_t token = sample_token(row, vocab, temperature, &sample->rng);
+      int32_t previous = sample->n_tokens > 0 ? sample->tokens[sample->n_tokens - 1]
+                                              : tokens[n_prompt - 1];
+      /* BOS starts the next story; EOS ends this one. */
+      if (token == kvl_model_eos(s.model) || (has_bos && token == kvl_model_bos(s.model))) continue;
+      sample->tokens[sample->n_tokens++] = token;
+      ++generated;
+      if (n_samples == 1) {
+        kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s.tokenizer, previous, token));
+        fflush(stdout);
+      }
+      if (sample->n_tokens == steps || pos >= seq_len) continue;
+      samples.step_ids[n_step] = samples.live[i];
+      samples.step_tokens[n_step] = token;
+      samples.step_positions[n_step] = pos;
+      ++n_step;
+    }
+    /* Those that go on, in order: their logits rows follow the same order. */
+    samples.n_live = n_step;
+    memcpy(samples.live, samples.step_ids, (size_t)n_step * sizeof(int32_t));
+    if (n_step == 0) break;
+    for (i = 0; i < n_step; ++i) samples.ones[i] = 1;
+    if (kvl_engine_forward(s.engine, n_step, samples.step_ids, samples.ones, samples.step_tokens,
+                           samples.step_positions, 0, logits, error, sizeof error) != 0) {
       kvl_cli_error("%s", error);
       rc = KVL_EXIT_FAILURE;
       goto done;
@@ -182,7 +290,8 @@ int kvl_cmd_generate(int argc, char **argv) {
     ++decode_steps;
   }
   t_end = kvl_cli_now();
-  printf("\n");
+  if (n_samples == 1) printf("\n");
+  if (n_samples > 1) print_samples(&s, &samples, tokens, n_prompt, has_bos, seed);
   fprintf(stderr, "prefill: %d tokens in %.2f ms (%.0f tokens/s, chunks of %d)\n", (int)n_prompt,
           1e3 * (t_prefilled - t_start), n_prompt / (t_prefilled - t_start), (int)chunk);
   fprintf(stderr, "generated %d tokens; decode: %d steps in %.2f ms, %.1f tokens/s\n",
@@ -192,6 +301,7 @@ int kvl_cmd_generate(int argc, char **argv) {
   rc = KVL_EXIT_OK;
 
 done:
+  kvl_samples_free(&samples);
   free(logits);
   free(tokens);
   kvl_cli_close(&s);
