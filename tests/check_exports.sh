@@ -1,17 +1,24 @@
 #!/bin/sh
 # Checks the dynamic symbol table of libkvcache: every exported symbol is a kvc_ function
 # declared in the public header, every such function is exported, and nothing from the core,
-# the policies or the backends leaks (no C++ symbols, no kernel names).
-# Usage: check_exports.sh <nm> <libkvcache.so> <kvcache.h>
+# the policies or the backends leaks (no C++ symbols, no kernel names); and (the ABI lock) the
+# exports with their version nodes equal the committed list tests/abi/symbols.txt, so that a
+# symbol added, removed or moved to another version fails. To change the exports on purpose,
+# update the header and the version script, rebuild, and commit the new list with
+#   nm -D --defined-only build/<preset>/lib/libkvcache.so | awk '$2 != "A" { print $3 }' \
+#     | sort -u > tests/abi/symbols.txt
+# Usage: check_exports.sh <nm> <libkvcache.so> <kvcache.h> <symbols.txt>
 set -eu
 NM=$1
 LIB=$2
 HEADER=$3
+LOCKED=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Defined dynamic symbols, without the version-node entries (type A).
-"$NM" -D --defined-only "$LIB" | awk '$2 != "A" { print $3 }' | sed 's/@.*//' | sort -u > "$tmp/exported"
+"$NM" -D --defined-only "$LIB" | awk '$2 != "A" { print $3 }' | sort -u > "$tmp/versioned"
+sed 's/@.*//' "$tmp/versioned" | sort -u > "$tmp/exported"
 # Functions declared with KVC_API in the header.
 grep -E '^KVC_API' "$HEADER" | sed -E 's/^[^(]*[^A-Za-z0-9_](kvc_[A-Za-z0-9_]+)[[:space:]]*\(.*/\1/' | sort -u > "$tmp/declared"
 
@@ -46,6 +53,11 @@ fi
 if comm -13 "$tmp/exported" "$tmp/declared" | grep . > "$tmp/missing"; then
   echo "FAIL: declared in $(basename "$HEADER") but not exported:"
   sed 's/^/  /' "$tmp/missing"
+  status=1
+fi
+if ! diff -u "$LOCKED" "$tmp/versioned" > "$tmp/lock"; then
+  echo "FAIL: the exports differ from $LOCKED (- committed, + now):"
+  sed 's/^/  /' "$tmp/lock"
   status=1
 fi
 [ "$status" -eq 0 ] && echo "OK"
