@@ -192,6 +192,31 @@ TEST_CASE("config: YAML syntax errors name the line") {
             .rfind("cfg:3: YAML syntax error: ", 0) == 0);
 }
 
+// yaml-cpp 0.7.0 reads a ',' where a document's value should start as an empty document
+// without consuming it, forever; each of these once made parsing allocate until memory ran out.
+TEST_CASE("config: a ',' where a document's value should start is a syntax error, not a hang") {
+  const std::pair<const char*, const char*> cases[] = {
+      {",", "cfg:1: YAML syntax error: unexpected ',' at column 1"},
+      {",a: 1", "cfg:1: YAML syntax error: unexpected ',' at column 1"},
+      {", : 1", "cfg:1: YAML syntax error: unexpected ',' at column 1"},
+      {"  ,\n", "cfg:1: YAML syntax error: unexpected ',' at column 3"},
+      {"---\n,\n", "cfg:2: YAML syntax error: unexpected ',' at column 1"},
+      {"&anchor ,", "cfg:1: YAML syntax error: unexpected ',' at column 9"},
+      {"!tag ,", "cfg:1: YAML syntax error: unexpected ',' at column 6"},
+      {"\"text\",", "cfg:1: YAML syntax error: unexpected ',' at column 7"},
+      {"{cache: {}},", "cfg:1: YAML syntax error: unexpected ',' at column 12"},
+      {"- a\n,\n", "cfg:2: YAML syntax error: unexpected ',' at column 1"},
+      {"cache: {}\n...\n,\n", "cfg:3: YAML syntax error: unexpected ',' at column 1"},
+      {"|\n  text\n,\n", "cfg:3: YAML syntax error: unexpected ',' at column 1"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    CAPTURE(yaml);
+    CHECK(config_error(yaml) == std::string(message) + " where a value should start");
+  }
+  // Inside a flow collection the same ',' is an empty entry, and still parses.
+  CHECK(parse("plugins: {paths: [a, b,]}\n").plugin_paths == std::vector<std::string>{"a", "b"});
+}
+
 TEST_CASE("config: the document and every section must be mappings") {
   CHECK(config_error("- a\n- b\n") == "cfg:1: top level: expected a mapping, got a sequence");
   CHECK(config_error("just text\n") == "cfg:1: top level: expected a mapping, got 'just text'");

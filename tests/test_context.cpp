@@ -370,6 +370,25 @@ TEST_CASE("context: YAML errors are CONFIG errors naming the key and line") {
   }
 }
 
+// yaml-cpp 0.7.0 once made both calls allocate without end on a ',' where a value starts.
+TEST_CASE("context: a ',' where a YAML document's value should start is refused, not a hang") {
+  kvt::ContextPtr good = kvt::make_context();
+  for (const char* yaml : {",", ",a: 1", "---\n,\n", "cache: {}\n...\n,\n", "&a ,"}) {
+    CAPTURE(yaml);
+    kvc_context* ctx = kContextSentinel;
+    kvt::Status context_st{kvc_context_create(yaml, &ctx)};
+    CHECK(context_st.code() == KVC_ERR_CONFIG);
+    CHECK(kvt::contains(context_st.message(), "YAML syntax error: unexpected ','"));
+    CHECK(ctx == kContextSentinel);
+    kvc_cache* cache = kCacheSentinel;
+    kvt::Status cache_st{kvc_cache_create_from_yaml(good.get(), yaml, &cache)};
+    CHECK(cache_st.code() == KVC_ERR_CONFIG);
+    CHECK(kvt::contains(cache_st.message(), "<cache yaml>:"));
+    CHECK(kvt::contains(cache_st.message(), "YAML syntax error: unexpected ','"));
+    CHECK(cache == kCacheSentinel);
+  }
+}
+
 TEST_CASE("context: from a file") {
   const std::filesystem::path good = write_temp("kvc_test_good.yaml", "threads: 2\ncache:\n  layers: 3\n  head_dim: 16\n");
   const std::filesystem::path bad = write_temp("kvc_test_bad.yaml", "threads: 2\ncache:\n  nonsense: 3\n");

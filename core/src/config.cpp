@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -118,6 +121,28 @@ size_t scaled_byte_size(const ByteSizeParts& parts, size_t multiplier, const std
 }
 
 // ------------------------------------------------------------------ YAML reading
+
+// Records where each document starts and builds nothing.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  const YAML::Mark& last() const { return last_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override { last_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  YAML::Mark last_;
+};
 
 // A value in the document together with where it came from, for error messages.
 struct Field {
@@ -262,13 +287,39 @@ class ConfigReader {
     fail(field.value.IsNull() ? field.key_mark : field.value.Mark(), field.path, problem);
   }
 
+  [[noreturn]] void fail_syntax(const YAML::Mark& mark, const std::string& problem) const {
+    throw Error(KVC_ERR_CONFIG,
+                source_ + ":" + std::to_string(mark.line + 1) + ": YAML syntax error: " + problem);
+  }
+
+  // yaml-cpp 0.7.0 cannot start a document at a token such as a ',' outside [ ] and { }: it
+  // reads an empty document without consuming the token, again and again, so YAML::LoadAll
+  // collects empty documents until memory runs out. A document that starts where the
+  // previous one did is that token, found here with a parser that stores nothing.
+  void check_documents_advance(const std::string& yaml_text) const {
+    std::istringstream input(yaml_text);
+    YAML::Parser parser(input);
+    DocumentStarts starts;
+    std::optional<YAML::Mark> previous;
+    while (parser.HandleNextDocument(starts)) {
+      const YAML::Mark& start = starts.last();
+      if (previous && previous->pos == start.pos) {
+        const size_t pos = static_cast<size_t>(start.pos);
+        const std::string token = pos < yaml_text.size() ? yaml_text.substr(pos, 1) : "";
+        fail_syntax(start, "unexpected '" + token + "' at column " +
+                               std::to_string(start.column + 1) + " where a value should start");
+      }
+      previous = start;
+    }
+  }
+
   Field load_document(const std::string& yaml_text) const {
     std::vector<YAML::Node> documents;
     try {
+      check_documents_advance(yaml_text);
       documents = YAML::LoadAll(yaml_text);
     } catch (const YAML::Exception& e) {
-      throw Error(KVC_ERR_CONFIG, source_ + ":" + std::to_string(e.mark.line + 1) +
-                                      ": YAML syntax error: " + e.msg);
+      fail_syntax(e.mark, e.msg);
     }
     if (documents.empty()) return Field{"", YAML::Mark{}, YAML::Node{}};
     if (documents.size() > 1) {
