@@ -95,7 +95,7 @@ void Cache::reserve(int32_t seq_id, int32_t tokens) {
     stores.push_back(&head);
     extra.push_back(std::max(0, tokens - head.length()));
   }
-  ensure_room(stores, extra, true);
+  keep(ensure_room(stores, extra, true));
 }
 
 void Cache::check_head(int32_t layer, int32_t kv_head) const {
@@ -123,8 +123,8 @@ std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_h
   return segments;
 }
 
-void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
-                        bool exact) {
+Cache::Replacements Cache::ensure_room(const std::vector<HeadStore*>& stores,
+                                       const std::vector<int32_t>& extra, bool exact) {
   auto plan = [&](bool exact_growth, std::vector<Growth>& growth, size_t& blocks,
                   std::vector<size_t>& sizes) {
     growth.resize(stores.size());
@@ -141,7 +141,7 @@ void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector
   size_t n_blocks = 0;
   std::vector<size_t> sizes;
   plan(exact, growth, n_blocks, sizes);
-  if (n_blocks == 0 && sizes.empty()) return;
+  if (n_blocks == 0 && sizes.empty()) return {};
   auto take = [&](std::vector<void*>& blocks, std::vector<void*>& memory) {
     blocks = pool_.take_blocks(n_blocks);
     try {
@@ -160,15 +160,30 @@ void Cache::ensure_room(const std::vector<HeadStore*>& stores, const std::vector
     plan(true, growth, n_blocks, sizes);
     take(blocks, memory);
   }
-  apply_growth(stores, growth, blocks, memory, sizes);
+  return apply_growth(stores, growth, blocks, memory, sizes);
+}
+
+void Cache::keep(const Replacements& replacements) {
+  for (const auto& [head, replaced] : replacements.entries) {
+    head->release_replaced(replaced, pool_, geometry_);
+  }
+  bytes_copied_ += replacements.copied;
+}
+
+void Cache::undo(const Replacements& replacements) {
+  for (auto it = replacements.entries.rbegin(); it != replacements.entries.rend(); ++it) {
+    it->first->restore(it->second, pool_, geometry_);
+  }
 }
 
 // Hands the taken memory to the stores: blocks that unshare an open block first, then new
 // blocks, then contiguous segments and statistics arrays in store order. A failed copy leaves
-// every store as it was or fully grown, and releases the memory not yet handed over.
-void Cache::apply_growth(const std::vector<HeadStore*>& stores, const std::vector<Growth>& growth,
-                         const std::vector<void*>& blocks, const std::vector<void*>& memory,
-                         const std::vector<size_t>& sizes) {
+// every store as it was, and releases the memory not yet handed over.
+Cache::Replacements Cache::apply_growth(const std::vector<HeadStore*>& stores,
+                                        const std::vector<Growth>& growth,
+                                        const std::vector<void*>& blocks,
+                                        const std::vector<void*>& memory,
+                                        const std::vector<size_t>& sizes) {
   size_t n_unshare = 0;
   for (const Growth& g : growth) n_unshare += g.unshare_open_block ? 1 : 0;
   size_t next_block = n_unshare;
@@ -176,31 +191,40 @@ void Cache::apply_growth(const std::vector<HeadStore*>& stores, const std::vecto
     stores[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
     next_block += growth[i].blocks;
   }
+  Replacements done;
   size_t next_unshare = 0, next = 0;
   try {
     for (size_t i = 0; i < stores.size(); ++i) {
       if (growth[i].unshare_open_block) {
         void* target = blocks[next_unshare++];
-        stores[i]->unshare(stores[i]->open_segment(geometry_), target, backend_, pool_, geometry_);
+        const size_t open = stores[i]->open_segment(geometry_);
+        done.entries.emplace_back(stores[i],
+                                  stores[i]->unshare(open, target, backend_, pool_, geometry_));
       }
-      if (growth[i].segment_capacity > 0) {
-        void* target = memory[next++];
-        bytes_copied_ += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
-                                                    pool_, geometry_);
-      }
-      if (growth[i].stats_capacity > 0) {
-        void* target = memory[next++];
-        bytes_copied_ += stores[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
-                                                  pool_, geometry_);
+      if (growth[i].segment_capacity > 0 || growth[i].stats_capacity > 0) {
+        done.entries.emplace_back(stores[i], Replaced{});
+        Replaced& replaced = done.entries.back().second;
+        if (growth[i].segment_capacity > 0) {
+          void* target = memory[next++];
+          done.copied += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
+                                                    pool_, geometry_, replaced);
+        }
+        if (growth[i].stats_capacity > 0) {
+          void* target = memory[next++];
+          done.copied += stores[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
+                                                  pool_, geometry_, replaced);
+        }
       }
     }
   } catch (...) {
     // The failing step released its own target; release the ones after it, and the blocks.
     for (; next_unshare < n_unshare; ++next_unshare) pool_.give_back_block(blocks[next_unshare]);
     for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
+    undo(done);
     for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
     throw;
   }
+  return done;
 }
 
 Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
@@ -290,11 +314,12 @@ void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   ResolvedBatch resolved = resolve(layer, batch);
   compress_before_append(layer, batch, resolved);
-  append_locked(layer, batch, resolved, k, v);
+  keep(append_locked(layer, batch, resolved, k, v));
 }
 
-void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
-                          const kvc_tensor& k, const kvc_tensor& v) {
+Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
+                                         const ResolvedBatch& resolved, const kvc_tensor& k,
+                                         const kvc_tensor& v) {
   const int32_t heads = config_.kv_heads;
   std::vector<HeadStore*> stores;
   std::vector<int32_t> extra;
@@ -306,7 +331,7 @@ void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
       extra.push_back(batch.n_tokens[i]);
     }
   }
-  ensure_room(stores, extra, false);
+  Replacements grown = ensure_room(stores, extra, false);
 
   size_t row = static_cast<size_t>(heads) * config_.head_dim;
   size_t k_stride = k.row_stride ? k.row_stride : row;
@@ -328,6 +353,7 @@ void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   try {
     backend_.append(jobs, batch.stream);
   } catch (...) {
+    undo(grown);
     for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);
     throw;
   }
@@ -335,6 +361,7 @@ void Cache::append_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
     stores[s]->commit_append(extra[s], geometry_);
     tokens_stored_ += static_cast<uint64_t>(extra[s]);
   }
+  return grown;
 }
 
 void Cache::attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
@@ -413,16 +440,21 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
       lengths.emplace_back(&head, head.length());
     }
   }
-  append_locked(layer, batch, resolved, k, v);
+  const Replacements grown = append_locked(layer, batch, resolved, k, v);
   try {
     attend_locked(layer, batch, resolved, q, params, out);
   } catch (...) {
     for (auto& [head, length] : lengths) {
-      tokens_stored_ -= static_cast<uint64_t>(head->length() - length);
+      const int32_t added = head->length() - length;
+      tokens_stored_ -= static_cast<uint64_t>(added);
       head->truncate(length, pool_, geometry_);
+      head->forget(added);
     }
+    undo(grown);
+    for (auto& entry : lengths) entry.first->release_empty_blocks(pool_, geometry_);
     throw;
   }
+  keep(grown);
 }
 
 kvc_cache_stats Cache::stats() const {

@@ -81,17 +81,27 @@ class Cache {
   void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const;
   void check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
                               const kvc_tensor_mut& out) const;
-  void append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
-                     const kvc_tensor& k, const kvc_tensor& v);
+  // What growth, unsharing or shrinking replaced, in order, and the bytes it copied: keep()
+  // gives the old memory up once the call succeeded, undo() puts it back.
+  struct Replacements {
+    std::vector<std::pair<HeadStore*, Replaced>> entries;
+    uint64_t copied = 0;
+  };
+  void keep(const Replacements& replacements);
+  void undo(const Replacements& replacements);
+  // Stores the tokens; the returned growth is the caller's to keep or undo.
+  Replacements append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
+                             const kvc_tensor& k, const kvc_tensor& v);
   void attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
                      const kvc_tensor& q, const kvc_attention_params& params,
                      const kvc_tensor_mut& out);
-  // Makes room for n_tokens[i] more tokens in each listed store, all or nothing.
-  void ensure_room(const std::vector<HeadStore*>& stores, const std::vector<int32_t>& extra,
-                   bool exact);
-  void apply_growth(const std::vector<HeadStore*>& stores, const std::vector<Growth>& growth,
-                    const std::vector<void*>& blocks, const std::vector<void*>& memory,
-                    const std::vector<size_t>& sizes);
+  // Makes room for n_tokens[i] more tokens in each listed store, all or nothing; the caller
+  // keeps or undoes what it replaced.
+  [[nodiscard]] Replacements ensure_room(const std::vector<HeadStore*>& stores,
+                                         const std::vector<int32_t>& extra, bool exact);
+  Replacements apply_growth(const std::vector<HeadStore*>& stores,
+                            const std::vector<Growth>& growth, const std::vector<void*>& blocks,
+                            const std::vector<void*>& memory, const std::vector<size_t>& sizes);
   void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
                        int32_t first_layer, int32_t end_layer, void* stream);
   // Automatic compression: before storing (the "once" mode) and after attending.
@@ -108,8 +118,8 @@ class Cache {
     int32_t end;
   };
   // Gives each written segment that other sequences share a private copy; all memory is
-  // taken first, so an OUT_OF_MEMORY changes nothing.
-  void unshare_slots(const std::vector<SlotWrite>& writes);
+  // taken first, so an OUT_OF_MEMORY changes nothing. The caller keeps or undoes the copies.
+  Replacements unshare_slots(const std::vector<SlotWrite>& writes);
   // Shrinks the contiguous segments and statistics arrays that compaction or truncation left
   // mostly empty (the schedule's rule). Best effort: when the memory for the smaller copies is
   // not there, or a copy fails, the stores keep their capacity (logged).

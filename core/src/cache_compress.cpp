@@ -200,7 +200,7 @@ uint64_t Cache::compact_heads(
     while (first < n_keep && (*kept)[static_cast<size_t>(first)] == first) ++first;
     if (first < n_keep) writes.push_back(SlotWrite{head, first, n_keep});
   }
-  unshare_slots(writes);
+  const Replacements unshared = unshare_slots(writes);
 
   std::vector<kvc_segment> segments;
   size_t total_segments = 0;
@@ -216,7 +216,13 @@ uint64_t Cache::compact_heads(
                                    segments.data() + first, kept->data(),
                                    static_cast<int32_t>(kept->size()), head->stats(geometry_)});
   }
-  backend_.compact(jobs, stream);
+  try {
+    backend_.compact(jobs, stream);
+  } catch (...) {
+    undo(unshared);
+    throw;
+  }
+  keep(unshared);
   uint64_t removed = 0;
   for (const auto& [head, kept] : heads) {
     removed += static_cast<uint64_t>(head->length() - static_cast<int32_t>(kept->size()));
@@ -226,7 +232,7 @@ uint64_t Cache::compact_heads(
   return removed;
 }
 
-void Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
+Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
   std::vector<std::pair<HeadStore*, size_t>> targets;
   std::vector<size_t> sizes;
   for (const SlotWrite& w : writes) {
@@ -235,14 +241,16 @@ void Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
       sizes.push_back(geometry_.bytes_for(w.head->segments()[index].capacity));
     }
   }
-  if (targets.empty()) return;
+  if (targets.empty()) return {};
   const bool paged = geometry_.layout == KVC_LAYOUT_PAGED;
   std::vector<void*> memory = paged ? pool_.take_blocks(targets.size()) : pool_.allocate(sizes);
+  Replacements done;
   size_t used = 0;
   try {
     for (; used < targets.size(); ++used) {
-      void* target = memory[used];
-      targets[used].first->unshare(targets[used].second, target, backend_, pool_, geometry_);
+      HeadStore* head = targets[used].first;
+      done.entries.emplace_back(
+          head, head->unshare(targets[used].second, memory[used], backend_, pool_, geometry_));
     }
   } catch (...) {
     // The failing unshare released its own target.
@@ -253,8 +261,10 @@ void Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
         pool_.release(memory[used], sizes[used]);
       }
     }
+    undo(done);
     throw;
   }
+  return done;
 }
 
 void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_flags stat,

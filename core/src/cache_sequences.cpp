@@ -135,17 +135,26 @@ void Cache::release_unused_capacity(const std::vector<HeadStore*>& heads) {
   }
   size_t next = 0;
   for (const Shrink& s : shrinks) {
+    void* segment = s.segment > 0 ? memory[next++] : nullptr;
+    void* stats = s.stats > 0 ? memory[next++] : nullptr;
+    Replacements moved;
+    moved.entries.emplace_back(s.head, Replaced{});
+    Replaced& replaced = moved.entries.back().second;
+    bool segment_done = false;
     try {
-      if (s.segment > 0) {
-        void* target = memory[next++];
-        bytes_copied_ += s.head->move_segment_to(target, s.segment, backend_, pool_, geometry_);
+      if (segment) {
+        moved.copied += s.head->move_segment_to(segment, s.segment, backend_, pool_, geometry_,
+                                                replaced);
       }
-      if (s.stats > 0) {
-        void* target = memory[next++];
-        bytes_copied_ += s.head->move_stats_to(target, s.stats, backend_, pool_, geometry_);
+      segment_done = true;
+      if (stats) {
+        moved.copied += s.head->move_stats_to(stats, s.stats, backend_, pool_, geometry_, replaced);
       }
+      keep(moved);
     } catch (const Error& e) {
-      // The failed move released its own target and left the store as it was.
+      // The failed move released its own target: put back what moved, release what did not.
+      undo(moved);
+      if (!segment_done && stats) pool_.release(stats, geometry_.stats_bytes_for(s.stats));
       context_.logger().log(KVC_LOG_WARN, std::string("keeping unused capacity: ") + e.what());
     }
   }

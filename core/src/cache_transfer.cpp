@@ -113,7 +113,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
     stores.push_back(&sequence->heads[i]);
     lengths.push_back(static_cast<int32_t>(image.heads[i].positions.size()));
   }
-  ensure_room(stores, lengths, true);  // all or nothing, exactly the size needed
+  keep(ensure_room(stores, lengths, true));  // all or nothing, exactly the size needed
   try {
     std::vector<kvc_append_job> jobs;
     for (size_t i = 0; i < image.heads.size(); ++i) {

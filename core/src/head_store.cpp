@@ -44,7 +44,7 @@ void HeadStore::add_blocks(void* const* blocks, size_t count, const Geometry& g)
 }
 
 size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
-                                  BlockPool& pool, const Geometry& g) {
+                                  BlockPool& pool, const Geometry& g, Replaced& replaced) {
   Segment moved{static_cast<unsigned char*>(memory), new_capacity, length_};
   size_t copied = 0;
   if (!segments_.empty()) {
@@ -60,15 +60,17 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
       throw;
     }
     copied = n * g.token_bytes();
-    pool.release(old.base, g.bytes_for(old.capacity));
+    replaced.old_segment = old;
     segments_.clear();
   }
+  replaced.segment = true;
+  replaced.segment_index = 0;
   segments_.push_back(moved);
   return copied;
 }
 
 size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
-                                BlockPool& pool, const Geometry& g) {
+                                BlockPool& pool, const Geometry& g, Replaced& replaced) {
   auto* moved = static_cast<float*>(memory);
   const size_t n = static_cast<size_t>(length_);
   const int32_t count = g.stat_count();
@@ -85,11 +87,40 @@ size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& bac
       throw;
     }
     copied = n * sizeof(float) * static_cast<size_t>(count);
-    pool.release(stats_, g.stats_bytes_for(stats_capacity_));
   }
+  replaced.stats = true;
+  replaced.old_stats = stats_;
+  replaced.old_stats_capacity = stats_capacity_;
   stats_ = moved;
   stats_capacity_ = new_capacity;
   return copied;
+}
+
+void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
+  if (replaced.stats) {
+    pool.release(stats_, g.stats_bytes_for(stats_capacity_));
+    stats_ = replaced.old_stats;
+    stats_capacity_ = replaced.old_stats_capacity;
+  }
+  if (replaced.segment) {
+    const auto at = segments_.begin() + static_cast<std::ptrdiff_t>(replaced.segment_index);
+    release_segment(at->base, at->capacity, pool, g);
+    if (replaced.old_segment.base) {
+      *at = replaced.old_segment;
+    } else {
+      segments_.erase(at);
+    }
+  }
+}
+
+void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
+                                 const Geometry& g) const {
+  if (replaced.stats && replaced.old_stats) {
+    pool.release(replaced.old_stats, g.stats_bytes_for(replaced.old_stats_capacity));
+  }
+  if (replaced.segment && replaced.old_segment.base) {
+    release_segment(replaced.old_segment.base, replaced.old_segment.capacity, pool, g);
+  }
 }
 
 kvc_head_stats HeadStore::stats(const Geometry& g) const {
@@ -228,8 +259,8 @@ std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
   return out;
 }
 
-void HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
-                        const Geometry& g) {
+Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
+                           const Geometry& g) {
   Segment& s = segments_[index];
   try {
     backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE);
@@ -237,8 +268,12 @@ void HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool&
     release_segment(memory, s.capacity, pool, g);
     throw;
   }
-  release_segment(s.base, s.capacity, pool, g);
+  Replaced replaced;
+  replaced.segment = true;
+  replaced.segment_index = index;
+  replaced.old_segment = s;
   s.base = static_cast<unsigned char*>(memory);
+  return replaced;
 }
 
 void HeadStore::release_all(BlockPool& pool, const Geometry& g) {

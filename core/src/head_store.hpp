@@ -65,6 +65,17 @@ struct Growth {
   int32_t stats_capacity = 0;
 };
 
+// What a move or an unshare replaced in a store, kept until the call that made it succeeded:
+// restore() puts it back, release_replaced() gives it up.
+struct Replaced {
+  bool segment = false;  // segment `segment_index` was replaced by a copy
+  size_t segment_index = 0;
+  Segment old_segment{};  // base NULL: the store had no segment before
+  bool stats = false;     // the statistics array was replaced by a copy
+  float* old_stats = nullptr;
+  int32_t old_stats_capacity = 0;
+};
+
 class HeadStore {
  public:
   int32_t length() const { return length_; }
@@ -95,17 +106,22 @@ class HeadStore {
   // Indices of the segments other stores share that a write to token slots [first, end)
   // would touch.
   std::vector<size_t> shared_segments(int32_t first, int32_t end, const BlockPool& pool) const;
-  // Replaces segment `index` by a private copy in `memory` (of the segment's size) and drops
-  // this store's ownership of the old one. If the copy fails, `memory` is released and the
-  // segment is unchanged.
-  void unshare(size_t index, void* memory, Backend& backend, BlockPool& pool, const Geometry& g);
-  // Moves the tokens into `memory` of `new_capacity` and releases the old segment. Returns
-  // the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
+  // Replaces segment `index` by a private copy in `memory` (of the segment's size); the old
+  // one, still owned, goes to the returned Replaced. If the copy fails, `memory` is released
+  // and the segment is unchanged.
+  Replaced unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
+                   const Geometry& g);
+  // Moves the tokens into `memory` of `new_capacity`, the old segment going to `replaced`.
+  // Returns the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
   size_t move_segment_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
-                         const Geometry& g);
+                         const Geometry& g, Replaced& replaced);
   // The same for the statistics array.
   size_t move_stats_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
-                       const Geometry& g);
+                       const Geometry& g, Replaced& replaced);
+  // Puts back what `replaced` holds (the store's tokens must be those it had then), releasing
+  // the copies; or releases what it holds.
+  void restore(const Replaced& replaced, BlockPool& pool, const Geometry& g);
+  void release_replaced(const Replaced& replaced, BlockPool& pool, const Geometry& g) const;
 
   // Jobs writing `n` tokens from `source` after the stored ones (capacity must suffice);
   // commit_append() makes them visible once the backend has run the jobs.

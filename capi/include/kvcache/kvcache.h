@@ -408,7 +408,12 @@ KVC_API kvc_status *kvc_attend(kvc_cache *cache, int32_t layer, const kvc_batch 
                                const kvc_tensor *q, const kvc_attention_params *params,
                                kvc_tensor_mut *out);
 
-/** @brief kvc_append() then kvc_attend() in one call; on error nothing is stored. */
+/**
+ * @brief kvc_append() then kvc_attend() in one call. On error nothing is stored: when the
+ * attention or the automatic compression after it (per-chunk, decode_every, decode_slack)
+ * fails, the appended tokens are removed again and the memory they grew into is released;
+ * `out` may have been written and must not be used.
+ */
 KVC_API kvc_status *kvc_append_attend(kvc_cache *cache, int32_t layer, const kvc_batch *batch,
                                       const kvc_tensor *q, const kvc_tensor *k,
                                       const kvc_tensor *v, const kvc_attention_params *params,
