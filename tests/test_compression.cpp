@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -176,6 +178,40 @@ TEST_CASE("compression: attention after compression equals the reference over th
     CHECK(stats.tokens_evicted > 0);
     CHECK(stats.tokens_stored + stats.tokens_evicted ==
           static_cast<uint64_t>(next) * kLayers * kKvHeads);
+  }
+}
+
+TEST_CASE("compression: the peak estimate of INT32_MAX tokens returns within a second") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    for (int32_t every : {1, 7}) {
+      CAPTURE(layout);
+      CAPTURE(every);
+      kvc_cache_params p = f32_params();
+      p.layout = layout;
+      p.policy = "h2o";
+      p.budget = 64;
+      p.prefill = KVC_PREFILL_PER_CHUNK;
+      p.decode_every = every;
+      kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+      size_t steady = 0;
+      KVT_REQUIRE_OK(kvc_cache_estimate_peak_bytes(cache.get(), 4096, 512, 4096, &steady));
+      const int32_t requests[][3] = {{0, 1, INT32_MAX}, {INT32_MAX - 7, 512, 7}, {INT32_MAX, 512, 0}};
+      for (const auto& r : requests) {
+        CAPTURE(r[0]);
+        CAPTURE(r[2]);
+        const auto start = std::chrono::steady_clock::now();
+        size_t estimate = 0;
+        KVT_CHECK_OK(kvc_cache_estimate_peak_bytes(cache.get(), r[0], r[1], r[2], &estimate));
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+        if (r[0] > 0) CHECK(estimate == steady);  // the budget holds each head within budget + chunk
+      }
+      size_t untouched = 7;
+      kvt::Status st{kvc_cache_estimate_peak_bytes(cache.get(), INT32_MAX, 512, 1, &untouched)};
+      CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+      CHECK(kvt::contains(st.message(), "prompt_tokens + new_tokens must be at most 2147483647"));
+      CHECK(untouched == 7);
+    }
   }
 }
 

@@ -269,7 +269,7 @@ TEST_CASE("config: integers must be integers in range") {
         "cfg:2: cache.head_dim: head_dim must be in 1..1024, got 2048");
   CHECK(config_error("cache:\n  layers: 2\n  head_dim: 0\n") ==
         "cfg:3: cache.head_dim: head_dim must be in 1..1024, got 0");
-  CHECK(config_error("cache:\n  layers: -3\n") == "cfg:2: cache.layers: layers must be >= 1, got -3");
+  CHECK(config_error("cache:\n  layers: -3\n") == "cfg:2: cache.layers: layers must be in 1..4096, got -3");
   CHECK(config_error("cache:\n  layers: 12.5\n") ==
         "cfg:2: cache.layers: expected an integer, got '12.5'");
   CHECK(config_error("cache:\n  layers: true\n") ==
@@ -289,7 +289,7 @@ TEST_CASE("config: integers must be integers in range") {
         "cfg:3: policy.sinks: expected an integer >= 0, got '-4'");
   CHECK(config_error("policy:\n  name: x\n  compress: {decode_every: 1.5}\n") ==
         "cfg:3: policy.compress.decode_every: expected an integer >= 0, got '1.5'");
-  CHECK(parse("cache: {layers: 2147483647, block_tokens: 65536}").cache.layers == 2147483647);
+  CHECK(parse("cache: {layers: 4096, block_tokens: 65536}").cache.layers == 4096);
   CHECK(parse("threads: +3").threads == 3);
 }
 
@@ -317,8 +317,25 @@ TEST_CASE("config: growth_factor must be a number above 1") {
   for (const char* bad : {"1.0", "1", "0.5", "-2"}) {
     CAPTURE(bad);
     CHECK(config_error(std::string("cache:\n  growth_factor: ") + bad + "\n")
-              .rfind("cfg:2: cache.growth_factor: growth_factor must be > 1, got ", 0) == 0);
+              .rfind("cfg:2: cache.growth_factor: growth_factor must be in 1.01..16, got ", 0) == 0);
   }
+  CHECK(parse("cache: {growth_factor: 16}").cache.growth_factor == 16.0);
+  CHECK(config_error("cache:\n  growth_factor: 1e10\n") ==
+        "cfg:2: cache.growth_factor: growth_factor must be in 1.01..16, got 1e+10");
+}
+
+TEST_CASE("config: the shape is bounded, layers x kv_heads too") {
+  CHECK(config_error("cache:\n  layers: 4097\n") ==
+        "cfg:2: cache.layers: layers must be in 1..4096, got 4097");
+  CHECK(config_error("cache:\n  kv_heads: 4097\n") ==
+        "cfg:2: cache.kv_heads: kv_heads must be in 1..4096, got 4097");
+  CHECK(config_error("cache:\n  kv_heads: 8\n  q_heads: 16392\n") ==
+        "cfg:3: cache.q_heads: q_heads must be in 1..16384, got 16392");
+  CHECK(config_error("cache:\n  layers: 4096\n  kv_heads: 256\n") ==
+        "cfg:3: cache.kv_heads: kv_heads must be at most 16 for 4096 layers "
+        "(layers x kv_heads at most 65536), got 256");
+  const kvc::Config widest = parse("cache: {layers: 256, kv_heads: 256}");
+  CHECK(widest.cache.layers * widest.cache.kv_heads == 65536);
 }
 
 TEST_CASE("config: memory_limit is a positive byte size") {

@@ -604,6 +604,9 @@ TEST_CASE("cache: parameters from C and from YAML are refused with the same mess
       {"  head_dim: 2048\n", [](kvc_cache_params& p) { p.head_dim = 2048; }},
       {"  block_tokens: 0\n", [](kvc_cache_params& p) { p.block_tokens = 0; }},
       {"  growth_factor: 1\n", [](kvc_cache_params& p) { p.growth_factor = 1.0; }},
+      {"  growth_factor: 1e10\n", [](kvc_cache_params& p) { p.growth_factor = 1e10; }},
+      {"  layers: 4097\n", [](kvc_cache_params& p) { p.layers = 4097; }},
+      {"  kv_heads: 4097\n", [](kvc_cache_params& p) { p.kv_heads = 4097; }},
       {"  memory_limit: 0\n", [](kvc_cache_params& p) { p.memory_limit = 0; }},
   };
   for (const Bad& bad : cases) {
@@ -625,6 +628,21 @@ TEST_CASE("cache: parameters from C and from YAML are refused with the same mess
     CHECK(from_yaml.message() == "<cache yaml>:2: cache." + key + ": " + from_c.message());
     CHECK(kvt::contains(from_c.message(), key + " must be"));
   }
+}
+
+TEST_CASE("cache: layers x kv_heads is bounded, and so is an empty sequence's bookkeeping") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1024;
+  p.kv_heads = 256;
+  p.memory_limit = size_t{1} << 20;
+  kvc_cache* cache = kCacheSentinel;
+  kvt::Status st{kvc_cache_create(ctx.get(), &p, &cache)};
+  CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(st.message() ==
+        "kv_heads must be at most 64 for 1024 layers (layers x kv_heads at most 65536), got 256");
+  CHECK(cache == kCacheSentinel);
 }
 
 TEST_CASE("cache: struct_size of older callers") {

@@ -1,12 +1,62 @@
 // Peak storage of one sequence under the configured policy: a model of one (layer, KV head)
-// driven step by step through the cache's own Schedule.
+// driven through the cache's own Schedule. Runs of stores that fire no trigger and grow
+// nothing are taken in one step, and a run whose state comes back is skipped by whole
+// periods, so the time is bounded whatever the token counts.
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 #include "cache.hpp"
 #include "error.hpp"
 
 namespace kvc {
 namespace {
+
+// The most stores the model takes one at a time before it gives up: a ratio budget
+// compressing every few tokens over hundreds of millions of tokens needs more, and so does a
+// contiguous array past INT32_MAX / growth_factor tokens, which grows on every store.
+constexpr int64_t kMaxModelledStores = int64_t{1} << 20;
+
+// What decides a head's future, apart from the peak so far.
+struct HeadState {
+  int64_t length;
+  int64_t seen;  // 0 unless the budget grows with it
+  int32_t capacity;
+  int32_t stats_capacity;
+  int32_t decode_steps;
+  bool prefill_pending;
+
+  bool operator==(const HeadState& o) const {
+    return length == o.length && seen == o.seen && capacity == o.capacity &&
+           stats_capacity == o.stats_capacity && decode_steps == o.decode_steps &&
+           prefill_pending == o.prefill_pending;
+  }
+};
+
+// Brent's cycle detection over the states after each modelled store: O(1) memory, and a
+// cycle is found within about twice its start plus its length.
+class CycleFinder {
+ public:
+  // The period, in stores, when `state` (with `left` stores to go) was seen before.
+  int64_t period(const HeadState& state, int64_t left) {
+    if (has_anchor_ && anchor_ == state) return anchor_left_ - left;
+    if (++since_anchor_ >= window_) {
+      anchor_ = state;
+      anchor_left_ = left;
+      has_anchor_ = true;
+      since_anchor_ = 0;
+      window_ *= 2;
+    }
+    return 0;
+  }
+
+ private:
+  HeadState anchor_{};
+  int64_t anchor_left_ = 0;
+  bool has_anchor_ = false;
+  int64_t since_anchor_ = 0;
+  int64_t window_ = 1;
+};
 
 // The tokens and capacities of one (layer, KV head) of a sequence over a request. Layers
 // store a step's tokens one after another, so while one layer holds its step's peak, the
@@ -16,6 +66,36 @@ class HeadModel {
   HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers)
       : schedule_(schedule), g_(g), layers_(layers) {}
 
+  // `count` stores of `tokens` each.
+  void store_repeated(int32_t tokens, int64_t count) {
+    CycleFinder cycle;
+    while (count > 0) {
+      const int64_t quiet = quiet_steps(tokens, count);
+      if (quiet > 0) {
+        skip_quiet(tokens, quiet);
+        count -= quiet;
+        continue;
+      }
+      if (++modelled_ > kMaxModelledStores) {
+        throw Error(KVC_ERR_INVALID_ARGUMENT,
+                    "the estimate needs more than " + std::to_string(kMaxModelledStores) +
+                        " compressions modelled one by one; ask for fewer tokens");
+      }
+      store(tokens);
+      --count;
+      // A state that comes back repeats everything in between, peaks included.
+      if (const int64_t period = cycle.period(state(), count)) {
+        const int64_t skipped = count / period * period;
+        seen_ += skipped * tokens;
+        count -= skipped;
+        cycle = CycleFinder{};
+      }
+    }
+  }
+  // Bytes of all layers of one KV head at the worst moment.
+  size_t peak_bytes() const { return peak_bytes_; }
+
+ private:
   void store(int32_t tokens) {
     const size_t before = held_bytes();
     size_t peak = 0;
@@ -26,15 +106,34 @@ class HeadModel {
     peak = std::max(peak, grow(tokens));
     length_ += tokens;
     seen_ += tokens;
-    auto excess = [&] { return length_ - int64_t{schedule_.budget(seen_, -1)}; };
-    if (schedule_.after_attend(triggers_, tokens, excess)) peak = std::max(peak, compress());
+    if (schedule_.after_attend(triggers_, tokens, [&] { return excess(); })) {
+      peak = std::max(peak, compress());
+    }
     const size_t after = held_bytes();
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
-  // Bytes of all layers of one KV head at the worst moment.
-  size_t peak_bytes() const { return peak_bytes_; }
-
- private:
+  int64_t excess() const { return length_ - int64_t{schedule_.budget(seen_, -1)}; }
+  // How many of the next `limit` stores of `tokens` fire no trigger and grow no array.
+  int64_t quiet_steps(int32_t tokens, int64_t limit) const {
+    int64_t steps = schedule_.steps_without_trigger(triggers_, tokens, limit, [&](int64_t j) {
+      return length_ + j * tokens - int64_t{schedule_.budget(seen_ + j * tokens, -1)};
+    });
+    if (g_.layout == KVC_LAYOUT_CONTIGUOUS) steps = std::min(steps, (capacity_ - length_) / tokens);
+    if (g_.stat_count() > 0) steps = std::min(steps, (stats_capacity_ - length_) / tokens);
+    return steps;
+  }
+  // Such stores only add tokens, so each holds more than the one before: the last one's
+  // bytes, on every layer, are their peak.
+  void skip_quiet(int32_t tokens, int64_t steps) {
+    schedule_.skip_steps(triggers_, tokens, steps);
+    length_ += steps * tokens;
+    seen_ += steps * tokens;
+    peak_bytes_ = std::max(peak_bytes_, static_cast<size_t>(layers_) * held_bytes());
+  }
+  HeadState state() const {
+    return HeadState{length_, schedule_.budget_grows() ? seen_ : 0, capacity_, stats_capacity_,
+                     triggers_.decode_steps, triggers_.prefill_pending};
+  }
   // Compresses as the cache does, then shrinks what the compaction left mostly empty; returns
   // the bytes held at the peak (old and new arrays together while a shrink copies).
   size_t compress() {
@@ -98,6 +197,7 @@ class HeadModel {
   int32_t capacity_ = 0;
   int32_t stats_capacity_ = 0;
   size_t peak_bytes_ = 0;
+  int64_t modelled_ = 0;
 };
 
 }  // namespace
@@ -108,12 +208,20 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
     throw Error(KVC_ERR_INVALID_ARGUMENT, "prompt_tokens and new_tokens must be >= 0");
   }
   if (chunk_tokens < 1) throw Error(KVC_ERR_INVALID_ARGUMENT, "chunk_tokens must be >= 1");
-  HeadModel head(schedule_, geometry_, config_.layers);
-  for (int32_t done = 0; done < prompt_tokens; done += chunk_tokens) {
-    head.store(std::min(chunk_tokens, prompt_tokens - done));
+  if (int64_t{prompt_tokens} + new_tokens > INT32_MAX) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT,
+                "prompt_tokens + new_tokens must be at most 2147483647 (a sequence's positions), got " +
+                    std::to_string(int64_t{prompt_tokens} + new_tokens));
   }
-  for (int32_t step = 0; step < new_tokens; ++step) head.store(1);
-  return head.peak_bytes() * static_cast<size_t>(config_.kv_heads);
+  HeadModel head(schedule_, geometry_, config_.layers);
+  head.store_repeated(chunk_tokens, prompt_tokens / chunk_tokens);
+  if (const int32_t rest = prompt_tokens % chunk_tokens) head.store_repeated(rest, 1);
+  head.store_repeated(1, new_tokens);
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(head.peak_bytes(), static_cast<size_t>(config_.kv_heads), &bytes)) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT, "the peak bytes do not fit in a size_t");
+  }
+  return bytes;
 }
 
 }  // namespace kvc

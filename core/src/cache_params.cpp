@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 
 namespace kvc {
 namespace {
@@ -17,8 +18,10 @@ void require_in(const char* field, int32_t value, int32_t min, int32_t max) {
   }
 }
 
-void require_positive(const char* field, int32_t value) {
-  if (value < 1) refuse(field, ">= 1, got " + std::to_string(value));
+std::string format_number(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
 }
 
 }  // namespace
@@ -30,16 +33,26 @@ CacheConfig resolve_cache_config(CacheConfig config) {
 }
 
 void validate_cache_config(const CacheConfig& c) {
-  require_positive("layers", c.layers);
-  require_positive("kv_heads", c.kv_heads);
+  require_in("layers", c.layers, 1, kMaxLayers);
+  require_in("kv_heads", c.kv_heads, 1, kMaxKvHeads);
+  if (int64_t{c.layers} * c.kv_heads > kMaxLayerKvHeads) {
+    const int64_t most = kMaxLayerKvHeads / c.layers;
+    refuse("kv_heads", "at most " + std::to_string(most) + " for " + std::to_string(c.layers) +
+                           " layers (layers x kv_heads at most " +
+                           std::to_string(kMaxLayerKvHeads) + "), got " +
+                           std::to_string(c.kv_heads));
+  }
   if (c.q_heads < 1 || c.q_heads % c.kv_heads != 0) {
     refuse("q_heads", "a positive multiple of kv_heads (" + std::to_string(c.kv_heads) +
                           "), got " + std::to_string(c.q_heads));
   }
-  require_in("head_dim", c.head_dim, 1, 1024);
-  require_in("block_tokens", c.block_tokens, 1, 65536);
-  if (!(c.growth_factor > 1.0) || !std::isfinite(c.growth_factor)) {
-    refuse("growth_factor", "> 1, got " + std::to_string(c.growth_factor));
+  require_in("q_heads", c.q_heads, 1, kMaxQHeads);
+  require_in("head_dim", c.head_dim, 1, kMaxHeadDim);
+  require_in("block_tokens", c.block_tokens, 1, kMaxBlockTokens);
+  if (!(c.growth_factor >= kMinGrowthFactor && c.growth_factor <= kMaxGrowthFactor)) {
+    refuse("growth_factor", "in " + format_number(kMinGrowthFactor) + ".." +
+                                format_number(kMaxGrowthFactor) + ", got " +
+                                format_number(c.growth_factor));
   }
   if (c.memory_limit == 0) refuse("memory_limit", "> 0");
 }

@@ -3,6 +3,7 @@
 // values with the same messages.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -21,6 +22,18 @@ class CacheParamError : public Error {
  private:
   std::string field_;
 };
+
+// The bounds of a cache's shape (kvcache.h, docs/config.md). Each (sequence, layer, KV head)
+// has host bookkeeping outside the memory limit, so layers x kv_heads is bounded too; the
+// growth factor's bounds keep the number of re-allocations of an array small.
+constexpr int32_t kMaxLayers = 4096;
+constexpr int32_t kMaxKvHeads = 4096;
+constexpr int64_t kMaxLayerKvHeads = 65536;
+constexpr int32_t kMaxQHeads = 16384;
+constexpr int32_t kMaxHeadDim = 1024;
+constexpr int32_t kMaxBlockTokens = 65536;
+constexpr double kMinGrowthFactor = 1.01;
+constexpr double kMaxGrowthFactor = 16.0;
 
 // The configuration with its defaults applied (q_heads 0: as many as kv_heads), checked by
 // validate_cache_config().

@@ -41,6 +41,15 @@ bool Schedule::before_store(const TriggerState& state, int32_t n_tokens) const {
          state.prefill_pending;
 }
 
+void Schedule::skip_steps(TriggerState& state, int32_t n_tokens, int64_t steps) const {
+  if (!policy_ || steps == 0) return;
+  if (n_tokens > 1) {
+    state.prefill_pending = policy_->prefill == PrefillCompression::once;
+  } else {
+    state.decode_steps += static_cast<int32_t>(steps);
+  }
+}
+
 int32_t Schedule::grown_capacity(int32_t current, int64_t needed, bool exact) const {
   if (needed <= current) return 0;
   if (exact) return static_cast<int32_t>(std::min<int64_t>(needed, INT32_MAX));

@@ -3,6 +3,7 @@
 // estimate cannot drift from what the cache does.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "config.hpp"
@@ -62,6 +63,37 @@ class Schedule {
     if (now) state.decode_steps = 0;
     return now;
   }
+
+  // How many of the next `limit` stores of n_tokens from `state` surely fire no trigger;
+  // excess_after(j) is how many tokens the head holds beyond its budget after j more stores,
+  // which must not decrease with j.
+  template <class ExcessAfter>
+  int64_t steps_without_trigger(const TriggerState& state, int32_t n_tokens, int64_t limit,
+                                ExcessAfter&& excess_after) const {
+    if (!policy_) return limit;
+    if (n_tokens > 1) return policy_->prefill == PrefillCompression::per_chunk ? 0 : limit;
+    if (before_store(state, n_tokens)) return 0;
+    int64_t steps = limit;
+    if (policy_->decode_every > 0) {
+      steps = std::clamp<int64_t>(int64_t{policy_->decode_every} - 1 - state.decode_steps, 0, steps);
+    }
+    if (policy_->decode_slack > 0) {  // the most steps whose excess stays within the slack
+      int64_t fits = 0;
+      while (fits < steps) {
+        const int64_t mid = fits + (steps - fits + 1) / 2;
+        if (excess_after(mid) <= policy_->decode_slack) {
+          fits = mid;
+        } else {
+          steps = mid - 1;
+        }
+      }
+    }
+    return steps;
+  }
+  // What after_attend does to the state over `steps` stores of n_tokens that fire nothing.
+  void skip_steps(TriggerState& state, int32_t n_tokens, int64_t steps) const;
+  // Whether the budget depends on the tokens a head has seen (a ratio).
+  bool budget_grows() const { return policy_ && policy_->budget_ratio > 0.0; }
 
   // ---- growth
   // The capacity a contiguous array of `current` tokens grows to so that `needed` fit: by

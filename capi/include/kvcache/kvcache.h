@@ -174,17 +174,25 @@ typedef enum kvc_prefill_compression {
   KVC_PREFILL_ONCE = 2       /**< once, when the first decode token of a sequence arrives */
 } kvc_prefill_compression;
 
-/** @brief Shape and storage of a cache. Fill with kvc_cache_params_init() first. */
+/**
+ * @brief Shape and storage of a cache. Fill with kvc_cache_params_init() first.
+ *
+ * Bounds, checked by kvc_cache_create() and the YAML `cache:` section alike (INVALID_ARGUMENT
+ * naming the field): layers 1..4096, kv_heads 1..4096 and layers x kv_heads at most 65536
+ * (each (sequence, layer, KV head) has host bookkeeping outside memory_limit), q_heads at most
+ * 16384, head_dim 1..1024, block_tokens 1..65536, growth_factor 1.01..16. A sequence holds at
+ * most INT32_MAX tokens, so a budget is at most that too.
+ */
 typedef struct kvc_cache_params {
   uint32_t struct_size;  /**< sizeof(kvc_cache_params), set by kvc_cache_params_init() */
-  int32_t layers;        /**< default 1 */
-  int32_t kv_heads;      /**< default 1 */
+  int32_t layers;        /**< 1..4096; default 1 */
+  int32_t kv_heads;      /**< 1..4096, layers x kv_heads <= 65536; default 1 */
   int32_t q_heads;       /**< a multiple of kv_heads (GQA); default 0: as many as kv_heads */
-  int32_t head_dim;      /**< default 64 */
+  int32_t head_dim;      /**< 1..1024; default 64 */
   kvc_dtype dtype;       /**< storage dtype; default f16 */
   kvc_layout layout;     /**< default paged */
   int32_t block_tokens;  /**< paged: tokens per block; default 16 */
-  double growth_factor;  /**< contiguous: capacity multiplier when full (> 1); default 2 */
+  double growth_factor;  /**< contiguous: capacity multiplier when full (1.01..16); default 2 */
   size_t memory_limit;   /**< bytes of K, V and per-token metadata; default 1 GiB */
   const char *backend;   /**< backend plugin name; NULL means "cpu" */
   /* Compression (docs/policies.md); all strings are copied. */
