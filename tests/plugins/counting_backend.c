@@ -5,10 +5,10 @@
  * loads and runs on this host: its vtable ends before read_tokens, so the host reads
  * positions and statistics through copy. kvc_counting_calls() returns the counts of the
  * most recently created instance. */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_forward.h"
 #include "kvcache/kvcache_plugin.h"
 
 #ifndef COUNTING_NAME
@@ -26,43 +26,11 @@ typedef struct counting_instance {
 static const kvc_backend_vtable *cpu;
 static counting_instance *latest;
 
-static void set_error(kvc_plugin_error *error, const char *message) {
-  size_t n = strlen(message);
-  if (!error) return;
-  if (n >= sizeof error->message) n = sizeof error->message - 1;
-  memcpy(error->message, message, n);
-  error->message[n] = '\0';
-}
 
-/* Finds the CPU backend's vtable through its own entry point. */
+/* Loads the CPU backend on the first call. */
 static int32_t load_cpu(const kvc_host_api *host, kvc_plugin_error *error) {
-  void *library;
-  kvc_plugin_entry_fn entry;
-  const kvc_plugin_descriptor *descriptors = NULL;
-  size_t count = 0, i;
-  int32_t code;
-  if (cpu) return KVC_OK;
-  library = dlopen(KVC_CPU_BACKEND_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    set_error(error, "counting backend: cannot load the cpu backend");
-    return KVC_ERR_PLUGIN;
-  }
-  *(void **)(&entry) = dlsym(library, KVC_PLUGIN_ENTRY_SYMBOL);
-  if (!entry) {
-    set_error(error, "counting backend: the cpu backend has no entry point");
-    return KVC_ERR_PLUGIN;
-  }
-  code = entry(host, &descriptors, &count, error);
-  if (code != KVC_OK) return code;
-  for (i = 0; i < count; ++i) {
-    const kvc_plugin_descriptor *d = KVC_PLUGIN_AT(const kvc_plugin_descriptor, descriptors, i);
-    if (d->kind == KVC_PLUGIN_BACKEND && strcmp(d->name, "cpu") == 0) {
-      cpu = (const kvc_backend_vtable *)d->vtable;
-      return KVC_OK;
-    }
-  }
-  set_error(error, "counting backend: no cpu backend descriptor");
-  return KVC_ERR_PLUGIN;
+  if (!cpu) cpu = kvc_test_cpu_backend(host, "counting backend", error);
+  return cpu ? KVC_OK : KVC_ERR_PLUGIN;
 }
 
 static counting_instance *self(void *instance) { return (counting_instance *)instance; }

@@ -3,10 +3,10 @@
  * the cache as it was. kvc_fault_arm(entry, nth, code, message) makes the nth call of `entry`
  * from then on fail with `code` and `message` without forwarding it (alloc returns NULL);
  * later calls forward again. The state is global: one armed fault for every instance. */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_forward.h"
 #include "kvcache/kvcache_plugin.h"
 
 /* The entries a fault can be armed on, as kvc_fault_arm() numbers them. */
@@ -20,13 +20,6 @@ static int32_t armed_code;
 static char armed_message[128];
 static int fired;
 
-static void set_error(kvc_plugin_error *error, const char *message) {
-  size_t n = strlen(message);
-  if (!error) return;
-  if (n >= sizeof error->message) n = sizeof error->message - 1;
-  memcpy(error->message, message, n);
-  error->message[n] = '\0';
-}
 
 /* Counts a call of `entry`; nonzero when it is the armed one. */
 static int fails(int entry) {
@@ -38,39 +31,14 @@ static int fails(int entry) {
 }
 
 static int32_t fail(kvc_plugin_error *error) {
-  set_error(error, armed_message);
+  kvc_test_set_error(error, armed_message);
   return armed_code;
 }
 
-/* Finds the CPU backend's vtable through its own entry point. */
+/* Loads the CPU backend on the first call. */
 static int32_t load_cpu(const kvc_host_api *host, kvc_plugin_error *error) {
-  void *library;
-  kvc_plugin_entry_fn entry;
-  const kvc_plugin_descriptor *descriptors = NULL;
-  size_t count = 0, i;
-  int32_t code;
-  if (cpu) return KVC_OK;
-  library = dlopen(KVC_CPU_BACKEND_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    set_error(error, "fault backend: cannot load the cpu backend");
-    return KVC_ERR_PLUGIN;
-  }
-  *(void **)(&entry) = dlsym(library, KVC_PLUGIN_ENTRY_SYMBOL);
-  if (!entry) {
-    set_error(error, "fault backend: the cpu backend has no entry point");
-    return KVC_ERR_PLUGIN;
-  }
-  code = entry(host, &descriptors, &count, error);
-  if (code != KVC_OK) return code;
-  for (i = 0; i < count; ++i) {
-    const kvc_plugin_descriptor *d = KVC_PLUGIN_AT(const kvc_plugin_descriptor, descriptors, i);
-    if (d->kind == KVC_PLUGIN_BACKEND && strcmp(d->name, "cpu") == 0) {
-      cpu = (const kvc_backend_vtable *)d->vtable;
-      return KVC_OK;
-    }
-  }
-  set_error(error, "fault backend: no cpu backend descriptor");
-  return KVC_ERR_PLUGIN;
+  if (!cpu) cpu = kvc_test_cpu_backend(host, "fault backend", error);
+  return cpu ? KVC_OK : KVC_ERR_PLUGIN;
 }
 
 static int32_t fault_create(const kvc_host_api *host, void **out_instance,
