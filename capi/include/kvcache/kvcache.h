@@ -487,7 +487,10 @@ KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t l
  * @brief Peak bytes one sequence holds, over all layers and KV heads, when its prompt of
  * @p prompt_tokens arrives in chunks of @p chunk_tokens and @p new_tokens are then decoded
  * one at a time, under the cache's layout, policy, budget and triggers. An engine divides
- * the memory limit by it to size its batch.
+ * the memory limit by it to size its batch. Returns in milliseconds for any input;
+ * INVALID_ARGUMENT when prompt_tokens + new_tokens passes INT32_MAX, when the result would
+ * overflow size_t, or for the rare request the model cannot fast-forward (one that compresses
+ * every few tokens over hundreds of millions of tokens).
  */
 KVC_API kvc_status *kvc_cache_estimate_peak_bytes(const kvc_cache *cache, int32_t prompt_tokens,
                                                   int32_t chunk_tokens, int32_t new_tokens,
