@@ -164,7 +164,6 @@ struct IntRange {
 constexpr int64_t kIntMin = std::numeric_limits<int32_t>::min();
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 constexpr IntRange kAnyInt{kIntMin, kIntMax};
-constexpr IntRange kPositive{1, kIntMax};
 constexpr IntRange kNonNegative{0, kIntMax};
 
 template <typename T>
