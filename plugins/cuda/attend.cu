@@ -1,0 +1,543 @@
+// attend: grouped-query attention of each job's queries over its stored segments. One thread
+// block per work item (attend_plan.hpp): its four warps split the item's keys; within a warp,
+// lanes_per_key lanes read one key's K and V rows in 16-byte chunks and every query row
+// (query token x group head) of the item uses that read, so a GQA group reads its K/V once.
+// Each group of lanes keeps its own online softmax; the block merges them, and a split-K
+// merge combines the parts of long caches. The policy statistics are a second kernel of the
+// same call that re-scores each key against the rows' final softmax state.
+#include <climits>
+#include <vector>
+
+#include "attend_plan.hpp"
+#include "cuda_check.hpp"
+#include "device_types.hpp"
+#include "instance.hpp"
+#include "validation.hpp"
+
+namespace kvc::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStatKeys = 128;  // keys per block of the statistics kernel
+
+template <int DT>
+__host__ __device__ constexpr int chunk_elems() {
+  return DT == kF32 ? 4 : 8;
+}
+// Rows per item and keys in flight per lane shrink as a lane holds more chunks of a row, so
+// that q, acc and the loaded chunks stay in registers.
+template <int CPL>
+__host__ __device__ constexpr int row_cap() {
+  return CPL == 1 ? 4 : CPL == 2 ? 2 : 1;
+}
+template <int CPL>
+__host__ __device__ constexpr int unroll() {
+  return CPL == 1 ? 4 : CPL == 2 ? 2 : 1;
+}
+
+struct AttendParams {
+  const DevAttendJob* jobs;
+  const WorkItem* items;
+  float* part_acc;       // [n_parts][rows_per_item][head_dim], unnormalised
+  RowState* part_rows;   // [n_parts][rows_per_item]
+  int32_t head_dim;
+  int32_t group;
+  int32_t window;
+  int32_t lanes_per_key;
+  int32_t n_chunks;      // 16-byte chunks of a row (the last may be partial)
+  int32_t rows_per_item;
+  float scale;
+  float softcap;
+  int32_t vector_loads;  // every row is 16-byte aligned
+};
+
+template <int DT>
+__device__ __forceinline__ uint4 load_chunk(const char* row, int chunk, int head_dim,
+                                            bool vector_loads) {
+  constexpr int E = chunk_elems<DT>();
+  const int first = chunk * E;
+  if (vector_loads && first + E <= head_dim)
+    return __ldg(reinterpret_cast<const uint4*>(row) + chunk);
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    if (first + e >= head_dim) break;
+    if (DT == kF32)
+      w[e] = reinterpret_cast<const uint32_t*>(row)[first + e];
+    else
+      w[e / 2] |= uint32_t(reinterpret_cast<const uint16_t*>(row)[first + e]) << (16 * (e & 1));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <int DT>
+__device__ __forceinline__ void unpack(uint4 raw, float* out) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (DT == kF32) {
+      out[i] = __uint_as_float(w[i]);
+    } else if (DT == kF16) {
+      out[2 * i] = f16_to_f32(uint16_t(w[i] & 0xffffu));
+      out[2 * i + 1] = f16_to_f32(uint16_t(w[i] >> 16));
+    } else {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+}
+
+__device__ __forceinline__ float* output_row(const DevAttendJob& job, int32_t row, int32_t group,
+                                             int32_t head_dim) {
+  return job.out + int64_t(row / group) * job.out_stride + int64_t(row % group) * head_dim;
+}
+
+// CPL: chunks of a row per lane (lanes_per_key * CPL >= n_chunks).
+template <int DT, int CPL>
+__global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
+  constexpr int E = chunk_elems<DT>();
+  constexpr int R = row_cap<CPL>();
+  constexpr int U = unroll<CPL>();
+  extern __shared__ float shared[];
+  const WorkItem item = p.items[blockIdx.x];
+  const DevAttendJob& job = p.jobs[item.job];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int L = p.lanes_per_key, slots = 32 / L, slot = lane / L, sub = lane % L;
+  const int D = p.head_dim;
+  const size_t row_bytes = size_t(D) * (DT == kF32 ? 4 : 2);
+  const size_t q_elem = dtype_bytes(job.q_dtype);
+
+  float q[R][CPL][E];
+  int32_t q_pos[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int32_t row = item.row_begin + r;
+    const bool used = r < item.n_rows;
+    q_pos[r] = used ? job.q_pos[row / p.group] : INT_MIN;
+    const char* q_row = static_cast<const char*>(job.q) +
+                        (int64_t(row / p.group) * job.q_stride + int64_t(row % p.group) * D) * q_elem;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int d = (sub + c * L) * E + e;
+        q[r][c][e] = used && d < D ? load_as_f32(q_row, job.q_dtype, size_t(d)) * p.scale : 0.0f;
+      }
+  }
+
+  float acc[R][CPL][E];
+  RowState state[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    state[r] = empty_row();
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[r][c][e] = 0.0f;
+  }
+
+  const int32_t n = item.key_end - item.key_begin;
+  const int32_t first = item.key_begin + int32_t(int64_t(n) * warp / kWarps);
+  const int32_t end = item.key_begin + int32_t(int64_t(n) * (warp + 1) / kWarps);
+  int32_t segment = first < end ? find_range(job.segment_begins, job.n_segments, first) : 0;
+  for (int32_t base = first; base < end; base += slots * U) {
+    uint4 k[U][CPL], v[U][CPL];
+    int32_t key_pos[U];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t key = base + u * slots + slot;
+      valid[u] = key < end;
+      key_pos[u] = INT_MAX;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) k[u][c] = v[u][c] = make_uint4(0, 0, 0, 0);
+      if (!valid[u]) continue;
+      while (segment + 1 < job.n_segments && job.segment_begins[segment + 1] <= key) ++segment;
+      const DevSegment& s = job.segments[segment];
+      const int64_t local = key - job.segment_begins[segment];
+      key_pos[u] = s.pos[local];
+      const char* k_row = static_cast<const char*>(s.k) + local * row_bytes;
+      const char* v_row = static_cast<const char*>(s.v) + local * row_bytes;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int chunk = sub + c * L;
+        if (chunk >= p.n_chunks) continue;
+        k[u][c] = load_chunk<DT>(k_row, chunk, D, p.vector_loads);
+        v[u][c] = load_chunk<DT>(v_row, chunk, D, p.vector_loads);
+      }
+    }
+    float logits[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[CPL][E];
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) unpack<DT>(k[u][c], kf[c]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPL; ++c)
+#pragma unroll
+          for (int e = 0; e < E; ++e) dot = fmaf(q[r][c][e], kf[c][e], dot);
+        for (int offset = L / 2; offset > 0; offset /= 2)
+          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        logits[r][u] =
+            final_logit(dot, p.softcap, valid[u] && key_visible(q_pos[r], p.window, key_pos[u]));
+      }
+    }
+    float weights[R][U];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float correction = fold_logits(state[r], logits[r], U, weights[r]);
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][c][e] *= correction;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[CPL][E];
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) unpack<DT>(v[u][c], vf[c]);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[r][c][e] = fmaf(weights[r][u], vf[c][e], acc[r][c][e]);
+    }
+  }
+
+  // Merge the block's kWarps * slots partial states of each row.
+  const int P = kWarps * slots;
+  float* acc_s = shared;                                          // [R][P][D]
+  RowState* state_s = reinterpret_cast<RowState*>(acc_s + R * P * D);  // [R][P]
+  float* weight_s = reinterpret_cast<float*>(state_s + R * P);    // [R][P]
+  RowState* merged_s = reinterpret_cast<RowState*>(weight_s + R * P);  // [R]
+  const int part = warp * slots + slot;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int d = (sub + c * L) * E + e;
+        if (d < D) acc_s[(r * P + part) * D + d] = acc[r][c][e];
+      }
+    if (sub == 0) state_s[r * P + part] = state[r];
+  }
+  __syncthreads();
+  if (threadIdx.x < R) merged_s[threadIdx.x] = merge_rows(state_s + threadIdx.x * P, P, weight_s + threadIdx.x * P);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < item.n_rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    float sum = 0.0f;
+    for (int i = 0; i < P; ++i) sum = fmaf(weight_s[r * P + i], acc_s[(r * P + i) * D + d], sum);
+    if (item.part < 0)
+      output_row(job, item.row_begin + r, p.group, D)[d] = sum * output_factor(merged_s[r]);
+    else
+      p.part_acc[(int64_t(item.part) * p.rows_per_item + r) * D + d] = sum;
+  }
+  if (threadIdx.x < item.n_rows) {
+    if (item.part < 0)
+      job.rows[item.row_begin + threadIdx.x] = merged_s[threadIdx.x];
+    else
+      p.part_rows[int64_t(item.part) * p.rows_per_item + threadIdx.x] = merged_s[threadIdx.x];
+  }
+}
+
+// Split-K: one block per SplitRows combines its parts and writes the output rows.
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const DevAttendJob* jobs, const SplitRows* splits, const float* part_acc,
+                 const RowState* part_rows, int32_t rows_per_item, int32_t head_dim,
+                 int32_t group) {
+  extern __shared__ float shared[];
+  const SplitRows split = splits[blockIdx.x];
+  const DevAttendJob& job = jobs[split.job];
+  const int rows = split.n_rows, parts = split.n_parts;
+  RowState* state_s = reinterpret_cast<RowState*>(shared);            // [rows][parts]
+  float* weight_s = reinterpret_cast<float*>(state_s + rows * parts);  // [rows][parts]
+  RowState* merged_s = reinterpret_cast<RowState*>(weight_s + rows * parts);  // [rows]
+  for (int idx = threadIdx.x; idx < rows * parts; idx += kThreads) {
+    const int r = idx / parts, i = idx % parts;
+    state_s[idx] = part_rows[int64_t(split.first_part + i) * rows_per_item + r];
+  }
+  __syncthreads();
+  if (threadIdx.x < rows)
+    merged_s[threadIdx.x] =
+        merge_rows(state_s + threadIdx.x * parts, parts, weight_s + threadIdx.x * parts);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * head_dim; idx += kThreads) {
+    const int r = idx / head_dim, d = idx % head_dim;
+    float sum = 0.0f;
+    for (int i = 0; i < parts; ++i)
+      sum = fmaf(weight_s[r * parts + i],
+                 part_acc[(int64_t(split.first_part + i) * rows_per_item + r) * head_dim + d], sum);
+    output_row(job, split.row_begin + r, group, head_dim)[d] = sum * output_factor(merged_s[r]);
+  }
+  if (threadIdx.x < rows) job.rows[split.row_begin + threadIdx.x] = merged_s[threadIdx.x];
+}
+
+struct StatTile {
+  int32_t job;
+  int32_t key_begin;
+};
+
+struct StatParams {
+  const DevAttendJob* jobs;
+  const StatTile* tiles;
+  int32_t head_dim;
+  int32_t group;
+  int32_t window;
+  int32_t observation_window;
+  int32_t storage_dtype;
+  float scale;
+  float softcap;
+};
+
+// One thread per key: its probability under every row that feeds a statistic, from the rows'
+// final softmax state.
+__global__ void __launch_bounds__(kStatKeys) stats_kernel(StatParams p) {
+  const StatTile tile = p.tiles[blockIdx.x];
+  const DevAttendJob& job = p.jobs[tile.job];
+  const int32_t key = tile.key_begin + int32_t(threadIdx.x);
+  if (key >= job.n_keys) return;
+  const int32_t segment = find_range(job.segment_begins, job.n_segments, key);
+  const DevSegment& s = job.segments[segment];
+  const int64_t local = key - job.segment_begins[segment];
+  const int32_t key_pos = s.pos[local];
+  const char* k_row =
+      static_cast<const char*>(s.k) + local * p.head_dim * dtype_bytes(p.storage_dtype);
+  const size_t q_elem = dtype_bytes(job.q_dtype);
+  const int32_t n = job.n_queries;
+  const int32_t first_query =
+      job.stats.sum ? 0 : job.stats.window ? max(0, n - max(1, p.observation_window)) : n - 1;
+  float sum = 0.0f, last = 0.0f, window = 0.0f;
+  for (int32_t query = first_query; query < n; ++query) {
+    if (!key_visible(job.q_pos[query], p.window, key_pos)) continue;
+    const StatTargets targets = stat_targets(query, n, p.observation_window);
+    for (int32_t g = 0; g < p.group; ++g) {
+      const char* q_row = static_cast<const char*>(job.q) +
+                          (int64_t(query) * job.q_stride + int64_t(g) * p.head_dim) * q_elem;
+      float dot = 0.0f;
+      for (int32_t d = 0; d < p.head_dim; ++d)
+        dot = fmaf(load_as_f32(q_row, job.q_dtype, size_t(d)) * p.scale,
+                   load_as_f32(k_row, p.storage_dtype, size_t(d)), dot);
+      const float probability_of_key =
+          probability(job.rows[query * p.group + g], final_logit(dot, p.softcap, true));
+      sum += probability_of_key;
+      if (targets.last) last += probability_of_key / float(p.group);
+      if (targets.window) window += probability_of_key;
+    }
+  }
+  if (job.stats.sum) job.stats.sum[key] += sum;
+  if (job.stats.last) job.stats.last[key] = last;
+  if (job.stats.window) job.stats.window[key] = window;
+}
+
+void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
+  check_storage(call.head_dim, call.storage_dtype);
+  if (call.group_size <= 0)
+    fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", call.group_size);
+  if (!(call.scale > 0.0f)) fail(KVC_ERR_INVALID_ARGUMENT, "scale must be > 0");
+  check_jobs(jobs, call.n_jobs, "attend");
+  for (size_t j = 0; j < call.n_jobs; ++j) {
+    const kvc_attend_job& job = jobs[j];
+    if (job.q_dtype != call.storage_dtype && job.q_dtype != KVC_DTYPE_F32)
+      fail(KVC_ERR_INVALID_ARGUMENT,
+           "attend job %zu: query dtype %d is neither f32 nor the storage dtype", j,
+           int(job.q_dtype));
+    if (job.n_queries < 0)
+      fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: negative n_queries %d", j, job.n_queries);
+    check_device(job.q_device, "q", j);
+    check_device(job.out_device, "out", j);
+    if (job.n_queries > 0 && (!job.q || !job.q_pos || !job.out))
+      fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: a NULL pointer", j);
+    if (int64_t(job.n_queries) * call.group_size > INT32_MAX)
+      fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: too many query rows", j);
+    count_tokens(job.segments, job.n_segments, "attend", j);
+    if (job.stats.attn_window && call.observation_window < 1)
+      fail(KVC_ERR_INVALID_ARGUMENT,
+           "attend job %zu: attn_window needs observation_window >= 1, got %d", j,
+           call.observation_window);
+  }
+}
+
+bool has_stats(const kvc_attend_job& job) {
+  return job.stats.attn_sum || job.stats.attn_last || job.stats.attn_window;
+}
+
+template <int DT, int CPL>
+void launch_attend(const AttendParams& params, size_t items, size_t shared_bytes,
+                   cudaStream_t stream) {
+  attend_kernel<DT, CPL><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
+}
+
+template <int DT>
+void launch_attend_dtype(int cpl, const AttendParams& params, size_t items, size_t shared_bytes,
+                         cudaStream_t stream) {
+  switch (cpl) {
+    case 1: return launch_attend<DT, 1>(params, items, shared_bytes, stream);
+    case 2: return launch_attend<DT, 2>(params, items, shared_bytes, stream);
+    case 4: return launch_attend<DT, 4>(params, items, shared_bytes, stream);
+    default: return launch_attend<DT, 8>(params, items, shared_bytes, stream);
+  }
+}
+
+}  // namespace
+
+void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend_call& call) {
+  validate(jobs, call);
+  const size_t n_jobs = call.n_jobs;
+  if (n_jobs == 0) return;
+  const cudaStream_t stream = stream_of(call.stream);
+  const int32_t D = call.head_dim, G = call.group_size;
+  const int dtype = int(call.storage_dtype);
+  const int elems = dtype == kF32 ? 4 : 8;
+  const int32_t n_chunks = (D + elems - 1) / elems;
+  int32_t lanes = 1;
+  while (lanes < n_chunks && lanes < 32) lanes *= 2;
+  int cpl = 1;
+  while (lanes * cpl < n_chunks) cpl *= 2;
+  const int32_t rows_per_item = cpl == 1 ? 4 : cpl == 2 ? 2 : 1;
+  const size_t row_bytes = size_t(D) * dtype_bytes(dtype);
+
+  std::vector<PlanJob> plan_jobs(n_jobs);
+  std::vector<int32_t> keys(n_jobs);
+  bool vector_loads = row_bytes % 16 == 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    keys[j] = count_tokens(jobs[j].segments, jobs[j].n_segments, "attend", j);
+    plan_jobs[j] = {jobs[j].n_queries * G, keys[j]};
+    for (int32_t s = 0; s < jobs[j].n_segments; ++s)
+      vector_loads = vector_loads && reinterpret_cast<uintptr_t>(jobs[j].segments[s].k) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(jobs[j].segments[s].v) % 16 == 0;
+  }
+  const AttendPlan plan = plan_attend(plan_jobs, rows_per_item, 8 * int64_t(instance.multiprocessors));
+  if (plan.items.empty()) return;
+
+  // Device scratch: each job's row states, host-bound output, and the split-K parts.
+  ScratchLayout carve;
+  std::vector<size_t> rows_at(n_jobs), out_at(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    rows_at[j] = carve.take(sizeof(RowState) * size_t(plan_jobs[j].n_rows));
+    if (jobs[j].out_device == KVC_DEVICE_HOST)
+      out_at[j] = carve.take(sizeof(float) * size_t(plan_jobs[j].n_rows) * size_t(D));
+  }
+  const size_t part_rows_at = carve.take(sizeof(RowState) * size_t(plan.n_parts) * rows_per_item);
+  const size_t part_acc_at =
+      carve.take(sizeof(float) * size_t(plan.n_parts) * rows_per_item * size_t(D));
+  const DeviceScratch work(carve.bytes, stream);
+
+  Upload upload;
+  const size_t table = upload.add_array<DevAttendJob>(nullptr, n_jobs);
+  const size_t items_at = upload.add_array(plan.items.data(), plan.items.size());
+  const size_t splits_at = upload.add_array(plan.splits.data(), plan.splits.size());
+  std::vector<StatTile> tiles;
+  std::vector<DevSegment> segments;
+  std::vector<int64_t> begins;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const kvc_attend_job& job = jobs[j];
+    const size_t at = table + j * sizeof(DevAttendJob);
+    const size_t q_elem = dtype_bytes(job.q_dtype);
+    segments.clear();
+    begins.clear();
+    int64_t key = 0;
+    for (int32_t s = 0; s < job.n_segments; ++s) {
+      const kvc_segment& seg = job.segments[s];
+      segments.push_back({seg.k, seg.v, seg.pos, seg.count});
+      begins.push_back(key);
+      key += seg.count;
+    }
+    DevAttendJob d{job.q, int64_t(job.q_stride), int32_t(job.q_dtype), job.n_queries, nullptr,
+                   job.out, int64_t(job.out_stride), nullptr, nullptr, job.n_segments, keys[j],
+                   {job.stats.attn_sum, job.stats.attn_last, job.stats.attn_window},
+                   reinterpret_cast<RowState*>(work.data() + rows_at[j])};
+    if (job.out_device == KVC_DEVICE_HOST) {
+      d.out = reinterpret_cast<float*>(work.data() + out_at[j]);
+      d.out_stride = int64_t(G) * D;
+    }
+    const size_t n = size_t(job.n_queries);
+    if (job.q_device == KVC_DEVICE_HOST && n > 0) {
+      const size_t width = size_t(G) * size_t(D) * q_elem;
+      const size_t q_at = upload.add(nullptr, n * width);
+      for (size_t i = 0; i < n; ++i)
+        std::memcpy(upload.at<char>(q_at) + i * width,
+                    static_cast<const char*>(job.q) + i * job.q_stride * q_elem, width);
+      d.q_stride = int64_t(G) * D;
+      upload.link(at, &DevAttendJob::q, q_at);
+    }
+    upload.link(at, &DevAttendJob::q_pos, upload.add_array(job.q_pos, n));
+    upload.link(at, &DevAttendJob::segments, upload.add_array(segments.data(), segments.size()));
+    upload.link(at, &DevAttendJob::segment_begins, upload.add_array(begins.data(), begins.size()));
+    *upload.at<DevAttendJob>(at) = d;
+    if (has_stats(job) && n > 0)
+      for (int32_t k = 0; k < keys[j]; k += kStatKeys) tiles.push_back({int32_t(j), k});
+  }
+  const size_t tiles_at = upload.add_array(tiles.data(), tiles.size());
+  const DeviceScratch memory(upload.size(), stream);
+  upload.send(instance.pinned, memory);
+  const auto* dev_jobs = reinterpret_cast<const DevAttendJob*>(memory.data() + table);
+
+  const AttendParams params{dev_jobs,
+                            reinterpret_cast<const WorkItem*>(memory.data() + items_at),
+                            reinterpret_cast<float*>(work.data() + part_acc_at),
+                            reinterpret_cast<RowState*>(work.data() + part_rows_at),
+                            D,
+                            G,
+                            call.sliding_window,
+                            lanes,
+                            n_chunks,
+                            rows_per_item,
+                            call.scale,
+                            call.softcap,
+                            vector_loads ? 1 : 0};
+  const size_t parts_per_row = size_t(kWarps) * size_t(32 / lanes);
+  const size_t shared_bytes = size_t(rows_per_item) * parts_per_row *
+                                  (size_t(D) * sizeof(float) + sizeof(RowState) + sizeof(float)) +
+                              size_t(rows_per_item) * sizeof(RowState);
+  switch (dtype) {
+    case kF32: launch_attend_dtype<kF32>(cpl, params, plan.items.size(), shared_bytes, stream); break;
+    case kF16: launch_attend_dtype<kF16>(cpl, params, plan.items.size(), shared_bytes, stream); break;
+    default: launch_attend_dtype<kBF16>(cpl, params, plan.items.size(), shared_bytes, stream); break;
+  }
+  check_cuda(cudaGetLastError(), "launching attend");
+  if (!plan.splits.empty()) {
+    int32_t max_parts = 0;
+    for (const SplitRows& s : plan.splits) max_parts = std::max(max_parts, s.n_parts);
+    const size_t merge_bytes =
+        size_t(rows_per_item) * (size_t(max_parts) * (sizeof(RowState) + sizeof(float)) + sizeof(RowState));
+    merge_kernel<<<unsigned(plan.splits.size()), kThreads, merge_bytes, stream>>>(
+        dev_jobs, reinterpret_cast<const SplitRows*>(memory.data() + splits_at),
+        params.part_acc, params.part_rows, rows_per_item, D, G);
+    check_cuda(cudaGetLastError(), "launching the split-K merge");
+  }
+  if (!tiles.empty()) {
+    const StatParams stat_params{dev_jobs, reinterpret_cast<const StatTile*>(memory.data() + tiles_at),
+                                 D, G, call.sliding_window, call.observation_window, dtype,
+                                 call.scale, call.softcap};
+    stats_kernel<<<unsigned(tiles.size()), kStatKeys, 0, stream>>>(stat_params);
+    check_cuda(cudaGetLastError(), "launching the attention statistics");
+  }
+  // Host-bound outputs: one download of the scratch, then each job's rows to their place.
+  size_t first_out = SIZE_MAX, last_out = 0;
+  for (size_t j = 0; j < n_jobs; ++j)
+    if (jobs[j].out_device == KVC_DEVICE_HOST && plan_jobs[j].n_rows > 0) {
+      first_out = std::min(first_out, out_at[j]);
+      last_out = std::max(last_out, out_at[j] + sizeof(float) * size_t(plan_jobs[j].n_rows) * D);
+    }
+  if (first_out == SIZE_MAX) return;
+  download(instance.pinned, work.data() + first_out, last_out - first_out, stream,
+           [&](const char* host) {
+             for (size_t j = 0; j < n_jobs; ++j) {
+               if (jobs[j].out_device != KVC_DEVICE_HOST || plan_jobs[j].n_rows == 0) continue;
+               const size_t width = size_t(G) * size_t(D);
+               const auto* rows = reinterpret_cast<const float*>(host + (out_at[j] - first_out));
+               for (int32_t i = 0; i < jobs[j].n_queries; ++i)
+                 std::memcpy(jobs[j].out + size_t(i) * jobs[j].out_stride, rows + size_t(i) * width,
+                             width * sizeof(float));
+             }
+           });
+}
+
+}  // namespace kvc::cuda

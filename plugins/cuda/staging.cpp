@@ -1,0 +1,85 @@
+#include "staging.hpp"
+
+#include <algorithm>
+
+#include "cuda_check.hpp"
+
+namespace kvc::cuda {
+namespace {
+
+constexpr size_t kAlign = 16;
+constexpr size_t kMinPinned = size_t{1} << 20;
+
+}  // namespace
+
+PinnedPool::~PinnedPool() {
+  for (Slot& slot : slots_) {
+    cudaEventSynchronize(slot.done);
+    cudaEventDestroy(slot.done);
+    cudaFreeHost(slot.data);
+  }
+}
+
+PinnedPool::Buffer PinnedPool::acquire(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    if (slot.in_use || slot.capacity < bytes) continue;
+    const cudaError_t state = cudaEventQuery(slot.done);
+    if (state == cudaErrorNotReady) continue;
+    check_cuda(state, "waiting for a pinned buffer");
+    slot.in_use = true;
+    return {slot.data, i};
+  }
+  Slot slot{nullptr, std::max(bytes, kMinPinned), nullptr, true};
+  check_cuda(cudaMallocHost(&slot.data, slot.capacity), "pinned host memory");
+  const cudaError_t created = cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming);
+  if (created != cudaSuccess) {
+    cudaFreeHost(slot.data);
+    check_cuda(created, "creating an event");
+  }
+  slots_.push_back(slot);
+  return {slot.data, slots_.size() - 1};
+}
+
+void PinnedPool::release(const Buffer& buffer, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot& slot = slots_[buffer.slot];
+  slot.in_use = false;
+  check_cuda(cudaEventRecord(slot.done, stream), "recording an event");
+}
+
+DeviceScratch::DeviceScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+  if (bytes == 0) return;
+  void* memory = nullptr;
+  check_cuda(cudaMallocAsync(&memory, bytes, stream), "device scratch memory");
+  data_ = static_cast<char*>(memory);
+}
+
+DeviceScratch::~DeviceScratch() {
+  if (data_) cudaFreeAsync(data_, stream_);
+}
+
+size_t Upload::add(const void* data, size_t n_bytes) {
+  const size_t offset = (bytes_.size() + kAlign - 1) / kAlign * kAlign;
+  bytes_.resize(offset + n_bytes);
+  if (data != nullptr && n_bytes > 0) std::memcpy(bytes_.data() + offset, data, n_bytes);
+  return offset;
+}
+
+void Upload::send(PinnedPool& pinned, const DeviceScratch& memory) {
+  if (bytes_.empty()) return;
+  const PinnedPool::Buffer buffer = pinned.acquire(bytes_.size());
+  auto* host = static_cast<unsigned char*>(buffer.data);
+  std::memcpy(host, bytes_.data(), bytes_.size());
+  for (const Link& link : links_) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(memory.data() + link.target);
+    std::memcpy(host + link.field, &address, sizeof address);
+  }
+  const cudaError_t copied = cudaMemcpyAsync(memory.data(), host, bytes_.size(),
+                                             cudaMemcpyHostToDevice, memory.stream());
+  pinned.release(buffer, memory.stream());
+  check_cuda(copied, "copying a call's data to the device");
+}
+
+}  // namespace kvc::cuda

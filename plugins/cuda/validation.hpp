@@ -1,0 +1,51 @@
+// Checks shared by the launchers; each throws PluginError(KVC_ERR_INVALID_ARGUMENT).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvcache/kvcache_plugin.h"
+#include "plugin_error.hpp"
+
+namespace kvc::cuda {
+
+inline bool known_dtype(kvc_dtype dtype) {
+  return dtype == KVC_DTYPE_F32 || dtype == KVC_DTYPE_F16 || dtype == KVC_DTYPE_BF16;
+}
+
+inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
+  if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
+  if (!known_dtype(storage_dtype))
+    fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
+}
+
+inline void check_jobs(const void* jobs, size_t n_jobs, const char* call) {
+  if (n_jobs > 0 && jobs == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "%s jobs are NULL", call);
+}
+
+inline void check_device(kvc_device device, const char* what, size_t job) {
+  if (device != KVC_DEVICE_HOST && device != KVC_DEVICE_BACKEND)
+    fail(KVC_ERR_INVALID_ARGUMENT, "job %zu: unknown device %d for %s", job, int(device), what);
+}
+
+// The number of tokens in a job's segment list (at most INT32_MAX: the kernels index keys
+// with 32 bits).
+inline int32_t count_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
+                            size_t job) {
+  if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
+    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
+  int64_t tokens = 0;
+  for (int32_t s = 0; s < n_segments; ++s) {
+    if (segments[s].count < 0)
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
+    if (segments[s].count > 0 && (!segments[s].k || !segments[s].v || !segments[s].pos))
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a NULL pointer", call, job, s);
+    tokens += segments[s].count;
+  }
+  if (tokens > INT32_MAX)
+    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: %lld tokens is more than 2^31 - 1", call, job,
+         static_cast<long long>(tokens));
+  return int32_t(tokens);
+}
+
+}  // namespace kvc::cuda
