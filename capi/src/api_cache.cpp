@@ -97,7 +97,7 @@ kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* param
   return create_cache(context, [&] {
     kvc_cache_params defaults{};
     kvc_cache_params_init(&defaults);
-    kvc_cache_params p = kvc::read_versioned(params, defaults, "params is NULL");
+    kvc_cache_params p = kvc::read_versioned(params, defaults, "params");
     return CacheSetup{config_from(p), policy_from(p)};
   }, out_cache);
 }
@@ -131,7 +131,7 @@ kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_p
       params.decode_every = p.decode_every;
       params.decode_slack = p.decode_slack;
     }
-    kvc::write_versioned(out_params, params);
+    kvc::write_versioned(out_params, params, "out_params");
   });
 }
 
@@ -178,14 +178,14 @@ kvc_status* kvc_cache_policy_info(const kvc_cache* cache, kvc_policy_info* out_i
     info.budget_ratio = config.budget_ratio;
     info.stats = policy->stats();
     info.observation_window = policy->observation_window();
-    kvc::write_versioned(out_info, info);
+    kvc::write_versioned(out_info, info, "out_info");
   });
 }
 
 kvc_status* kvc_cache_get_stats(const kvc_cache* cache, kvc_cache_stats* out_stats) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    kvc::write_versioned(out_stats, cache->impl->stats());
+    kvc::write_versioned(out_stats, cache->impl->stats(), "out_stats");
   });
 }
 

@@ -64,7 +64,7 @@ kvc_status* kvc_context_plugin_info(const kvc_context* context, size_t index,
     info.name = plugin.name.c_str();
     info.version = plugin.version;
     info.path = plugin.path.c_str();
-    kvc::write_versioned(out_info, info);
+    kvc::write_versioned(out_info, info, "out_info");
   });
 }
 

@@ -3,13 +3,13 @@
 namespace {
 
 kvc_batch read_batch(const kvc_batch* batch) {
-  return kvc::read_versioned(batch, kvc_batch{}, "batch is NULL");
+  return kvc::read_versioned(batch, kvc_batch{}, "batch");
 }
 
 kvc_attention_params read_attention(const kvc_attention_params* params) {
   kvc_attention_params defaults{};
   kvc_attention_params_init(&defaults);
-  return params ? kvc::read_versioned(params, defaults, "params is NULL") : defaults;
+  return params ? kvc::read_versioned(params, defaults, "params") : defaults;
 }
 
 template <typename Tensor>

@@ -65,23 +65,39 @@ void require_enum(const Enum& field, int32_t first, int32_t last, const char* me
   require(value >= first && value <= last, message);
 }
 
-// Copies a caller's versioned struct over `defaults`: fields the caller does not know keep
-// their defaults. Rejects a zero struct_size.
+// Copies a caller's versioned struct `name` over `defaults`: fields the caller does not know
+// keep their defaults. Rejects NULL and a zero struct_size; a larger struct (a caller built
+// against a newer kvcache) only when it sets bytes beyond the fields this library knows.
 template <typename T>
-T read_versioned(const T* in, T defaults, const char* what) {
-  require(in != nullptr, what);
-  require(in->struct_size != 0, "struct_size is 0: call the *_init function first");
+T read_versioned(const T* in, T defaults, const std::string& name) {
+  if (!in) throw Error(KVC_ERR_INVALID_ARGUMENT, name + " is NULL");
+  if (in->struct_size == 0) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT,
+                name + "->struct_size is 0: call the *_init function first");
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < in->struct_size; ++i) {
+    if (bytes[i] != 0) {
+      throw Error(KVC_ERR_UNSUPPORTED,
+                  name + "->struct_size is " + std::to_string(in->struct_size) +
+                      " and sets bytes beyond the " + std::to_string(sizeof(T)) +
+                      " this kvcache knows: the caller needs a newer kvcache");
+    }
+  }
   size_t n = in->struct_size < sizeof(T) ? in->struct_size : sizeof(T);
   std::memcpy(&defaults, in, n);
   defaults.struct_size = sizeof(T);
   return defaults;
 }
 
-// Writes `value` into a caller's versioned struct, no further than its struct_size.
+// Writes `value` into a caller's versioned struct `name`, no further than its struct_size.
 template <typename T>
-void write_versioned(T* out, const T& value) {
-  require(out != nullptr, "output struct is NULL");
-  require(out->struct_size != 0, "output struct_size is 0: set it to sizeof the struct");
+void write_versioned(T* out, const T& value, const std::string& name) {
+  if (!out) throw Error(KVC_ERR_INVALID_ARGUMENT, name + " is NULL");
+  if (out->struct_size == 0) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT,
+                name + "->struct_size is 0: set it to sizeof the struct");
+  }
   uint32_t caller_size = out->struct_size;
   size_t n = caller_size < sizeof(T) ? caller_size : sizeof(T);
   std::memcpy(out, &value, n);
