@@ -12,6 +12,9 @@
  * - Parameter and info structs start with `uint32_t struct_size`, which the caller sets to
  *   `sizeof` the struct it was compiled against (the `*_init` functions do this). The library
  *   treats fields beyond a smaller struct_size as zero/default, so old callers keep working.
+ *   A larger struct_size (a caller built against a newer kvcache) is read when the bytes past
+ *   the fields this library knows are zero, and refused with KVC_ERR_UNSUPPORTED otherwise;
+ *   an out-struct is written no further than the fields both sides know.
  *
  * Thread safety:
  * - ::kvc_context: thread-safe, every call may be made from any thread concurrently.
