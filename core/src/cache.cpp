@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 
 #include "error.hpp"
@@ -267,7 +268,8 @@ Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const
   return resolved;
 }
 
-void Cache::check_input(const kvc_tensor& t, int32_t heads, const char* what) const {
+void Cache::check_input(const kvc_tensor& t, int32_t heads, int32_t tokens,
+                        const char* what) const {
   if (!t.data) throw invalid(std::string(what) + ": data is NULL");
   if (t.dtype != KVC_DTYPE_F32 && t.dtype != config_.dtype) {
     throw invalid(std::string(what) + ": dtype must be f32 or the storage dtype " +
@@ -281,11 +283,28 @@ void Cache::check_input(const kvc_tensor& t, int32_t heads, const char* what) co
     throw invalid(std::string(what) + ": row_stride " + std::to_string(t.row_stride) +
                   " is shorter than a row of " + std::to_string(row) + " elements");
   }
+  check_extent(what, t.row_stride ? t.row_stride : row, row, dtype_size(t.dtype), tokens);
+}
+
+// The bytes from a tensor's first element to its last must be addressable, so that no row
+// offset computed from them wraps around.
+void Cache::check_extent(const char* what, size_t row_stride, size_t row, size_t element,
+                         int32_t tokens) const {
+  size_t elements = 0, bytes = 0;
+  const bool overflows =
+      __builtin_mul_overflow(static_cast<size_t>(tokens - 1), row_stride, &elements) ||
+      __builtin_add_overflow(elements, row, &elements) ||
+      __builtin_mul_overflow(elements, element, &bytes) ||
+      bytes > static_cast<size_t>(PTRDIFF_MAX);
+  if (overflows) {
+    throw invalid(std::string(what) + ": row_stride " + std::to_string(row_stride) + " for " +
+                  std::to_string(tokens) + " tokens spans more bytes than memory holds");
+  }
 }
 
 void Cache::check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
-                                   const kvc_tensor_mut& out) const {
-  check_input(q, config_.q_heads, "q");
+                                   const kvc_tensor_mut& out, int32_t tokens) const {
+  check_input(q, config_.q_heads, tokens, "q");
   if (!out.data) throw invalid("out: data is NULL");
   if (out.dtype != KVC_DTYPE_F32) throw invalid("out: dtype must be f32");
   if (out.device != KVC_DEVICE_HOST && out.device != KVC_DEVICE_BACKEND) {
@@ -296,23 +315,24 @@ void Cache::check_attention_inputs(const kvc_tensor& q, const kvc_attention_para
     throw invalid("out: row_stride " + std::to_string(out.row_stride) +
                   " is shorter than a row of " + std::to_string(row) + " elements");
   }
+  check_extent("out", out.row_stride ? out.row_stride : row, row, sizeof(float), tokens);
   if (params.sliding_window < 0) throw invalid("sliding_window must be >= 0");
   if (!(params.softcap >= 0.0f) || !(params.scale >= 0.0f)) {
     throw invalid("scale and softcap must be >= 0");
   }
 }
 
-void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const {
-  check_input(k, config_.kv_heads, "k");
-  check_input(v, config_.kv_heads, "v");
+void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t tokens) const {
+  check_input(k, config_.kv_heads, tokens, "k");
+  check_input(v, config_.kv_heads, tokens, "v");
   if (k.dtype != v.dtype) throw invalid("k and v must have the same dtype");
 }
 
 void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
-  check_kv_inputs(k, v);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   ResolvedBatch resolved = resolve(layer, batch);
+  check_kv_inputs(k, v, resolved.total_tokens);
   compress_before_append(layer, batch, resolved);
   keep(append_locked(layer, batch, resolved, k, v));
 }
@@ -376,7 +396,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   const int32_t kv_heads = config_.kv_heads;
   const int32_t group = config_.q_heads / kv_heads;
   const size_t d = static_cast<size_t>(config_.head_dim);
-  check_attention_inputs(q, params, out);
+  check_attention_inputs(q, params, out, resolved.total_tokens);
   size_t row = static_cast<size_t>(config_.q_heads) * d;
   size_t q_stride = q.row_stride ? q.row_stride : row;
   size_t out_stride = out.row_stride ? out.row_stride : row;
@@ -428,10 +448,10 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
 void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                           const kvc_tensor& k, const kvc_tensor& v,
                           const kvc_attention_params& params, const kvc_tensor_mut& out) {
-  check_kv_inputs(k, v);
-  check_attention_inputs(q, params, out);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   ResolvedBatch resolved = resolve(layer, batch);
+  check_kv_inputs(k, v, resolved.total_tokens);
+  check_attention_inputs(q, params, out, resolved.total_tokens);
   compress_before_append(layer, batch, resolved);
   std::vector<std::pair<HeadStore*, int32_t>> lengths;
   for (Sequence* seq : resolved.sequences) {

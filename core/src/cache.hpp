@@ -77,10 +77,13 @@ class Cache {
   };
 
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
-  void check_input(const kvc_tensor& t, int32_t heads, const char* what) const;
-  void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v) const;
+  // Checks a batch's tensors of `tokens` rows.
+  void check_input(const kvc_tensor& t, int32_t heads, int32_t tokens, const char* what) const;
+  void check_extent(const char* what, size_t row_stride, size_t row, size_t element,
+                    int32_t tokens) const;
+  void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t tokens) const;
   void check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
-                              const kvc_tensor_mut& out) const;
+                              const kvc_tensor_mut& out, int32_t tokens) const;
   // What growth, unsharing or shrinking replaced, in order, and the bytes it copied: keep()
   // gives the old memory up once the call succeeded, undo() puts it back.
   struct Replacements {
