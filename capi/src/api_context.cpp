@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "handles.hpp"
+#include "quote.hpp"
 
 namespace {
 
@@ -27,7 +28,7 @@ kvc_status* kvc_context_create_from_file(const char* path, kvc_context** out_con
   if (!path) return kvc::make_status(KVC_ERR_INVALID_ARGUMENT, "path is NULL");
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    return kvc::make_status(KVC_ERR_NOT_FOUND, std::string("cannot open config file '") + path + "'");
+    return kvc::make_status(KVC_ERR_NOT_FOUND, "cannot open config file " + kvc::quote(path));
   }
   std::ostringstream text;
   text << file.rdbuf();

@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "handles.hpp"
+#include "quote.hpp"
 #include "sequence_image.hpp"
 
 namespace {
 
 kvc::Error io_error(const std::string& what, const std::string& path) {
-  return kvc::Error(KVC_ERR_IO, what + " '" + path + "': " + std::strerror(errno));
+  const int error = errno;
+  return kvc::Error(KVC_ERR_IO, what + " " + kvc::quote(path) + ": " + std::strerror(error));
 }
 
 std::vector<uint8_t> encoded(kvc::Cache& cache, int32_t seq_id) {
@@ -93,12 +95,13 @@ kvc_status* kvc_seq_import_file(kvc_cache* cache, int32_t seq_id, const char* pa
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
-      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, std::string("import: '") + path + "' is a folder");
+      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, "import: " + kvc::quote(path) + " is a folder");
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-      throw kvc::Error(errno == ENOENT ? KVC_ERR_NOT_FOUND : KVC_ERR_IO,
-                       std::string("import: cannot open '") + path + "': " + std::strerror(errno));
+      const int error = errno;
+      throw kvc::Error(error == ENOENT ? KVC_ERR_NOT_FOUND : KVC_ERR_IO,
+                       "import: cannot open " + kvc::quote(path) + ": " + std::strerror(error));
     }
     const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                      std::istreambuf_iterator<char>());

@@ -7,6 +7,7 @@
 
 #include "error.hpp"
 #include "dtype.hpp"
+#include "quote.hpp"
 
 namespace kvc {
 namespace {
@@ -16,7 +17,7 @@ Error invalid(const std::string& message) { return Error(KVC_ERR_INVALID_ARGUMEN
 const LoadedPlugin& find_backend(Context& context, const std::string& name) {
   const LoadedPlugin* plugin = context.plugins().find(KVC_PLUGIN_BACKEND, name);
   if (!plugin) {
-    throw Error(KVC_ERR_NOT_FOUND, "backend '" + name + "' is not loaded (loaded backends: " +
+    throw Error(KVC_ERR_NOT_FOUND, "backend " + quote(name) + " is not loaded (loaded backends: " +
                                        context.plugins().names_of(KVC_PLUGIN_BACKEND) + ")");
   }
   return *plugin;

@@ -21,6 +21,7 @@
 
 #include "cache_params.hpp"
 #include "error.hpp"
+#include "quote.hpp"
 
 namespace kvc {
 namespace {
@@ -48,7 +49,7 @@ constexpr ByteUnit kByteUnits[] = {
 constexpr size_t kMaxSize = std::numeric_limits<size_t>::max();
 
 [[noreturn]] void throw_bad_byte_size(const std::string& text, const std::string& reason) {
-  throw std::invalid_argument("invalid byte size '" + text + "': " + reason);
+  throw std::invalid_argument("invalid byte size " + quote(text) + ": " + reason);
 }
 
 std::string byte_unit_names() {
@@ -96,7 +97,7 @@ size_t byte_unit_multiplier(std::string_view unit, const std::string& text) {
     if (unit == known.name) return known.multiplier;
   }
   throw_bad_byte_size(
-      text, "unknown unit '" + std::string(unit) + "', expected one of " + byte_unit_names());
+      text, "unknown unit " + quote(unit) + ", expected one of " + byte_unit_names());
 }
 
 // floor(0.<digits> * multiplier), exactly: each step divides by ten what the digits to its
@@ -180,7 +181,7 @@ const Choices<PrefillCompression> kPrefillModes{{"none", PrefillCompression::non
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      return "'" + node.Scalar() + "'";
+      return quote(node.Scalar());
     case YAML::NodeType::Sequence:
       return "a sequence";
     case YAML::NodeType::Map:
@@ -242,7 +243,7 @@ std::optional<double> parse_number(std::string_view text) {
 
 class ConfigReader {
  public:
-  explicit ConfigReader(std::string source_name) : source_(std::move(source_name)) {}
+  explicit ConfigReader(const std::string& source_name) : source_(printable(source_name)) {}
 
   Config read(const std::string& yaml_text) const {
     Config config;
@@ -273,12 +274,13 @@ class ConfigReader {
   }
 
  private:
-  std::string source_;
+  std::string source_;  // printable, for messages
 
   [[noreturn]] void fail(const YAML::Mark& mark, const std::string& path,
                          const std::string& problem) const {
     const std::string where = source_ + ":" + std::to_string(mark.line + 1) + ": ";
-    throw Error(KVC_ERR_CONFIG, where + (path.empty() ? "top level" : path) + ": " + problem);
+    throw Error(KVC_ERR_CONFIG,
+                where + (path.empty() ? "top level" : printable(path)) + ": " + problem);
   }
 
   // An empty value ("key:" then a new line) has its mark on the next line, so use the key's.
@@ -305,7 +307,7 @@ class ConfigReader {
       if (previous && previous->pos == start.pos) {
         const size_t pos = static_cast<size_t>(start.pos);
         const std::string token = pos < yaml_text.size() ? yaml_text.substr(pos, 1) : "";
-        fail_syntax(start, "unexpected '" + token + "' at column " +
+        fail_syntax(start, "unexpected " + quote(token) + " at column " +
                                std::to_string(start.column + 1) + " where a value should start");
       }
       previous = start;
@@ -388,7 +390,7 @@ class ConfigReader {
     const std::string text = read_scalar(field, describe(range));
     const std::optional<int64_t> value = parse_integer(text);
     if (!value || *value < range.min || *value > range.max) {
-      fail_value(field, "expected " + describe(range) + ", got '" + text + "'");
+      fail_value(field, "expected " + describe(range) + ", got " + quote(text));
     }
     return static_cast<int32_t>(*value);
   }
@@ -399,13 +401,13 @@ class ConfigReader {
     for (const auto& [name, value] : choices) {
       if (text == name) return value;
     }
-    fail_value(field, "expected " + describe(choices) + ", got '" + text + "'");
+    fail_value(field, "expected " + describe(choices) + ", got " + quote(text));
   }
 
   double read_number(const Field& field) const {
     const std::string text = read_scalar(field, "a number");
     const std::optional<double> value = parse_number(text);
-    if (!value) fail_value(field, "expected a number, got '" + text + "'");
+    if (!value) fail_value(field, "expected a number, got " + quote(text));
     return *value;
   }
 
@@ -512,7 +514,7 @@ class ConfigReader {
         return;
       }
     }
-    fail_value(field, "expected " + expected + ", got '" + text + "'");
+    fail_value(field, "expected " + expected + ", got " + quote(text));
   }
 
   std::vector<std::pair<std::string, std::string>> read_params(const Field& section) const {

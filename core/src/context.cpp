@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "error.hpp"
+#include "quote.hpp"
 
 namespace kvc {
 namespace {
@@ -52,7 +53,7 @@ void Context::load_default_plugins() {
     } else if (boost::filesystem::exists(path, ec)) {
       plugins_->load_library(path);
     } else {
-      throw Error(KVC_ERR_NOT_FOUND, "plugins.paths: '" + path + "' does not exist");
+      throw Error(KVC_ERR_NOT_FOUND, "plugins.paths: " + quote(path) + " does not exist");
     }
   }
 }

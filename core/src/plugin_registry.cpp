@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "error.hpp"
+#include "quote.hpp"
 
 namespace kvc {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 using EntryFunction = std::remove_pointer_t<kvc_plugin_entry_fn>;
 
 Error plugin_error(const std::string& path, const std::string& problem) {
-  return Error(KVC_ERR_PLUGIN, "plugin '" + path + "': " + problem);
+  return Error(KVC_ERR_PLUGIN, "plugin " + quote(path) + ": " + problem);
 }
 
 std::string abi_text(uint32_t abi) {
@@ -54,7 +55,8 @@ Struct read_plugin_struct(const std::string& path, const std::string& what, cons
 void require(bool present, const std::string& path, const std::string& name,
              const char* function) {
   if (!present) {
-    throw plugin_error(path, "plugin '" + name + "' lacks required function '" + function + "'");
+    throw plugin_error(path, "plugin " + quote(name) + " lacks required function '" + function +
+                                 "'");
   }
 }
 
@@ -82,7 +84,9 @@ void check_policy(const std::string& path, const std::string& name, const kvc_po
 void check_plugin_call(int32_t code, const kvc_plugin_error& error, const std::string& who,
                        const char* what) {
   if (code == KVC_OK) return;
-  std::string message(error.message, strnlen(error.message, sizeof(error.message)));
+  const std::string message =
+      printable(std::string_view(error.message, strnlen(error.message, sizeof(error.message))),
+                sizeof(error.message));
   auto status = static_cast<kvc_status_code>(code);
   if (code < KVC_OK || code > KVC_ERR_IO) status = KVC_ERR_PLUGIN;
   throw Error(status, who + " " + what + ": " + message);
@@ -109,7 +113,7 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
     if (!descriptor.name || !*descriptor.name) throw plugin_error(path, "a descriptor has no name");
     LoadedPlugin plugin{descriptor.kind, descriptor.name, descriptor.version,
                         descriptor.abi_version, path, {}, {}};
-    const std::string vtable = "the vtable of plugin '" + plugin.name + "'";
+    const std::string vtable = "the vtable of plugin " + quote(plugin.name);
     if (descriptor.kind == KVC_PLUGIN_BACKEND) {
       plugin.backend = read_plugin_struct<kvc_backend_vtable>(
           path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens),
@@ -120,7 +124,7 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
           path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), descriptor.abi_version);
       check_policy(path, plugin.name, plugin.policy);
     } else {
-      throw plugin_error(path, "plugin '" + plugin.name + "' has unknown kind " +
+      throw plugin_error(path, "plugin " + quote(plugin.name) + " has unknown kind " +
                                    std::to_string(static_cast<int>(descriptor.kind)));
     }
     result.push_back(std::move(plugin));
@@ -151,7 +155,8 @@ void PluginRegistry::load_library(const std::string& path) {
   int32_t code = entry(host_, &descriptors, &count, &error);
   if (code != KVC_OK) {
     error.message[sizeof(error.message) - 1] = '\0';
-    throw plugin_error(path, std::string("entry point failed: ") + error.message);
+    throw plugin_error(path,
+                       "entry point failed: " + printable(error.message, sizeof(error.message)));
   }
   std::vector<LoadedPlugin> loaded = read_descriptors(path, descriptors, count);
 
@@ -159,9 +164,9 @@ void PluginRegistry::load_library(const std::string& path) {
   for (const LoadedPlugin& plugin : loaded) {
     for (const LoadedPlugin& existing : plugins_) {
       if (existing.kind == plugin.kind && existing.name == plugin.name) {
-        throw Error(KVC_ERR_ALREADY_EXISTS, "plugin '" + path + "': a plugin named '" +
-                                                plugin.name + "' is already loaded from '" +
-                                                existing.path + "'");
+        throw Error(KVC_ERR_ALREADY_EXISTS, "plugin " + quote(path) + ": a plugin named " +
+                                                quote(plugin.name) + " is already loaded from " +
+                                                quote(existing.path));
       }
     }
   }
@@ -173,7 +178,7 @@ void PluginRegistry::load_folder(const std::string& folder) {
   namespace fs = boost::filesystem;
   boost::system::error_code ec;
   if (!fs::is_directory(folder, ec)) {
-    logger_.log(KVC_LOG_DEBUG, "plugin folder '" + folder + "' does not exist");
+    logger_.log(KVC_LOG_DEBUG, "plugin folder " + quote(folder) + " does not exist");
     return;
   }
   std::vector<std::string> files;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "error.hpp"
+#include "quote.hpp"
 
 namespace kvc {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 const LoadedPlugin& find_policy(PluginRegistry& registry, const std::string& name) {
   const LoadedPlugin* plugin = registry.find(KVC_PLUGIN_POLICY, name);
   if (!plugin) {
-    throw Error(KVC_ERR_NOT_FOUND, "policy '" + name + "' is not loaded (loaded policies: " +
+    throw Error(KVC_ERR_NOT_FOUND, "policy " + quote(name) + " is not loaded (loaded policies: " +
                                        registry.names_of(KVC_PLUGIN_POLICY) + ")");
   }
   return *plugin;
@@ -48,7 +49,7 @@ kvc_policy_needs PolicyInstance::needs() const {
 }
 
 void PolicyInstance::check(int32_t code, const kvc_plugin_error& error, const char* what) const {
-  check_plugin_call(code, error, "policy '" + name_ + "'", what);
+  check_plugin_call(code, error, "policy " + quote(name_), what);
 }
 
 Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyConfig& config)
@@ -59,7 +60,8 @@ Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyC
   if (needs.scorer && *needs.scorer) {
     std::string scorer_name = needs.scorer;
     if (scorer_name == config.name) {
-      throw Error(KVC_ERR_CONFIG, "policy '" + config.name + "' cannot wrap itself as scorer");
+      throw Error(KVC_ERR_CONFIG,
+                  "policy " + quote(config.name) + " cannot wrap itself as scorer");
     }
     std::vector<std::pair<std::string, std::string>> scorer_params;
     if (needs.scorer_params) {
@@ -78,13 +80,14 @@ Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyC
   if (config_.sinks < 0) config_.sinks = std::max(needs.default_sinks, 0);
   if (config_.recent < 0) config_.recent = std::max(needs.default_recent, 0);
   if (scores() && config_.budget_tokens <= 0 && config_.budget_ratio <= 0.0) {
-    throw Error(KVC_ERR_CONFIG, "policy '" + config_.name + "' needs a budget (policy.budget)");
+    throw Error(KVC_ERR_CONFIG,
+                "policy " + quote(config_.name) + " needs a budget (policy.budget)");
   }
   stats_ = needs.stats;
   observation_window_ = needs.observation_window;
   if ((stats_ & KVC_STAT_ATTN_WINDOW) && observation_window_ < 1) {
-    throw Error(KVC_ERR_PLUGIN, "policy '" + scorer_->name() +
-                                    "' asks for window attention with an observation window < 1");
+    throw Error(KVC_ERR_PLUGIN, "policy " + quote(scorer_->name()) +
+                                    " asks for window attention with an observation window < 1");
   }
 }
 

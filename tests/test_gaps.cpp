@@ -1,0 +1,120 @@
+// The reliability issue's smaller gaps, each checked at its boundary: user text in messages
+// (sanitised, bounded).
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+#include "test_support.hpp"
+
+namespace {
+
+// True when `text` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code
+// points above U+10FFFF).
+bool is_utf8(const std::string& text) {
+  static const uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t extra = 0;
+    uint32_t cp = c;
+    if ((c & 0xE0) == 0xC0) {
+      extra = 1, cp = c & 0x1Fu;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2, cp = c & 0x0Fu;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3, cp = c & 0x07u;
+    } else if (c >= 0x80) {
+      return false;
+    }
+    if (i + extra >= text.size() + (extra == 0 ? 1 : 0)) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+// A status message that quotes user text must stay readable and short.
+void check_quoted(const kvt::Status& st, const std::string& must_contain) {
+  INFO("message: " << st.message().substr(0, 2000));
+  CHECK(!st.ok());
+  CHECK(is_utf8(st.message()));
+  CHECK(st.message().size() < 1200);
+  CHECK(kvt::contains(st.message(), must_contain));
+}
+
+kvt::Status create_context(const std::string& yaml) {
+  kvc_context* ctx = nullptr;
+  kvt::Status st{kvc_context_create(yaml.c_str(), &ctx)};
+  kvc_context_destroy(ctx);
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("gaps: user text in messages is sanitised and bounded") {
+  const std::string huge(10u << 20, 'a');
+  SUBCASE("a YAML key that is not UTF-8") {
+    check_quoted(create_context("cache:\n  \xff\xfe: 1\n"), "\\xFF\\xFE");
+  }
+  SUBCASE("a YAML value that is not UTF-8") {
+    check_quoted(create_context("cache:\n  dtype: \"f\xc0\\x80\"\n"), "\\xC0");
+  }
+  SUBCASE("a 10 MiB YAML value") {
+    check_quoted(create_context("cache:\n  dtype: " + huge + "\n"), "...' (10485760 bytes)");
+  }
+  SUBCASE("a 10 MiB YAML key") {
+    check_quoted(create_context("cache:\n  ? " + huge + "\n  : 1\n"),
+                 "... (10485766 bytes): unknown key");
+  }
+  SUBCASE("a 10 MiB byte size") {
+    check_quoted(create_context("cache:\n  memory_limit: 1" + huge + "\n"), "(10485761 bytes)");
+  }
+  SUBCASE("a 10 MiB policy name from C") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.policy = huge.c_str();
+    p.budget = 8;
+    kvc_cache* cache = nullptr;
+    check_quoted(kvt::Status{kvc_cache_create(ctx.get(), &p, &cache)}, "(10485760 bytes)");
+  }
+  SUBCASE("a backend name that is not UTF-8, from C") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.backend = "cpu\xe2\x82";
+    kvc_cache* cache = nullptr;
+    check_quoted(kvt::Status{kvc_cache_create(ctx.get(), &p, &cache)}, "'cpu\\xE2\\x82'");
+  }
+  SUBCASE("a policy parameter key that is not UTF-8, echoed by the plugin") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache* cache = nullptr;
+    check_quoted(kvt::Status{kvc_cache_create_from_yaml(
+                     ctx.get(), "policy:\n  name: snapkv\n  budget: 8\n  params:\n    \xf5x: 1\n",
+                     &cache)},
+                 "\\xF5");
+  }
+  SUBCASE("paths that are not UTF-8 or are 10 MiB long") {
+    kvc_context* ctx = nullptr;
+    check_quoted(kvt::Status{kvc_context_create_from_file("/nonexistent/\xff.yaml", &ctx)},
+                 "\\xFF");
+    check_quoted(kvt::Status{kvc_context_create_from_file(huge.c_str(), &ctx)},
+                 "(10485760 bytes)");
+    check_quoted(create_context("plugins:\n  paths: [/nonexistent/\xff]\n"), "\\xFF");
+    kvt::ContextPtr owner = kvt::make_context();
+    check_quoted(kvt::Status{kvc_context_load_plugin(owner.get(), huge.c_str())},
+                 "(10485760 bytes)");
+    check_quoted(kvt::Status{kvc_context_load_plugin(owner.get(), "/nonexistent/\x80.so")},
+                 "\\x80");
+  }
+}
+
