@@ -1,5 +1,5 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
-// (sanitised, bounded).
+// (sanitised, bounded) and the layer of kvc_compress.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -118,3 +118,56 @@ TEST_CASE("gaps: user text in messages is sanitised and bounded") {
   }
 }
 
+namespace {
+
+// One f32 append of `positions` (one sequence, one KV head of head_dim 4) on `layer`.
+kvt::Status append(kvc_cache* cache, int32_t seq, const std::vector<int32_t>& positions,
+                   int32_t layer = 0) {
+  const int32_t n = static_cast<int32_t>(positions.size());
+  std::vector<float> kv(static_cast<size_t>(n) * 4, 0.5f);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+  const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+  return kvt::Status{kvc_append(cache, layer, &batch, &t, &t)};
+}
+
+kvc_cache_params small_params() {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.kv_heads = 1;
+  p.head_dim = 4;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 2;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("gaps: kvc_compress takes -1 for all layers and no other negative layer") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = small_params();
+  p.policy = "streaming";
+  p.budget = 2;
+  p.sinks = 1;
+  p.recent = 1;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t seq = 0;
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    REQUIRE(append(cache.get(), seq, {0, 1, 2, 3}, layer).ok());
+  }
+  const kvc_cache_stats before = kvt::get_stats(cache.get());
+  for (int32_t layer : {-2, -100, INT32_MIN, 2}) {
+    CAPTURE(layer);
+    kvt::Status st{kvc_compress(cache.get(), layer, 1, &seq)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(kvt::contains(st.message(), "layer " + std::to_string(layer)));
+    CHECK(kvt::contains(st.message(), "-1 (all layers) or 0..1"));
+    CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+  }
+  KVT_CHECK_OK(kvc_compress(cache.get(), -1, 1, &seq));
+  CHECK(kvt::seq_length(cache.get(), seq, 0, 0) == 2);
+  CHECK(kvt::seq_length(cache.get(), seq, 1, 0) == 2);
+}

@@ -512,3 +512,51 @@ TEST_CASE("memory limit: contiguous growth that would pass the limit fails clean
     big.check_against_reference(W);
   }
 }
+
+// A paged cache whose policy keeps per-token statistics takes blocks and statistics arrays for
+// one growth. Found by fuzz_api (tests/fuzz/corpus/fuzz_api/reserve_blocks_fit_stats_do_not):
+// the blocks were taken first and given back to the free list when the arrays did not fit,
+// so the refused call still raised bytes_peak and bytes_reserved.
+TEST_CASE("memory limit: a growth whose blocks fit but whose statistics do not changes no stats") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (const std::string call : {"reserve", "append"}) {
+    INFO(call);
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.layers = 2;
+    p.kv_heads = 2;
+    p.head_dim = 1;
+    p.dtype = KVC_DTYPE_F32;
+    p.block_tokens = 1;
+    p.memory_limit = 1024;
+    p.policy = "tova";
+    p.budget = 2;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    bool refused = false;
+    for (int32_t n = 1; n <= 1024 && !refused; ++n) {
+      const kvc_cache_stats before = kvt::get_stats(cache.get());
+      const std::vector<float> kv(static_cast<size_t>(2 * n), 0.5f);
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int32_t t = 0; t < n; ++t) positions[t] = t;
+      const int32_t seq = 0;
+      kvc_batch batch;
+      kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+      const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+      kvt::Status st{call == "reserve"
+                         ? kvc_seq_reserve(cache.get(), 0, n)
+                         : kvc_append(cache.get(), 0, &batch, &t, &t)};
+      if (st.ok()) {
+        if (call == "append") KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, 0));
+        continue;
+      }
+      refused = true;
+      INFO(n << " tokens: " << st.describe());
+      CHECK(st.code() == KVC_ERR_OUT_OF_MEMORY);
+      const kvc_cache_stats after = kvt::get_stats(cache.get());
+      INFO("before " << kvt::stats_string(before) << " after " << kvt::stats_string(after));
+      CHECK(kvt::stats_equal(before, after));
+    }
+    CHECK(refused);
+  }
+}

@@ -25,10 +25,36 @@ void BlockPool::note_used(size_t bytes) {
   counters_.bytes_peak = std::max(counters_.bytes_peak, counters_.bytes_used);
 }
 
-std::vector<void*> BlockPool::take_blocks(size_t count) {
+BlockPool::Taken BlockPool::take(size_t count, const std::vector<size_t>& sizes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t bytes = count * block_bytes_;
+  size_t bytes = 0;
+  bool overflow = __builtin_mul_overflow(count, block_bytes_, &bytes);
+  for (size_t size : sizes) overflow = __builtin_add_overflow(bytes, size, &bytes) || overflow;
+  if (overflow) bytes = SIZE_MAX;
   if (bytes > limit_ - counters_.bytes_used) throw_out_of_memory(bytes);
+  Taken taken;
+  taken.memory = allocate_locked(sizes);
+  try {
+    taken.blocks = take_blocks_locked(count);
+  } catch (...) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      backend_.free(taken.memory[i]);
+      counters_.bytes_reserved -= sizes[i];
+    }
+    throw;
+  }
+  counters_.blocks_used += count;
+  note_used(bytes);
+  return taken;
+}
+
+std::vector<void*> BlockPool::take_blocks(size_t count) { return take(count, {}).blocks; }
+
+std::vector<void*> BlockPool::allocate(const std::vector<size_t>& sizes) {
+  return take(0, sizes).memory;
+}
+
+std::vector<void*> BlockPool::take_blocks_locked(size_t count) {
   std::vector<void*> blocks;
   blocks.reserve(count);
   size_t from_free_list = std::min(count, free_blocks_.size());
@@ -44,9 +70,24 @@ std::vector<void*> BlockPool::take_blocks(size_t count) {
   }
   free_blocks_.resize(free_blocks_.size() - from_free_list);
   counters_.bytes_reserved += fresh * block_bytes_;
-  counters_.blocks_used += count;
-  note_used(bytes);
   return blocks;
+}
+
+std::vector<void*> BlockPool::allocate_locked(const std::vector<size_t>& sizes) {
+  std::vector<void*> allocations;
+  allocations.reserve(sizes.size());
+  size_t total = 0;
+  for (size_t size : sizes) {
+    void* ptr = backend_.alloc(size);
+    if (!ptr) {
+      for (void* done : allocations) backend_.free(done);
+      throw Error(KVC_ERR_OUT_OF_MEMORY, "backend '" + backend_.name() + "' is out of memory");
+    }
+    allocations.push_back(ptr);
+    total += size;
+  }
+  counters_.bytes_reserved += total;
+  return allocations;
 }
 
 bool BlockPool::drop_owner(void* ptr, size_t bytes) {
@@ -80,26 +121,6 @@ void BlockPool::give_back_block(void* block) {
   free_blocks_.push_back(block);
   counters_.blocks_used -= 1;
   counters_.bytes_used -= block_bytes_;
-}
-
-std::vector<void*> BlockPool::allocate(const std::vector<size_t>& sizes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  size_t total = 0;
-  for (size_t size : sizes) total += size;
-  if (total > limit_ - counters_.bytes_used) throw_out_of_memory(total);
-  std::vector<void*> allocations;
-  allocations.reserve(sizes.size());
-  for (size_t size : sizes) {
-    void* ptr = backend_.alloc(size);
-    if (!ptr) {
-      for (void* done : allocations) backend_.free(done);
-      throw Error(KVC_ERR_OUT_OF_MEMORY, "backend '" + backend_.name() + "' is out of memory");
-    }
-    allocations.push_back(ptr);
-  }
-  counters_.bytes_reserved += total;
-  note_used(total);
-  return allocations;
 }
 
 void BlockPool::release(void* ptr, size_t bytes) {

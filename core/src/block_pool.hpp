@@ -34,12 +34,18 @@ class BlockPool {
   size_t block_bytes() const { return block_bytes_; }
   size_t memory_limit() const { return limit_; }
 
-  // `count` blocks of block_bytes, or a kvc::Error OUT_OF_MEMORY with nothing taken.
+  struct Taken {
+    std::vector<void*> blocks, memory;
+  };
+  // `count` blocks of block_bytes and one allocation per size, checked against the limit as
+  // one request: a kvc::Error OUT_OF_MEMORY leaves everything (the counters too) as it was.
+  Taken take(size_t count, const std::vector<size_t>& sizes);
+  // take(count, {}).blocks.
   std::vector<void*> take_blocks(size_t count);
   // Drops one owner of a block; the last one returns it to the free list.
   void give_back_block(void* block);
 
-  // One allocation per size, or a kvc::Error OUT_OF_MEMORY with nothing taken.
+  // take(0, sizes).memory.
   std::vector<void*> allocate(const std::vector<size_t>& sizes);
   // Drops one owner of an allocation of `bytes`; the last one frees it.
   void release(void* ptr, size_t bytes);
@@ -56,6 +62,10 @@ class BlockPool {
  private:
   [[noreturn]] void throw_out_of_memory(size_t requested) const;
   void note_used(size_t bytes);
+  // Under the lock, from the free list or the backend; a failed backend allocation frees what
+  // these took and throws OUT_OF_MEMORY with the counters unchanged. The caller notes the use.
+  std::vector<void*> take_blocks_locked(size_t count);
+  std::vector<void*> allocate_locked(const std::vector<size_t>& sizes);
   // Drops one owner of a shared pointer; false when it had only one (the caller frees it).
   bool drop_owner(void* ptr, size_t bytes);
 

@@ -144,25 +144,16 @@ Cache::Replacements Cache::ensure_room(const std::vector<HeadStore*>& stores,
   std::vector<size_t> sizes;
   plan(exact, growth, n_blocks, sizes);
   if (n_blocks == 0 && sizes.empty()) return {};
-  auto take = [&](std::vector<void*>& blocks, std::vector<void*>& memory) {
-    blocks = pool_.take_blocks(n_blocks);
-    try {
-      memory = pool_.allocate(sizes);
-    } catch (...) {
-      for (void* block : blocks) pool_.give_back_block(block);
-      throw;
-    }
-  };
-  std::vector<void*> blocks, memory;
+  BlockPool::Taken taken;
   try {
-    take(blocks, memory);
+    taken = pool_.take(n_blocks, sizes);
   } catch (const Error& e) {
     if (exact || e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
     // Growth by the factor does not fit: grow only as much as needed.
     plan(true, growth, n_blocks, sizes);
-    take(blocks, memory);
+    taken = pool_.take(n_blocks, sizes);
   }
-  return apply_growth(stores, growth, blocks, memory, sizes);
+  return apply_growth(stores, growth, taken.blocks, taken.memory, sizes);
 }
 
 void Cache::keep(const Replacements& replacements) {
