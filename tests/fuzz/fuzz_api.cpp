@@ -1,0 +1,458 @@
+// The input as a program of C API calls on one small cache: its first bytes choose the shape,
+// storage, memory limit and policy, the rest is a list of calls (sequence operations, append,
+// attend, append_attend, compress, report_stats, export/import, queries) whose arguments come
+// from the input, bad ones included. After every call: an error changed neither
+// kvc_cache_stats nor any sequence's lengths, bytes_used is within the limit, and the cache
+// holds the sequences the calls created; at the end, with every sequence removed, it holds
+// nothing.
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "fuzz_support.hpp"
+
+namespace {
+
+constexpr const char* kPolicies[] = {"full", "window",    "streaming", "h2o",
+                                     "tova", "snapkv",    "pyramidkv", "adakv",
+                                     "knorm", "keydiff", "random"};
+constexpr size_t kMemoryLimits[] = {1024, 4096, 16384, 65536};
+constexpr int32_t kHeadDims[] = {1, 4, 8, 16};
+// The sequence ids calls name; the snapshots cover those that can exist.
+constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
+constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
+constexpr int kMaxCalls = 200;
+
+struct Snapshot {
+  kvc_cache_stats stats;
+  std::vector<std::vector<int32_t>> lengths;  // per tracked id
+};
+
+// Pseudo-random tensor contents: finite values mostly, any bit pattern when asked.
+class Filler {
+ public:
+  explicit Filler(uint32_t seed) : state_(seed * 2654435761u + 1) {}
+  uint32_t next() {
+    state_ = state_ * 1664525u + 1013904223u;
+    return state_ >> 8;
+  }
+  void fill(uint8_t* out, kvc_dtype dtype, size_t elements, bool raw) {
+    for (size_t i = 0; i < elements; ++i) {
+      const uint32_t r = next();
+      if (dtype == KVC_DTYPE_F32) {
+        float f = static_cast<float>(static_cast<int32_t>(r % 2001) - 1000) / 500.0f;
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        if (raw) bits = r * 2246822519u;
+        std::memcpy(out + 4 * i, &bits, 4);
+      } else {
+        uint16_t bits;
+        if (raw) {
+          bits = static_cast<uint16_t>(r);
+        } else if (dtype == KVC_DTYPE_F16) {  // exponent 11..18: magnitudes 1/16..16
+          bits = static_cast<uint16_t>((r & 0x83FF) | (((r >> 10) % 8 + 11) << 10));
+        } else {  // bf16: the same range
+          bits = static_cast<uint16_t>((r & 0x807F) | (((r >> 10) % 8 + 123) << 7));
+        }
+        std::memcpy(out + 2 * i, &bits, 2);
+      }
+    }
+  }
+
+ private:
+  uint32_t state_;
+};
+
+struct Tensor {
+  std::vector<uint8_t> bytes;
+  kvc_tensor view;
+};
+
+class Program {
+ public:
+  explicit Program(kvf::Input& in) : in_(in) {}
+
+  void run() {
+    if (!create_cache()) return;
+    for (int calls = 0; calls < kMaxCalls && !in_.empty(); ++calls) step();
+    for (int32_t id : std::set<int32_t>(live_)) {
+      kvf::require_ok(kvc_seq_remove(cache_, id), "kvc_seq_remove");
+    }
+    const kvc_cache_stats s = kvf::stats_of(cache_);
+    kvf::check(s.bytes_used == 0 && s.tokens_stored == 0 && s.blocks_used == 0 &&
+                   s.bytes_shared == 0 && s.sequences == 0,
+               "with every sequence removed the cache still holds something");
+    kvc_cache_destroy(cache_);
+  }
+
+ private:
+  bool create_cache() {
+    const uint8_t shape = in_.u8(), storage = in_.u8(), limits = in_.u8();
+    const uint8_t budget = in_.u8(), kept = in_.u8(), triggers = in_.u8();
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.layers = layers_ = 1 + shape % 2;
+    p.kv_heads = kv_heads_ = 1 + (shape >> 1) % 2;
+    p.q_heads = q_heads_ = kv_heads_ * (1 + (shape >> 2) % 2);
+    p.head_dim = head_dim_ = kHeadDims[(shape >> 3) % 4];
+    p.dtype = dtype_ = static_cast<kvc_dtype>(storage % 3);
+    p.layout = static_cast<kvc_layout>((storage >> 2) % 2);
+    p.block_tokens = 1 + (storage >> 3) % 8;
+    p.memory_limit = kMemoryLimits[limits % 4];
+    const size_t policy = (limits >> 2) % (std::size(kPolicies) + 1);
+    if (policy > 0) {
+      p.policy = kPolicies[policy - 1];
+      if (budget % 2 == 0) {
+        p.budget = 1 + (budget >> 1) % 16;
+      } else {
+        p.budget_ratio = ((budget >> 1) % 8 + 1) / 8.0;
+      }
+      p.sinks = kept % 6 - 1;
+      p.recent = (kept >> 3) % 6 - 1;
+      p.prefill = static_cast<kvc_prefill_compression>(triggers % 3);
+      p.decode_every = (triggers >> 2) % 4;
+      p.decode_slack = (triggers >> 4) % 4;
+    }
+    return kvf::ok(kvc_cache_create(kvf::shared_context(), &p, &cache_));
+  }
+
+  // ---------------------------------------------------------------- arguments
+  int32_t seq_id() { return kSeqIds[in_.pick(std::size(kSeqIds))]; }
+  int32_t layer() {  // valid, one past the last, or -1
+    const int32_t l = static_cast<int32_t>(in_.pick(layers_ + 2));
+    return l <= layers_ ? l : -1;
+  }
+  int32_t kv_head() {
+    const int32_t h = static_cast<int32_t>(in_.pick(kv_heads_ + 2));
+    return h <= kv_heads_ ? h : -1;
+  }
+  // A token count or position: small mostly, else an edge.
+  int32_t amount() {
+    constexpr int32_t kEdges[] = {-1, 0, INT32_MAX, INT32_MIN, 1 << 30, 64};
+    const uint8_t b = in_.u8();
+    return b < 200 ? b % 32 : kEdges[b % std::size(kEdges)];
+  }
+  int32_t position_for(int32_t seq) {
+    const uint8_t b = in_.u8();
+    if (b < 200) {
+      const int64_t p = int64_t{next_position(seq)} + b % 4;
+      return p > INT32_MAX ? INT32_MAX : static_cast<int32_t>(p);
+    }
+    if (b < 240) return b - 200;
+    constexpr int32_t kEdges[] = {-1, INT32_MAX, INT32_MAX - 1, 1 << 30};
+    return kEdges[b % 4];
+  }
+  int32_t next_position(int32_t seq) const {
+    auto it = next_.find(seq);
+    return it == next_.end() ? 0 : it->second;
+  }
+  int32_t token_count() {
+    const uint8_t b = in_.u8();
+    if (b < 128) return 1;
+    if (b < 244) return 1 + b % 8;
+    constexpr int32_t kEdges[] = {0, -1, 64, 2};
+    return kEdges[b % 4];
+  }
+
+  // [rows, heads, head_dim] of a dtype the byte chooses (f32, the storage's, another, or not a
+  // dtype at all), any row stride, sized exactly as the header defines the layout.
+  Tensor tensor(size_t rows, int32_t heads) {
+    const uint8_t b = in_.u8();
+    kvc_dtype dtype = (b % 8 < 3) ? KVC_DTYPE_F32 : dtype_;
+    if (b % 8 == 6) dtype = static_cast<kvc_dtype>((dtype_ + 1) % 3);
+    if (b % 8 == 7) dtype = static_cast<kvc_dtype>(3);
+    const size_t row = static_cast<size_t>(heads) * head_dim_;
+    const size_t strides[] = {0, row, row + 3, row > 1 ? row - 1 : 0};
+    const size_t stride = strides[(b >> 3) % 4];
+    const size_t step = stride == 0 ? row : stride;
+    const size_t elements = rows == 0 ? 0 : (rows - 1) * step + row;
+    const size_t element_size = dtype == 3 ? 4 : kvc_dtype_size(dtype);
+    Tensor t;
+    t.bytes.resize(elements * element_size);
+    Filler(in_.u8()).fill(t.bytes.data(), dtype == 3 ? KVC_DTYPE_F32 : dtype, elements,
+                          (b >> 5) == 6);
+    const bool null = (b >> 5) == 7;
+    t.view = kvc_tensor{null ? nullptr : t.bytes.data(), dtype, KVC_DEVICE_HOST, stride};
+    return t;
+  }
+
+  struct Batch {
+    std::vector<int32_t> ids, counts, positions;
+    kvc_batch batch;
+    size_t rows = 0;
+  };
+  Batch batch() {
+    Batch b;
+    const uint8_t n = in_.u8();
+    const int32_t n_seqs = n < 240 ? 1 + n % 3 : (n % 2 == 0 ? 0 : -1);
+    for (int32_t i = 0; i < std::max(n_seqs, 0); ++i) {
+      b.ids.push_back(seq_id());
+      b.counts.push_back(token_count());
+      for (int32_t t = 0; t < std::max(b.counts.back(), 0); ++t) {
+        b.positions.push_back(t == 0 ? position_for(b.ids.back())
+                                     : (b.positions.back() == INT32_MAX
+                                            ? INT32_MAX
+                                            : b.positions.back() + 1));
+      }
+    }
+    b.rows = b.positions.size();
+    kvc_batch_init(&b.batch, n_seqs, b.ids.data(), b.counts.data(), b.positions.data());
+    return b;
+  }
+  // After a successful append: the next positions the program proposes.
+  void appended(const Batch& b) {
+    size_t row = 0;
+    for (size_t i = 0; i < b.ids.size(); ++i) {
+      row += static_cast<size_t>(b.counts[i]);
+      const int32_t last = b.positions[row - 1];
+      next_[b.ids[i]] = last == INT32_MAX ? INT32_MAX : last + 1;
+    }
+  }
+
+  kvc_attention_params attention_params() {
+    const uint8_t b = in_.u8();
+    kvc_attention_params p;
+    kvc_attention_params_init(&p);
+    constexpr float kScales[] = {0.0f, 0.25f, -1.0f, 3.0f};
+    constexpr int32_t kWindows[] = {0, 1, 3, -1};
+    p.scale = kScales[b % 4];
+    p.sliding_window = kWindows[(b >> 2) % 4];
+    p.softcap = (b >> 4) % 4 == 3 ? 2.5f : 0.0f;
+    return p;
+  }
+
+  // ---------------------------------------------------------------- calls
+  Snapshot snapshot() const {
+    Snapshot s{kvf::stats_of(cache_), {}};
+    for (int32_t id : kTrackedIds) s.lengths.push_back(lengths(id));
+    return s;
+  }
+  std::vector<int32_t> lengths(int32_t id) const {
+    return kvf::lengths_of(cache_, id, layers_, kv_heads_);
+  }
+
+  void step() {
+    const Snapshot before = snapshot();
+    const uint8_t op = in_.u8();
+    const bool succeeded = call(op % 16);
+    const Snapshot after = snapshot();
+    if (!succeeded) {
+      kvf::check(kvf::same_stats(before.stats, after.stats),
+                 "call " + std::to_string(op % 16) + " failed and changed kvc_cache_stats from " +
+                     kvf::describe(before.stats) + " to " + kvf::describe(after.stats));
+      kvf::check(before.lengths == after.lengths,
+                 "call " + std::to_string(op % 16) + " failed and changed sequence lengths");
+    }
+    kvf::check(after.stats.sequences == static_cast<int32_t>(live_.size()),
+               "kvc_cache_stats counts " + std::to_string(after.stats.sequences) +
+                   " sequences, the calls made " + std::to_string(live_.size()));
+  }
+
+  // Returns whether the call succeeded; checks what a success promises.
+  bool call(uint8_t op) {
+    switch (op) {
+      case 0: {
+        const int32_t id = seq_id();
+        if (!kvf::ok(kvc_seq_create(cache_, id))) return false;
+        live_.insert(id);
+        next_[id] = 0;
+        for (int32_t n : lengths(id)) kvf::check(n == 0, "a new sequence holds tokens");
+        return true;
+      }
+      case 1: {
+        const int32_t id = seq_id();
+        if (!kvf::ok(kvc_seq_remove(cache_, id))) return false;
+        live_.erase(id);
+        kvf::check(lengths(id).empty(), "a removed sequence still has lengths");
+        return true;
+      }
+      case 2: {
+        const int32_t src = seq_id(), dst = seq_id();
+        if (!kvf::ok(kvc_seq_fork(cache_, src, dst))) return false;
+        live_.insert(dst);
+        next_[dst] = next_position(src);
+        kvf::check(lengths(dst) == lengths(src), "a fork holds other lengths than its source");
+        return true;
+      }
+      case 3: {
+        const int32_t id = seq_id(), position = amount();
+        const std::vector<int32_t> old = lengths(id);
+        if (!kvf::ok(kvc_seq_truncate(cache_, id, position))) return false;
+        const std::vector<int32_t> now = lengths(id);
+        for (size_t i = 0; i < now.size(); ++i) {
+          kvf::check(now[i] <= old[i], "kvc_seq_truncate added tokens");
+        }
+        if (position >= 0 && position < next_position(id)) next_[id] = position;
+        return true;
+      }
+      case 4: {
+        const int32_t id = seq_id(), first = amount(), end = amount();
+        return kvf::ok(kvc_seq_remove_range(cache_, id, first, end));
+      }
+      case 5: {
+        const int32_t id = seq_id(), tokens = amount();
+        return kvf::ok(kvc_seq_reserve(cache_, id, tokens));
+      }
+      case 6:
+      case 13:
+        return append();
+      case 7:
+        return attend(false);
+      case 8:
+      case 14:
+      case 15:
+        return attend(true);
+      case 9: {
+        const int32_t l = in_.pick(layers_ + 2) == 0 ? layers_ : layer_or_all();
+        const uint8_t n = in_.u8();
+        const int32_t n_seqs = n < 240 ? n % 4 : -1;
+        std::vector<int32_t> ids;
+        for (int32_t i = 0; i < std::max(n_seqs, 0); ++i) ids.push_back(seq_id());
+        return kvf::ok(kvc_compress(cache_, l, n_seqs, ids.data()));
+      }
+      case 10:
+        return report_stats();
+      case 11: {
+        const int32_t src = seq_id(), dst = seq_id();
+        const std::vector<uint8_t> bytes = kvf::export_of(cache_, src);
+        if (bytes.empty()) return false;
+        // A failed export leaves nothing to check; the import is the call.
+        if (!kvf::ok(kvc_seq_import(cache_, dst, bytes.data(), bytes.size()))) return false;
+        live_.insert(dst);
+        next_[dst] = next_position(src);
+        kvf::check(kvf::export_of(cache_, dst) == bytes, "an import exports other bytes");
+        return true;
+      }
+      default:
+        return query();
+    }
+  }
+
+  int32_t layer_or_all() {  // kvc_compress: -1 is every layer
+    const int32_t l = static_cast<int32_t>(in_.pick(layers_ + 1));
+    return l < layers_ ? l : -1;
+  }
+
+  bool append() {
+    const int32_t l = layer();
+    Batch b = batch();
+    const Tensor k = tensor(b.rows, kv_heads_), v = tensor(b.rows, kv_heads_);
+    if (!kvf::ok(kvc_append(cache_, l, &b.batch, &k.view, &v.view))) return false;
+    appended(b);
+    return true;
+  }
+
+  bool attend(bool append_too) {
+    const int32_t l = layer();
+    Batch b = batch();
+    const Tensor q = tensor(b.rows, q_heads_);
+    const Tensor k = tensor(append_too ? b.rows : 0, kv_heads_);
+    const Tensor v = tensor(append_too ? b.rows : 0, kv_heads_);
+    const kvc_attention_params params = attention_params();
+    const uint8_t o = in_.u8();
+    const size_t row = static_cast<size_t>(q_heads_) * head_dim_;
+    const size_t stride = o % 4 == 3 ? row + 1 : 0;
+    std::vector<float> out(b.rows == 0 ? 0 : (b.rows - 1) * (stride ? stride : row) + row);
+    kvc_tensor_mut ot{out.data(), o % 16 == 15 ? KVC_DTYPE_F16 : KVC_DTYPE_F32,
+                      KVC_DEVICE_HOST, stride};
+    const kvc_attention_params* pp = o % 8 == 0 ? nullptr : &params;
+    if (!append_too) return kvf::ok(kvc_attend(cache_, l, &b.batch, &q.view, pp, &ot));
+    if (!kvf::ok(kvc_append_attend(cache_, l, &b.batch, &q.view, &k.view, &v.view, pp, &ot))) {
+      return false;
+    }
+    appended(b);
+    return true;
+  }
+
+  bool report_stats() {
+    const int32_t id = seq_id(), l = layer(), h = kv_head();
+    constexpr uint32_t kKinds[] = {1, 2, 4, 3, 0};
+    const auto kind = static_cast<kvc_stat_kind>(kKinds[in_.pick(5)]);
+    int32_t n = 0;
+    if (!kvf::ok(kvc_seq_length(cache_, id, l, h, &n))) n = 1;
+    const uint8_t b = in_.u8();
+    if (b % 8 == 6) n += 1;
+    if (b % 8 == 7) n -= 1;
+    std::vector<float> values(std::max(n, 0));
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = (b >> 3) % 8 == 7 ? (i % 2 ? NAN : -1.0f) : 0.125f * static_cast<float>(i % 8);
+    }
+    return kvf::ok(kvc_report_stats(cache_, id, l, h, kind, values.data(), n));
+  }
+
+  bool query() {
+    switch (in_.pick(5)) {
+      case 0: {
+        int32_t n = 0;
+        return kvf::ok(kvc_seq_length(cache_, seq_id(), layer(), kv_head(), &n));
+      }
+      case 1: {
+        const int32_t id = seq_id(), l = layer(), h = kv_head();
+        size_t count = 0;
+        if (!kvf::ok(kvc_seq_view(cache_, id, l, h, nullptr, 0, &count))) return false;
+        std::vector<kvc_segment_view> views(count);
+        kvf::require_ok(kvc_seq_view(cache_, id, l, h, views.data(), views.size(), &count),
+                        "kvc_seq_view");
+        int64_t n = 0;
+        int64_t previous = -1;
+        const size_t row = static_cast<size_t>(head_dim_) * kvc_dtype_size(dtype_);
+        for (const kvc_segment_view& view : views) {
+          for (int32_t t = 0; t < view.count; ++t) {
+            kvf::check(view.pos[t] > previous, "stored positions not increasing");
+            previous = view.pos[t];
+            // Touch the first and last byte of each row, so ASan sees a short segment.
+            volatile uint8_t sink = static_cast<const uint8_t*>(view.k)[t * row] ^
+                                    static_cast<const uint8_t*>(view.v)[(t + 1) * row - 1];
+            (void)sink;
+          }
+          n += view.count;
+        }
+        int32_t length = -1;
+        kvf::require_ok(kvc_seq_length(cache_, id, l, h, &length), "kvc_seq_length");
+        kvf::check(n == length, "views hold other than kvc_seq_length tokens");
+        return true;
+      }
+      case 2: {
+        kvc_cache_params p;
+        kvc_cache_params_init(&p);
+        kvf::require_ok(kvc_cache_get_params(cache_, &p), "kvc_cache_get_params");
+        kvc_policy_info info;
+        kvc_policy_info_init(&info);
+        return kvf::ok(kvc_cache_policy_info(cache_, &info));
+      }
+      case 3: {
+        size_t bytes = 0;
+        const int32_t prompt = amount(), chunk = amount(), fresh = amount();
+        return kvf::ok(kvc_cache_estimate_peak_bytes(cache_, prompt, chunk, fresh, &bytes));
+      }
+      default: {
+        size_t size = 0;
+        const int32_t id = seq_id();
+        if (!kvf::ok(kvc_seq_export_size(cache_, id, &size))) return false;
+        // Too small a buffer must be refused, writing nothing.
+        std::vector<uint8_t> small(size > 0 ? size - 1 : 0, 0xAB);
+        size_t written = 12345;
+        kvf::check(!kvf::ok(kvc_seq_export(cache_, id, small.data(), small.size(), &written)),
+                   "kvc_seq_export wrote into a buffer smaller than its size");
+        kvf::check(written == 12345, "a failed kvc_seq_export set out_written");
+        for (uint8_t byte : small) kvf::check(byte == 0xAB, "a failed kvc_seq_export wrote");
+        return true;
+      }
+    }
+  }
+
+  kvf::Input& in_;
+  kvc_cache* cache_ = nullptr;
+  int32_t layers_ = 0, kv_heads_ = 0, q_heads_ = 0, head_dim_ = 0;
+  kvc_dtype dtype_ = KVC_DTYPE_F32;
+  std::set<int32_t> live_;
+  std::map<int32_t, int32_t> next_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  kvf::Input in(data, size);
+  Program(in).run();
+  return 0;
+}

@@ -1,0 +1,158 @@
+// Writes the generated seeds of tests/fuzz/corpus: exported sequence images of the shape
+// fuzz_import uses (fuzz_import/), and call programs in fuzz_api's encoding (fuzz_api/).
+// Run from the repository root after changing either encoding:
+//   build/fuzz/bin/make_fuzz_corpus tests/fuzz/corpus
+// (LD_PRELOAD the ASan runtime as for the targets). The YAML seeds (fuzz_config/) are
+// written by hand.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz_support.hpp"
+
+namespace {
+
+void write(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  kvf::check(out.good(), "cannot write " + path);
+}
+
+// A cache of fuzz_import's shape: 2 layers, 2 KV heads, 4 query heads, head_dim 8.
+kvc_cache* cache(kvc_dtype dtype, kvc_layout layout, const char* policy) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.kv_heads = 2;
+  p.q_heads = 4;
+  p.head_dim = 8;
+  p.dtype = dtype;
+  p.layout = layout;
+  p.block_tokens = 4;
+  p.policy = policy;
+  if (policy != nullptr) p.budget = 6;
+  kvc_cache* c = nullptr;
+  kvf::require_ok(kvc_cache_create(kvf::shared_context(), &p, &c), "kvc_cache_create");
+  return c;
+}
+
+// Appends and attends `tokens` tokens at positions first.. to sequence 0 on every layer, in
+// one chunk, then `decode` single tokens.
+void feed(kvc_cache* c, int32_t first, int32_t tokens, int32_t decode) {
+  std::vector<float> q(4 * 8 * tokens), kv(2 * 8 * tokens), out(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+  const int32_t seq = 0;
+  auto step = [&](int32_t position, int32_t n) {
+    std::vector<int32_t> positions(n);
+    for (int32_t t = 0; t < n; ++t) positions[t] = position + t;
+    kvc_batch b;
+    kvc_batch_init(&b, 1, &seq, &n, positions.data());
+    const kvc_tensor qt{q.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    const kvc_tensor kt{kv.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    kvc_tensor_mut ot{out.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    for (int32_t l = 0; l < 2; ++l) {
+      kvf::require_ok(kvc_append_attend(c, l, &b, &qt, &kt, &kt, nullptr, &ot), "append_attend");
+    }
+  };
+  step(first, tokens);
+  for (int32_t d = 0; d < decode; ++d) step(first + tokens + d, 1);
+}
+
+void images(const std::string& dir) {
+  struct Case {
+    const char* name;
+    kvc_dtype dtype;
+    kvc_layout layout;
+    const char* policy;
+    int32_t first, tokens, decode;
+    bool compress;
+  };
+  const Case cases[] = {
+      {"empty_f32", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, nullptr, 0, 0, 0, false},
+      {"one_token_f32", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, nullptr, 0, 1, 0, false},
+      {"prompt_f32", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, nullptr, 0, 9, 2, false},
+      {"prompt_f16_contiguous", KVC_DTYPE_F16, KVC_LAYOUT_CONTIGUOUS, nullptr, 5, 7, 1, false},
+      {"prompt_bf16", KVC_DTYPE_BF16, KVC_LAYOUT_PAGED, nullptr, 0, 6, 0, false},
+      {"h2o_f32_compressed", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, "h2o", 0, 12, 3, true},
+      {"h2o_bf16", KVC_DTYPE_BF16, KVC_LAYOUT_PAGED, "h2o", 0, 5, 1, false},
+      {"tova_f16", KVC_DTYPE_F16, KVC_LAYOUT_PAGED, "tova", 0, 8, 2, true},
+      {"snapkv_f32_contiguous", KVC_DTYPE_F32, KVC_LAYOUT_CONTIGUOUS, "snapkv", 2, 10, 0, true},
+  };
+  for (const Case& k : cases) {
+    kvc_cache* c = cache(k.dtype, k.layout, k.policy);
+    kvf::require_ok(kvc_seq_create(c, 0), "kvc_seq_create");
+    if (k.tokens > 0) feed(c, k.first, k.tokens, k.decode);
+    if (k.compress) {
+      const int32_t seq = 0;
+      kvf::require_ok(kvc_compress(c, -1, 1, &seq), "kvc_compress");
+    }
+    write(dir + "/" + k.name, kvf::export_of(c, 0));
+    kvc_cache_destroy(c);
+  }
+}
+
+// fuzz_api's encoding (tests/fuzz/fuzz_api.cpp): six bytes of cache setup, then calls, each
+// an opcode byte and its argument bytes.
+enum Op : uint8_t { kCreate = 0, kRemove, kFork, kTruncate, kRemoveRange, kReserve, kAppend,
+                    kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery };
+
+std::vector<uint8_t> program(std::vector<uint8_t> setup, const std::vector<uint8_t>& calls) {
+  setup.insert(setup.end(), calls.begin(), calls.end());
+  return setup;
+}
+
+void programs(const std::string& dir) {
+  // Setup bytes: shape (layers, kv_heads, group, head_dim), storage (dtype, layout,
+  // block_tokens), limits (memory limit, policy), budget, sinks/recent, triggers.
+  // Batch: n_seqs byte, then per sequence its id, token count and first position bytes.
+  // A prompt chunk of 5 tokens for seq 0 on layer 0, then decode steps.
+  const std::vector<uint8_t> prefill_decode = {
+      kCreate, 0,
+      kAppendAttend, 0, /*batch*/ 0, 0, 132, 0, /*q k v*/ 0, 1, 0, 2, 0, 3, /*params, out*/ 1, 1,
+      kAppendAttend, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+      kAppendAttend, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+      kCompress, 1, 1, 1, 0,
+      kQuery, 1, 0, 0, 0,
+      kFork, 0, 1,
+      kAppendAttend, 0, 0, 1, 0, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+      kTruncate, 0, 3,
+      kExportImport, 1, 2,
+      kRemoveRange, 2, 1, 2,
+      kQuery, 4, 2,
+      kRemove, 0,
+  };
+  write(dir + "/paged_f16_no_policy", program({0x1B, 0x01, 0x03, 0, 0, 0}, prefill_decode));
+  write(dir + "/contiguous_f32_h2o", program({0x09, 0x0C, 0x12, 0x06, 0x09, 0x05}, prefill_decode));
+  write(dir + "/paged_bf16_snapkv_gqa", program({0x0F, 0x20, 0x1A, 0x03, 0x00, 0x12}, prefill_decode));
+  write(dir + "/paged_f32_streaming", program({0x08, 0x18, 0x0F, 0x04, 0x09, 0x04}, prefill_decode));
+  write(dir + "/contiguous_f16_tova", program({0x1A, 0x0D, 0x15, 0x02, 0x00, 0x01}, prefill_decode));
+  // Two sequences in one batch, reported statistics, a reserve and the peak estimate.
+  const std::vector<uint8_t> batch_of_two = {
+      kCreate, 0, kCreate, 1,
+      kAppend, 0, /*batch*/ 1, 0, 140, 0, 1, 133, 0, /*k v*/ 0, 4, 0, 5,
+      kAttend, 0, 1, 0, 1, 0, 1, 1, 0, 0, 6, 0, 0, 0, 0, 7, 1,
+      kReportStats, 0, 0, 0, 0, 0,
+      kReserve, 1, 20,
+      kQuery, 3, 30, 8, 10,
+      kQuery, 2,
+      kAppendAttend, 1, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 4, 2, 2,
+      kCompress, 1, 2, 2, 0, 1,
+  };
+  write(dir + "/two_sequences_h2o", program({0x0B, 0x00, 0x12, 0x08, 0x00, 0x00}, batch_of_two));
+  write(dir + "/two_sequences_knorm", program({0x03, 0x02, 0x26, 0x05, 0x08, 0x00}, batch_of_two));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_fuzz_corpus <corpus folder>\n");
+    return 2;
+  }
+  const std::string root = argv[1];
+  images(root + "/fuzz_import");
+  programs(root + "/fuzz_api");
+  kvc_context_destroy(kvf::shared_context());
+  return 0;
+}
