@@ -1,5 +1,5 @@
 // kvc-bench attention: the CPU kernels against the machine's limits, measured in the same run
-// (DESIGN.md section 8). Decode attention over a --tokens cache as a fraction of read
+// (DESIGN.md section 8); --backend cuda runs bench/cuda's device version instead. Decode attention over a --tokens cache as a fraction of read
 // bandwidth, append of a prefill chunk for a batch of sequences as a fraction of memcpy
 // bandwidth, and the GFLOP/s of a prefill chunk's attention.
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "bandwidth.hpp"
 #include "common.hpp"
+#include "cuda/cuda_bench.hpp"
 #include "filled_cache.hpp"
 #include "machine.hpp"
 #include "report.hpp"
@@ -124,6 +125,7 @@ int run_attention(Options& opts) {
   const int reps = static_cast<int>(opts.get_int("reps", 20, 1, 1000));
   const int prefill_reps = static_cast<int>(opts.get_int("prefill_reps", 3, 1, 1000));
   opts.reject_unknown();
+  if (shape.backend == "cuda") return cuda::run_attention(shape, batch, chunk, reps, prefill_reps);
   report_machine();
 
   // The library's arena uses every core: so does the baseline.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common.hpp"
+#include "cuda/cuda_bench.hpp"
 #include "filled_cache.hpp"
 #include "machine.hpp"
 #include "report.hpp"
@@ -27,6 +28,12 @@ int run_compress(Options& opts) {
   const int reps = static_cast<int>(opts.get_int("reps", 5, 1, 1000));
   opts.reject_unknown();
   report_machine();
+  // On the device the baseline of attention_bw_fraction is its own copy bandwidth, first.
+  double copy_bps = 0;
+  if (shape.backend == "cuda") {
+    copy_bps = cuda::copy_bytes_per_s(size_t{1} << 30, 5);
+    report("device_copy_gbps", copy_bps / 1e9);
+  }
 
   double attention_s = std::numeric_limits<double>::infinity();
   double compress_s = std::numeric_limits<double>::infinity();
@@ -62,6 +69,8 @@ int run_compress(Options& opts) {
   report("attention_kv_gbps", static_cast<double>(shape.kv_bytes()) / attention_s / 1e9);
   report("compress_seconds", compress_s);
   report("compress_over_attention", compress_s / attention_s);
+  if (copy_bps > 0)
+    report("attention_bw_fraction", static_cast<double>(shape.kv_bytes()) / attention_s / copy_bps);
   return 0;
 }
 

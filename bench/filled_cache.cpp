@@ -16,6 +16,7 @@ CacheShape CacheShape::read(Options& opts) {
   s.head_dim = static_cast<int32_t>(opts.get_int("head_dim", s.head_dim, 1, 1024));
   s.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
   s.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
+  s.backend = opts.get_string("backend", "");
   if (s.q_heads % s.kv_heads != 0) throw UsageError("--q_heads must be a multiple of --kv_heads");
   return s;
 }
@@ -34,6 +35,7 @@ kvc_cache_params CacheShape::params() const {
   p.head_dim = head_dim;
   p.dtype = dtype;
   p.memory_limit = size_t{64} << 20;
+  p.backend = backend.empty() ? nullptr : backend.c_str();
   return p;
 }
 
@@ -44,6 +46,7 @@ void CacheShape::report() const {
   kvc_bench::report("q_heads", q_heads);
   kvc_bench::report("head_dim", head_dim);
   kvc_bench::report("dtype", kvc_dtype_name(dtype));
+  if (!backend.empty()) kvc_bench::report("backend", backend);
 }
 
 FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget)

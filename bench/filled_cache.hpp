@@ -19,12 +19,13 @@ struct CacheShape {
   int32_t head_dim = 128;
   kvc_dtype dtype = KVC_DTYPE_F16;
   uint64_t seed = 1;
+  std::string backend;  // empty: the library's default (cpu)
 
-  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed.
+  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed --backend.
   static CacheShape read(Options& opts);
   /// Bytes of K and V the sequence stores.
   uint64_t kv_bytes() const;
-  /// Cache parameters of this shape (paged, block 16, no policy, a 64 MiB limit).
+  /// Cache parameters of this shape (paged, block 16, no policy, a 64 MiB limit, the backend).
   kvc_cache_params params() const;
   /// Prints the shape as name=value lines.
   void report() const;
@@ -38,7 +39,8 @@ struct CacheShape {
   "  --q_heads=N     query heads, a multiple of kv_heads (default 32)\n"            \
   "  --head_dim=N    head dimension (default 128)\n"                                \
   "  --dtype=D       storage dtype: f16, bf16 or f32 (default f16)\n"               \
-  "  --seed=N        seed of the random data (default 1)\n"
+  "  --seed=N        seed of the random data (default 1)\n"                         \
+  "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"
 
 class FilledCache {
  public:

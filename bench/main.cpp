@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "options.hpp"
+#include "report.hpp"
 #include "subcommands.hpp"
 
 namespace {
@@ -39,8 +40,10 @@ const Subcommand kSubcommands[] = {
 
 void print_usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: kvc-bench <subcommand> [--key=value ...]\n"
-               "       kvc-bench <subcommand> --help\n\nsubcommands:\n");
+               "usage: kvc-bench <subcommand> [--key=value ...] [--json]\n"
+               "       kvc-bench <subcommand> --help\n\n"
+               "--json prints the values as one JSON object instead of name=value lines.\n\n"
+               "subcommands:\n");
   for (const Subcommand& sc : kSubcommands) {
     std::fprintf(out, "  %-12s %s\n", sc.name, sc.summary);
   }
@@ -73,12 +76,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    Options opts(std::vector<std::string>(argv + 2, argv + argc));
+    // --json, for every subcommand: the values as one JSON object instead of name=value lines.
+    std::vector<std::string> args;
+    for (int i = 2; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--json") == 0)
+        JsonReport::get().enabled = true;
+      else
+        args.emplace_back(argv[i]);
+    }
+    Options opts(args);
     if (opts.help()) {
       print_help(stdout, *sc);
       return 0;
     }
-    return sc->run(opts);
+    const int status = sc->run(opts);
+    if (JsonReport::get().enabled) std::printf("%s\n", JsonReport::get().object().c_str());
+    return status;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kvc-bench %s: %s\n\n", sc->name, e.what());
     print_help(stderr, *sc);
