@@ -57,7 +57,9 @@ class Cache {
                      const kvc_tensor& k, const kvc_tensor& v, const kvc_attention_params& params,
                      const kvc_tensor_mut& out);
 
-  // Compresses the given sequences on one layer, or on every layer when layer < 0.
+  // The layer argument of compress() that means every layer (kvc_compress's -1).
+  static constexpr int32_t kAllLayers = -1;
+  // Compresses the given sequences on one layer, or on every layer for kAllLayers.
   void compress(const std::vector<int32_t>& seq_ids, int32_t layer);
   // Statistics of one (sequence, layer, KV head) computed by an engine's own attention.
   void report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_flags stat,

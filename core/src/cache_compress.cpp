@@ -32,15 +32,16 @@ struct LayerSelection {
 }  // namespace
 
 void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
-  if (layer >= config_.layers) {
+  if ((layer < 0 && layer != kAllLayers) || layer >= config_.layers) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "layer " + std::to_string(layer) +
-                                              " is out of range 0.." +
+                                              " is out of range: " + std::to_string(kAllLayers) +
+                                              " (all layers) or 0.." +
                                               std::to_string(config_.layers - 1));
   }
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   std::vector<Sequence*> sequences;
   for (int32_t id : seq_ids) sequences.push_back(&find(id));
-  if (layer < 0) {
+  if (layer == kAllLayers) {
     compress_locked(sequences, seq_ids, 0, config_.layers, nullptr);
   } else {
     compress_locked(sequences, seq_ids, layer, layer + 1, nullptr);

@@ -434,10 +434,10 @@ KVC_API kvc_status *kvc_append_attend(kvc_cache *cache, int32_t layer, const kvc
 
 /**
  * @brief Compresses sequences now: for each listed sequence, on layer @p layer (or every
- * layer when it is -1), every (layer, KV head) holding more than its budget keeps its sinks,
- * its recent tokens and its best-scored tokens up to the budget; freed blocks return to the
- * pool. A cache without a policy does nothing. If the policy reports an error, the cache is
- * unchanged.
+ * layer when it is -1; any other layer outside 0..layers-1 is INVALID_ARGUMENT), every
+ * (layer, KV head) holding more than its budget keeps its sinks, its recent tokens and its
+ * best-scored tokens up to the budget; freed blocks return to the pool. A cache without a
+ * policy does nothing. If the policy reports an error, the cache is unchanged.
  */
 KVC_API kvc_status *kvc_compress(kvc_cache *cache, int32_t layer, int32_t n_seqs,
                                  const int32_t *seq_ids);
