@@ -1345,3 +1345,106 @@ TEST_CASE("misuse: known gaps (fixed by gaps)" * doctest::may_fail()) {
     CHECK(cache == kCacheSentinel);
   }
 }
+
+TEST_CASE("misuse: each bound of kvcache.h holds at its maximum and refuses one more") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  struct Bound {
+    const char* field;   // the key refused, named by both messages
+    const char* at_max;  // YAML cache keys, one per line
+    const char* past_max;
+    void (*set_max)(kvc_cache_params&);
+    void (*set_past)(kvc_cache_params&);
+  };
+  const Bound bounds[] = {
+      {"layers", "  layers: 4096\n", "  layers: 4097\n",
+       [](kvc_cache_params& p) { p.layers = 4096; }, [](kvc_cache_params& p) { p.layers = 4097; }},
+      {"kv_heads", "  kv_heads: 4096\n", "  kv_heads: 4097\n",
+       [](kvc_cache_params& p) { p.kv_heads = 4096; },
+       [](kvc_cache_params& p) { p.kv_heads = 4097; }},
+      {"kv_heads", "  layers: 16\n  kv_heads: 4096\n", "  layers: 17\n  kv_heads: 4096\n",
+       [](kvc_cache_params& p) {
+         p.layers = 16;
+         p.kv_heads = 4096;
+       },
+       [](kvc_cache_params& p) {
+         p.layers = 17;
+         p.kv_heads = 4096;
+       }},
+      {"q_heads", "  q_heads: 16384\n", "  q_heads: 16385\n",
+       [](kvc_cache_params& p) { p.q_heads = 16384; },
+       [](kvc_cache_params& p) { p.q_heads = 16385; }},
+      {"head_dim", "  head_dim: 1024\n", "  head_dim: 1025\n",
+       [](kvc_cache_params& p) { p.head_dim = 1024; },
+       [](kvc_cache_params& p) { p.head_dim = 1025; }},
+      {"block_tokens", "  block_tokens: 65536\n", "  block_tokens: 65537\n",
+       [](kvc_cache_params& p) { p.block_tokens = 65536; },
+       [](kvc_cache_params& p) { p.block_tokens = 65537; }},
+      {"growth_factor", "  growth_factor: 16\n", "  growth_factor: 16.001\n",
+       [](kvc_cache_params& p) { p.growth_factor = 16.0; },
+       [](kvc_cache_params& p) { p.growth_factor = 16.001; }},
+      {"growth_factor", "  growth_factor: 1.01\n", "  growth_factor: 1.0099\n",
+       [](kvc_cache_params& p) { p.growth_factor = 1.01; },
+       [](kvc_cache_params& p) { p.growth_factor = 1.0099; }},
+  };
+  for (const Bound& b : bounds) {
+    INFO(std::string(b.past_max));
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    b.set_max(p);
+    kvt::CachePtr at_max_c = kvt::make_cache(ctx.get(), p);
+    kvc_cache* raw = nullptr;
+    KVT_CHECK_OK(kvc_cache_create_from_yaml(ctx.get(), (std::string("cache:\n") + b.at_max).c_str(), &raw));
+    kvc_cache_destroy(raw);
+
+    kvc_cache_params_init(&p);
+    b.set_past(p);
+    kvc_cache* cache = kCacheSentinel;
+    kvt::Status from_c{kvc_cache_create(ctx.get(), &p, &cache)};
+    const std::string yaml = std::string("cache:\n") + b.past_max;
+    kvt::Status from_yaml{kvc_cache_create_from_yaml(ctx.get(), yaml.c_str(), &cache)};
+    CHECK(cache == kCacheSentinel);
+    CHECK(from_c.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(kvt::contains(from_c.message(), std::string(b.field) + " must be"));
+    CHECK(from_yaml.code() == KVC_ERR_CONFIG);
+    CHECK(kvt::contains(from_yaml.message(), "cache." + std::string(b.field) + ": " + from_c.message()));
+  }
+
+  // The policy's token counts are int32 in C; YAML refuses one more than INT32_MAX.
+  for (const char* key : {"budget", "sinks", "recent"}) {
+    CAPTURE(std::string(key));
+    const std::string head = "policy:\n  name: h2o\n  budget: 8\n";
+    const std::string base = std::string(key) == "budget" ? "policy:\n  name: h2o\n" : head;
+    kvc_cache* raw = nullptr;
+    KVT_CHECK_OK(kvc_cache_create_from_yaml(
+        ctx.get(), (base + "  " + key + ": 2147483647\n").c_str(), &raw));
+    kvc_cache_destroy(raw);
+    kvc_cache* cache = kCacheSentinel;
+    KVT_REFUSED(KVT_NONE,
+                kvc_cache_create_from_yaml(ctx.get(), (base + "  " + key + ": 2147483648\n").c_str(),
+                                           &cache),
+                KVC_ERR_CONFIG, (std::string("policy.") + key).c_str());
+    CHECK(cache == kCacheSentinel);
+  }
+  {
+    kvc_cache_params p = shape_params();
+    p.policy = "h2o";
+    p.budget = INT32_MAX;
+    kvt::CachePtr most = kvt::make_cache(ctx.get(), p);
+  }
+
+  // Positions: INT32_MAX is one, a sequence's positions and tokens fit in int32.
+  kvt::CachePtr owner = kvt::make_cache(ctx.get(), shape_params());
+  kvc_cache* c = owner.get();
+  KVT_REQUIRE_OK(kvc_seq_create(c, 0));
+  const std::vector<float> kv(kRow, 0.5f);
+  const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+  const int32_t seq = 0, one = 1, last = INT32_MAX;
+  kvc_batch b;
+  kvc_batch_init(&b, 1, &seq, &one, &last);
+  KVT_CHECK_OK(kvc_append(c, 0, &b, &t, &t));
+  CHECK(kvt::seq_length(c, 0, 0, 0) == 1);
+  size_t bytes = 0;
+  KVT_CHECK_OK(kvc_cache_estimate_peak_bytes(c, INT32_MAX - 1, 4096, 1, &bytes));
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate_peak_bytes(c, INT32_MAX, 4096, 1, &bytes),
+              KVC_ERR_INVALID_ARGUMENT, "2147483647");
+}
