@@ -105,7 +105,7 @@ void run_append(Instance& instance, const kvc_append_job* jobs, const kvc_append
     *upload.at<DevAppendJob>(at) = d;
   }
   if (total == 0) return;
-  const DeviceScratch memory(upload.size(), stream);
+  const DeviceScratch memory(instance.scratch, upload.size(), stream);
   upload.send(instance.pinned, memory);
   const int64_t blocks = (total + kWarps - 1) / kWarps;
   append_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(

@@ -20,6 +20,9 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStatKeys = 128;  // keys per block of the statistics kernel
+// Split-K aims at this many blocks per multiprocessor: several waves of the few that fit at
+// once, so that the last wave's idle share stays small.
+constexpr int64_t kBlocksPerMultiprocessor = 32;
 
 template <int DT>
 __host__ __device__ constexpr int chunk_elems() {
@@ -413,7 +416,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
       vector_loads = vector_loads && reinterpret_cast<uintptr_t>(jobs[j].segments[s].k) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(jobs[j].segments[s].v) % 16 == 0;
   }
-  const AttendPlan plan = plan_attend(plan_jobs, rows_per_item, 8 * int64_t(instance.multiprocessors));
+  const AttendPlan plan = plan_attend(plan_jobs, rows_per_item, kBlocksPerMultiprocessor * int64_t(instance.multiprocessors));
   if (plan.items.empty()) return;
 
   // Device scratch: each job's row states, host-bound output, and the split-K parts.
@@ -427,7 +430,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   const size_t part_rows_at = carve.take(sizeof(RowState) * size_t(plan.n_parts) * rows_per_item);
   const size_t part_acc_at =
       carve.take(sizeof(float) * size_t(plan.n_parts) * rows_per_item * size_t(D));
-  const DeviceScratch work(carve.bytes, stream);
+  const DeviceScratch work(instance.scratch, carve.bytes, stream);
 
   Upload upload;
   const size_t table = upload.add_array<DevAttendJob>(nullptr, n_jobs);
@@ -475,7 +478,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
       for (int32_t k = 0; k < keys[j]; k += kStatKeys) tiles.push_back({int32_t(j), k});
   }
   const size_t tiles_at = upload.add_array(tiles.data(), tiles.size());
-  const DeviceScratch memory(upload.size(), stream);
+  const DeviceScratch memory(instance.scratch, upload.size(), stream);
   upload.send(instance.pinned, memory);
   const auto* dev_jobs = reinterpret_cast<const DevAttendJob*>(memory.data() + table);
 

@@ -69,7 +69,7 @@ int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* 
     int multiprocessors = 0;
     check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute");
-    *out_instance = new Instance{host, device, multiprocessors, {}, {}};
+    *out_instance = new Instance(host, device, multiprocessors);
     if (host->log) {
       cudaDeviceProp prop{};
       char message[320];
@@ -117,8 +117,9 @@ cudaMemcpyKind memcpy_kind(kvc_copy_kind kind) {
   fail(KVC_ERR_INVALID_ARGUMENT, "unknown copy kind %d", int(kind));
 }
 
-// The copy entry carries no stream: it runs on the default stream and returns when done, as
-// the ABI asks.
+// The copy entry carries no stream, so it waits for all the device's work first (an append
+// may still be writing the source on the engine's non-blocking stream), and returns when the
+// copy is done, as the ABI asks. The core copies only to grow, unshare or read back, rarely.
 int32_t copy(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
              kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
@@ -127,6 +128,7 @@ int32_t copy(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_
     if (dst == nullptr || src == nullptr)
       fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
     const DeviceScope scope(instance_of(instance));
+    check_cuda(cudaDeviceSynchronize(), "copy");
     check_cuda(cudaMemcpyAsync(dst, src, bytes, direction, nullptr), "copy");
     check_cuda(cudaStreamSynchronize(nullptr), "copy");
   });

@@ -136,8 +136,8 @@ void run_compact(Instance& instance, const kvc_compact_job* jobs, const kvc_comp
   const size_t pos_at = layout.take(n * sizeof(int32_t));
   size_t stats_at[3];
   for (size_t& at : stats_at) at = layout.take(n * sizeof(float));
-  const DeviceScratch scratch(layout.bytes, stream);
-  const DeviceScratch memory(upload.size(), stream);
+  const DeviceScratch scratch(instance.scratch, layout.bytes, stream);
+  const DeviceScratch memory(instance.scratch, upload.size(), stream);
   upload.send(instance.pinned, memory);
   char* base = scratch.data();
   CompactParams params{reinterpret_cast<const DevCompactJob*>(memory.data() + table),

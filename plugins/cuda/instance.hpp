@@ -11,10 +11,14 @@
 namespace kvc::cuda {
 
 struct Instance {
+  Instance(const kvc_host_api* host_api, int device_id, int sms)
+      : host(host_api), device(device_id), multiprocessors(sms), scratch(device_id) {}
+
   const kvc_host_api* host;
   int device;
   int multiprocessors;
   DevicePool pool;
+  ScratchPool scratch;
   PinnedPool pinned;
 };
 

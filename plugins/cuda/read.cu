@@ -107,8 +107,8 @@ void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
   const cudaStream_t stream = stream_of(call.stream);
   const size_t row = size_t(call.head_dim);
   const size_t out_bytes = size_t(tables.total) * row * sizeof(float);
-  const DeviceScratch out(out_bytes, stream);
-  const DeviceScratch memory(tables.upload.size(), stream);
+  const DeviceScratch out(instance.scratch, out_bytes, stream);
+  const DeviceScratch memory(instance.scratch, tables.upload.size(), stream);
   tables.upload.send(instance.pinned, memory);
   const unsigned blocks = unsigned((tables.total + kWarps - 1) / kWarps);
   read_keys_kernel<<<blocks, kWarps * 32, 0, stream>>>(tables.params(memory, call.n_jobs),
@@ -146,8 +146,8 @@ void run_read_tokens(Instance& instance, const kvc_read_tokens_job* jobs,
   const cudaStream_t stream = stream_of(call.stream);
   const size_t n = size_t(tables.total);
   const size_t out_bytes = n * (sizeof(int32_t) + 3 * sizeof(float));
-  const DeviceScratch out(out_bytes, stream);
-  const DeviceScratch memory(tables.upload.size(), stream);
+  const DeviceScratch out(instance.scratch, out_bytes, stream);
+  const DeviceScratch memory(instance.scratch, tables.upload.size(), stream);
   tables.upload.send(instance.pinned, memory);
   auto* pos = reinterpret_cast<int32_t*>(out.data());
   auto* out_stats = reinterpret_cast<float*>(out.data() + n * sizeof(int32_t));

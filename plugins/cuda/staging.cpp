@@ -49,10 +49,27 @@ void PinnedPool::release(const Buffer& buffer, cudaStream_t stream) {
   check_cuda(cudaEventRecord(slot.done, stream), "recording an event");
 }
 
-DeviceScratch::DeviceScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+ScratchPool::ScratchPool(int device) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  check_cuda(cudaMemPoolCreate(&pool_, &props), "creating the scratch memory pool");
+  uint64_t keep = UINT64_MAX;
+  const cudaError_t set = cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (set != cudaSuccess) {
+    cudaMemPoolDestroy(pool_);
+    check_cuda(set, "setting the scratch pool's release threshold");
+  }
+}
+
+ScratchPool::~ScratchPool() { cudaMemPoolDestroy(pool_); }
+
+DeviceScratch::DeviceScratch(const ScratchPool& pool, size_t bytes, cudaStream_t stream)
+    : stream_(stream) {
   if (bytes == 0) return;
   void* memory = nullptr;
-  check_cuda(cudaMallocAsync(&memory, bytes, stream), "device scratch memory");
+  check_cuda(cudaMallocFromPoolAsync(&memory, bytes, pool.get(), stream), "device scratch memory");
   data_ = static_cast<char*>(memory);
 }
 

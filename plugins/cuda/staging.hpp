@@ -44,11 +44,25 @@ class PinnedPool {
   std::vector<Slot> slots_;
 };
 
-// Device memory for one call from the stream-ordered allocator, freed (in stream order) when
-// the call's scope ends.
+// The instance's stream-ordered memory pool for call scratch: it keeps what calls gave back
+// (the default pool would return it to the device at every synchronisation).
+class ScratchPool {
+ public:
+  explicit ScratchPool(int device);
+  ScratchPool(const ScratchPool&) = delete;
+  ScratchPool& operator=(const ScratchPool&) = delete;
+  ~ScratchPool();
+  cudaMemPool_t get() const { return pool_; }
+
+ private:
+  cudaMemPool_t pool_ = nullptr;
+};
+
+// Device memory for one call from the scratch pool, freed (in stream order) when the call's
+// scope ends.
 class DeviceScratch {
  public:
-  DeviceScratch(size_t bytes, cudaStream_t stream);
+  DeviceScratch(const ScratchPool& pool, size_t bytes, cudaStream_t stream);
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   ~DeviceScratch();
