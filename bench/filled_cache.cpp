@@ -17,6 +17,7 @@ CacheShape CacheShape::read(Options& opts) {
   s.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
   s.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
   s.backend = opts.get_string("backend", "");
+  s.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", s.block_tokens, 1, 65536));
   if (s.q_heads % s.kv_heads != 0) throw UsageError("--q_heads must be a multiple of --kv_heads");
   return s;
 }
@@ -36,6 +37,7 @@ kvc_cache_params CacheShape::params() const {
   p.dtype = dtype;
   p.memory_limit = size_t{64} << 20;
   p.backend = backend.empty() ? nullptr : backend.c_str();
+  p.block_tokens = block_tokens;
   return p;
 }
 
@@ -46,6 +48,7 @@ void CacheShape::report() const {
   kvc_bench::report("q_heads", q_heads);
   kvc_bench::report("head_dim", head_dim);
   kvc_bench::report("dtype", kvc_dtype_name(dtype));
+  kvc_bench::report("block_tokens", block_tokens);
   if (!backend.empty()) kvc_bench::report("backend", backend);
 }
 

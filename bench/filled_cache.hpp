@@ -20,12 +20,15 @@ struct CacheShape {
   kvc_dtype dtype = KVC_DTYPE_F16;
   uint64_t seed = 1;
   std::string backend;  // empty: the library's default (cpu)
+  int32_t block_tokens = 16;
 
-  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed --backend.
+  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed --backend
+  /// --block_tokens.
   static CacheShape read(Options& opts);
   /// Bytes of K and V the sequence stores.
   uint64_t kv_bytes() const;
-  /// Cache parameters of this shape (paged, block 16, no policy, a 64 MiB limit, the backend).
+  /// Cache parameters of this shape (paged, block_tokens, no policy, a 64 MiB limit, the
+  /// backend).
   kvc_cache_params params() const;
   /// Prints the shape as name=value lines.
   void report() const;
@@ -40,12 +43,13 @@ struct CacheShape {
   "  --head_dim=N    head dimension (default 128)\n"                                \
   "  --dtype=D       storage dtype: f16, bf16 or f32 (default f16)\n"               \
   "  --seed=N        seed of the random data (default 1)\n"                         \
-  "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"
+  "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"  \
+  "  --block_tokens=N  tokens per paged block (default 16)\n"
 
 class FilledCache {
  public:
-  /// A cache of `shape` (paged, block 16) with the given policy (NULL: none) and budget,
-  /// holding sequence 0 with shape.tokens tokens on every layer.
+  /// A cache of `shape` (paged, shape.block_tokens) with the given policy (NULL: none) and
+  /// budget, holding sequence 0 with shape.tokens tokens on every layer.
   FilledCache(const CacheShape& shape, const char* policy, int32_t budget);
   ~FilledCache();
   FilledCache(const FilledCache&) = delete;
