@@ -1,5 +1,5 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
-// (sanitised, bounded) and the layer of kvc_compress.
+// (sanitised, bounded), the layer of kvc_compress and folders where a file is expected.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -170,4 +170,48 @@ TEST_CASE("gaps: kvc_compress takes -1 for all layers and no other negative laye
   KVT_CHECK_OK(kvc_compress(cache.get(), -1, 1, &seq));
   CHECK(kvt::seq_length(cache.get(), seq, 0, 0) == 2);
   CHECK(kvt::seq_length(cache.get(), seq, 1, 0) == 2);
+}
+
+TEST_CASE("gaps: a folder where a file is expected is refused, naming it") {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / "kvc_gaps_folder.yaml";
+  std::filesystem::create_directories(folder);
+  const std::string path = folder.string();
+  {
+    kvc_context* ctx = nullptr;
+    kvt::Status st{kvc_context_create_from_file(path.c_str(), &ctx)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_IO);
+    CHECK(kvt::contains(st.message(), "'" + path + "' is a folder"));
+    CHECK(ctx == nullptr);
+    kvc_context_destroy(ctx);
+  }
+  kvt::ContextPtr ctx = kvt::make_context();
+  {
+    const size_t plugins = kvc_context_plugin_count(ctx.get());
+    kvt::Status st{kvc_context_load_plugin(ctx.get(), path.c_str())};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_IO);
+    CHECK(kvt::contains(st.message(), "'" + path + "' is a folder"));
+    CHECK(kvc_context_plugin_count(ctx.get()) == plugins);
+  }
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), small_params());
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  REQUIRE(append(cache.get(), 0, {0, 1}).ok());
+  {
+    kvt::Status st{kvc_seq_import_file(cache.get(), 1, path.c_str())};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_IO);
+    CHECK(kvt::contains(st.message(), "'" + path + "' is a folder"));
+  }
+  {
+    kvt::Status st{kvc_seq_export_file(cache.get(), 0, path.c_str())};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_IO);
+    CHECK(kvt::contains(st.message(), "'" + path + "' is a folder"));
+    CHECK(!std::filesystem::exists(path + ".tmp"));
+    CHECK(std::filesystem::is_empty(folder));
+  }
+  CHECK(kvt::get_stats(cache.get()).sequences == 1);
+  std::filesystem::remove_all(folder);
 }

@@ -493,7 +493,7 @@ TEST_CASE("sequences: bad export bytes and refused imports are clear errors that
   KVT_CHECK_ERR(kvc_seq_import(nullptr, 1, bytes.data(), bytes.size()), KVC_ERR_INVALID_ARGUMENT);
   KVT_CHECK_ERR(kvc_seq_import_file(cache.get(), 1, "/nonexistent/kvc.seq"), KVC_ERR_NOT_FOUND);
   const std::string folder = std::filesystem::temp_directory_path().string();
-  KVT_CHECK_ERR(kvc_seq_import_file(cache.get(), 1, folder.c_str()), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_seq_import_file(cache.get(), 1, folder.c_str()), KVC_ERR_IO);
   KVT_CHECK_ERR(kvc_seq_export_file(cache.get(), 0, "/nonexistent/dir/kvc.seq"), KVC_ERR_IO);
   KVT_CHECK_ERR(kvc_seq_export_file(cache.get(), 0, nullptr), KVC_ERR_INVALID_ARGUMENT);
   CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));

@@ -1,8 +1,5 @@
-#include <fstream>
-#include <sstream>
-
+#include "files.hpp"
 #include "handles.hpp"
-#include "quote.hpp"
 
 namespace {
 
@@ -25,14 +22,12 @@ kvc_status* kvc_context_create(const char* yaml_text, kvc_context** out_context)
 }
 
 kvc_status* kvc_context_create_from_file(const char* path, kvc_context** out_context) {
-  if (!path) return kvc::make_status(KVC_ERR_INVALID_ARGUMENT, "path is NULL");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return kvc::make_status(KVC_ERR_NOT_FOUND, "cannot open config file " + kvc::quote(path));
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  return create_context(text.str(), path, out_context);
+  std::string text;
+  kvc_status* status = kvc::guarded([&] {
+    kvc::require(path != nullptr, "path is NULL");
+    text = kvc::read_file(path, "config file");
+  });
+  return status ? status : create_context(text, path, out_context);
 }
 
 void kvc_context_destroy(kvc_context* context) { delete context; }

@@ -2,12 +2,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "files.hpp"
 #include "handles.hpp"
 #include "quote.hpp"
 #include "sequence_image.hpp"
@@ -70,6 +69,7 @@ kvc_status* kvc_seq_export_file(kvc_cache* cache, int32_t seq_id, const char* pa
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
     const std::vector<uint8_t> bytes = encoded(*cache->impl, seq_id);
     const std::string target(path);
+    kvc::require_not_folder(target, "export:");
     const std::string temporary = target + ".tmp";
     {
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
@@ -93,20 +93,9 @@ kvc_status* kvc_seq_import_file(kvc_cache* cache, int32_t seq_id, const char* pa
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, "import: " + kvc::quote(path) + " is a folder");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      const int error = errno;
-      throw kvc::Error(error == ENOENT ? KVC_ERR_NOT_FOUND : KVC_ERR_IO,
-                       "import: cannot open " + kvc::quote(path) + ": " + std::strerror(error));
-    }
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                     std::istreambuf_iterator<char>());
-    if (in.bad()) throw io_error("import: cannot read", path);
-    cache->impl->import_sequence(seq_id, kvc::decode(bytes.data(), bytes.size()));
+    const std::string bytes = kvc::read_file(path, "import:");
+    cache->impl->import_sequence(
+        seq_id, kvc::decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   });
 }
 

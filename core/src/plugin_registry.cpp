@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "error.hpp"
+#include "files.hpp"
 #include "quote.hpp"
 
 namespace kvc {
@@ -136,6 +137,7 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
 void PluginRegistry::load_library(const std::string& path) {
   boost::system::error_code ec;
   if (!boost::filesystem::exists(path, ec)) throw plugin_error(path, "no such file");
+  require_file(path, "plugin");
   boost::dll::shared_library library;
   library.load(path, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   if (ec) {

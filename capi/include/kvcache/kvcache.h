@@ -104,7 +104,8 @@ typedef void (*kvc_log_fn)(void *user_data, kvc_log_level level, const char *mes
  * The YAML's `cache`, `backend` and `policy` sections are kept for kvc_cache_create_from_yaml().
  */
 KVC_API kvc_status *kvc_context_create(const char *yaml_text, kvc_context **out_context);
-/** @brief As kvc_context_create(), reading the YAML from a file. */
+/** @brief As kvc_context_create(), reading the YAML from a file: NOT_FOUND when @p path does
+ * not exist, IO when it is a folder or cannot be read, the message naming it. */
 KVC_API kvc_status *kvc_context_create_from_file(const char *path, kvc_context **out_context);
 /** @brief Destroys a context and unloads its plugins. Accepts NULL. No cache may remain. */
 KVC_API void kvc_context_destroy(kvc_context *context);
@@ -118,8 +119,9 @@ KVC_API void kvc_context_set_logger(kvc_context *context, kvc_log_fn fn, void *u
 
 /**
  * @brief Loads the plugins exported by the shared library at @p path. Errors name the file:
- * a missing file, a missing `kvc_plugin_entry` symbol, a different plugin ABI major or a
- * descriptor larger than this library knows. A library stays loaded until the context dies.
+ * a missing file, a folder (IO), a missing `kvc_plugin_entry` symbol, a different plugin ABI
+ * major or a descriptor larger than this library knows. A library stays loaded until the
+ * context dies.
  * Loading a plugin whose (kind, name) is already registered is an ALREADY_EXISTS error.
  */
 KVC_API kvc_status *kvc_context_load_plugin(kvc_context *context, const char *path);
@@ -312,9 +314,10 @@ KVC_API kvc_status *kvc_seq_export(kvc_cache *cache, int32_t seq_id, void *buffe
 KVC_API kvc_status *kvc_seq_import(kvc_cache *cache, int32_t seq_id, const void *data,
                                    size_t size);
 /** @brief kvc_seq_export() into the file at @p path (UTF-8), replaced atomically: a failed
- * write (KVC_ERR_IO) leaves any earlier file as it was. */
+ * write (KVC_ERR_IO; a folder at @p path too) leaves any earlier file as it was. */
 KVC_API kvc_status *kvc_seq_export_file(kvc_cache *cache, int32_t seq_id, const char *path);
-/** @brief kvc_seq_import() from the file at @p path (NOT_FOUND when it does not exist). */
+/** @brief kvc_seq_import() from the file at @p path (NOT_FOUND when it does not exist, IO
+ * when it is a folder or cannot be read). */
 KVC_API kvc_status *kvc_seq_import_file(kvc_cache *cache, int32_t seq_id, const char *path);
 /** @brief Number of tokens stored for (sequence, layer, KV head). */
 KVC_API kvc_status *kvc_seq_length(const kvc_cache *cache, int32_t seq_id, int32_t layer,
