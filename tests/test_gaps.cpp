@@ -1,5 +1,6 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
-// (sanitised, bounded), the layer of kvc_compress and folders where a file is expected.
+// (sanitised, bounded), the layer of kvc_compress, folders where a file is expected, plugin
+// names given twice and forwarded scorer parameters.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -214,4 +215,61 @@ TEST_CASE("gaps: a folder where a file is expected is refused, naming it") {
   }
   CHECK(kvt::get_stats(cache.get()).sequences == 1);
   std::filesystem::remove_all(folder);
+}
+
+TEST_CASE("gaps: one library naming a plugin twice is refused whole") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t before = kvc_context_plugin_count(ctx.get());
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_GAPS_DUPLICATE_PLUGIN)};
+  INFO(st.describe());
+  CHECK(st.code() == KVC_ERR_ALREADY_EXISTS);
+  CHECK(kvt::contains(st.message(), "'gaps_twice'"));
+  CHECK(kvt::contains(st.message(), "descriptors 1 and 2"));
+  CHECK(kvt::contains(st.message(), KVC_TEST_GAPS_DUPLICATE_PLUGIN));
+  CHECK(kvc_context_plugin_count(ctx.get()) == before);
+  // Named in plugins.paths, the library fails the context.
+  const std::string yaml = std::string("plugins:\n  paths: [") + KVC_TEST_GAPS_DUPLICATE_PLUGIN + "]\n";
+  kvc_context* other = nullptr;
+  kvt::Status from_yaml{kvc_context_create(yaml.c_str(), &other)};
+  CHECK(from_yaml.code() == KVC_ERR_ALREADY_EXISTS);
+  CHECK(other == nullptr);
+  kvc_context_destroy(other);
+}
+
+TEST_CASE("gaps: a plugin named like one of another library is refused, naming both files") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_GAPS_WRAPPER_PLUGIN));
+  const size_t before = kvc_context_plugin_count(ctx.get());
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_GAPS_WRAPPER_COPY_PLUGIN)};
+  INFO(st.describe());
+  CHECK(st.code() == KVC_ERR_ALREADY_EXISTS);
+  CHECK(kvt::contains(st.message(), "'gaps_wrapper'"));
+  CHECK(kvt::contains(st.message(), KVC_TEST_GAPS_WRAPPER_PLUGIN));
+  CHECK(kvt::contains(st.message(), KVC_TEST_GAPS_WRAPPER_COPY_PLUGIN));
+  CHECK(kvc_context_plugin_count(ctx.get()) == before);
+}
+
+TEST_CASE("gaps: forwarded scorer parameters without a key are INVALID_ARGUMENT naming the index") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_GAPS_WRAPPER_PLUGIN));
+  kvc_cache_params p = small_params();
+  p.policy = "gaps_wrapper";
+  p.budget = 2;
+  kvc_cache* cache = nullptr;
+  kvt::Status st{kvc_cache_create(ctx.get(), &p, &cache)};
+  INFO(st.describe());
+  CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(st.message(), "'gaps_wrapper'"));
+  CHECK(kvt::contains(st.message(), "scorer parameter 1"));
+  CHECK(cache == nullptr);
+  // The caller's own parameters: the index is named as well.
+  const kvc_key_value params[2] = {{"window", "4"}, {nullptr, "1"}};
+  p.policy = "snapkv";
+  p.policy_params = params;
+  p.n_policy_params = 2;
+  kvt::Status own{kvc_cache_create(ctx.get(), &p, &cache)};
+  INFO(own.describe());
+  CHECK(own.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(own.message(), "policy_params[1]"));
+  CHECK(cache == nullptr);
 }

@@ -55,7 +55,10 @@ std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {
   kvc::require(p.n_policy_params == 0 || p.policy_params, "policy_params is NULL");
   for (size_t i = 0; i < p.n_policy_params; ++i) {
     const kvc_key_value& kv = p.policy_params[i];
-    kvc::require(kv.key && kv.value, "a policy parameter has a NULL key or value");
+    if (!kv.key || !kv.value) {
+      throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, "policy_params[" + std::to_string(i) +
+                                                     "] has a NULL " + (kv.key ? "value" : "key"));
+    }
     policy.params.emplace_back(kv.key, kv.value);
   }
   kvc::require_enum(p.prefill, KVC_PREFILL_NONE, KVC_PREFILL_ONCE,

@@ -128,6 +128,13 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
       throw plugin_error(path, "plugin " + quote(plugin.name) + " has unknown kind " +
                                    std::to_string(static_cast<int>(descriptor.kind)));
     }
+    for (size_t j = 0; j < result.size(); ++j) {
+      if (result[j].kind == plugin.kind && result[j].name == plugin.name) {
+        throw Error(KVC_ERR_ALREADY_EXISTS, "plugin " + quote(path) + ": descriptors " +
+                                                std::to_string(j) + " and " + std::to_string(i) +
+                                                " both name a plugin " + quote(plugin.name));
+      }
+    }
     result.push_back(std::move(plugin));
     cursor += d->struct_size;
   }

@@ -34,7 +34,8 @@ class PluginRegistry {
   PluginRegistry(const PluginRegistry&) = delete;
   PluginRegistry& operator=(const PluginRegistry&) = delete;
 
-  // Loads every plugin of the library at `path`; throws kvc::Error naming the file.
+  // Loads every plugin of the library at `path`, or none: throws kvc::Error naming the file,
+  // ALREADY_EXISTS when it names a plugin twice or one that is already registered.
   void load_library(const std::string& path);
   // Loads every "*.so" in `folder`, skipping (with a warning) those that fail.
   void load_folder(const std::string& folder);

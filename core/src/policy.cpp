@@ -66,7 +66,13 @@ Policy::Policy(PluginRegistry& registry, const kvc_host_api* host, const PolicyC
     std::vector<std::pair<std::string, std::string>> scorer_params;
     if (needs.scorer_params) {
       for (size_t i = 0; i < needs.n_scorer_params; ++i) {
-        scorer_params.emplace_back(needs.scorer_params[i].key, needs.scorer_params[i].value);
+        const kvc_policy_param& param = needs.scorer_params[i];
+        if (!param.key || !param.value) {
+          throw Error(KVC_ERR_INVALID_ARGUMENT,
+                      "policy " + quote(config.name) + " forwards scorer parameter " +
+                          std::to_string(i) + " with a NULL " + (param.key ? "value" : "key"));
+        }
+        scorer_params.emplace_back(param.key, param.value);
       }
     } else {
       scorer_params = without_key(config.params, "scorer");
