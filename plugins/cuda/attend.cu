@@ -12,6 +12,7 @@
 #include "cuda_check.hpp"
 #include "device_types.hpp"
 #include "instance.hpp"
+#include "token_index.hpp"
 #include "validation.hpp"
 
 namespace kvc::cuda {
@@ -437,21 +438,10 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   const size_t items_at = upload.add_array(plan.items.data(), plan.items.size());
   const size_t splits_at = upload.add_array(plan.splits.data(), plan.splits.size());
   std::vector<StatTile> tiles;
-  std::vector<DevSegment> segments;
-  std::vector<int64_t> begins;
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     const size_t at = table + j * sizeof(DevAttendJob);
     const size_t q_elem = dtype_bytes(job.q_dtype);
-    segments.clear();
-    begins.clear();
-    int64_t key = 0;
-    for (int32_t s = 0; s < job.n_segments; ++s) {
-      const kvc_segment& seg = job.segments[s];
-      segments.push_back({seg.k, seg.v, seg.pos, seg.count});
-      begins.push_back(key);
-      key += seg.count;
-    }
     DevAttendJob d{job.q, int64_t(job.q_stride), int32_t(job.q_dtype), job.n_queries, nullptr,
                    job.out, int64_t(job.out_stride), nullptr, nullptr, job.n_segments, keys[j],
                    {job.stats.attn_sum, job.stats.attn_last, job.stats.attn_window},
@@ -471,8 +461,10 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
       upload.link(at, &DevAttendJob::q, q_at);
     }
     upload.link(at, &DevAttendJob::q_pos, upload.add_array(job.q_pos, n));
-    upload.link(at, &DevAttendJob::segments, upload.add_array(segments.data(), segments.size()));
-    upload.link(at, &DevAttendJob::segment_begins, upload.add_array(begins.data(), begins.size()));
+    size_t segments_at = 0, begins_at = 0;
+    add_segments(upload, job.segments, job.n_segments, segments_at, begins_at);
+    upload.link(at, &DevAttendJob::segments, segments_at);
+    upload.link(at, &DevAttendJob::segment_begins, begins_at);
     *upload.at<DevAttendJob>(at) = d;
     if (has_stats(job) && n > 0)
       for (int32_t k = 0; k < keys[j]; k += kStatKeys) tiles.push_back({int32_t(j), k});

@@ -13,19 +13,21 @@
 namespace kvc::cuda {
 
 // Appends the segments of one job (and the first key index of each) to the upload; stores
-// their offsets in `segments_at` and `begins_at`.
+// their offsets in `segments_at` and `begins_at`. Written in place: decode calls over paged
+// caches carry hundreds of thousands of segments.
 inline void add_segments(Upload& upload, const kvc_segment* segments, int32_t n_segments,
                          size_t& segments_at, size_t& begins_at) {
-  std::vector<DevSegment> dev(size_t(n_segments > 0 ? n_segments : 0));
-  std::vector<int64_t> begins(dev.size());
+  const size_t n = size_t(n_segments > 0 ? n_segments : 0);
+  segments_at = upload.add(nullptr, n * sizeof(DevSegment));
+  begins_at = upload.add(nullptr, n * sizeof(int64_t));
+  DevSegment* dev = upload.at<DevSegment>(segments_at);
+  int64_t* begins = upload.at<int64_t>(begins_at);
   int64_t key = 0;
-  for (size_t s = 0; s < dev.size(); ++s) {
+  for (size_t s = 0; s < n; ++s) {
     dev[s] = {segments[s].k, segments[s].v, segments[s].pos, segments[s].count};
     begins[s] = key;
     key += segments[s].count;
   }
-  segments_at = upload.add_array(dev.data(), dev.size());
-  begins_at = upload.add_array(begins.data(), begins.size());
 }
 
 // The first flattened token of each job and the total, from each job's token count.
