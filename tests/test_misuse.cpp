@@ -751,6 +751,34 @@ TEST_CASE("misuse: out-structs") {
   bool tail_untouched = true;
   for (unsigned char b : bigger.tail) tail_untouched = tail_untouched && b == 0x77;
   CHECK_MESSAGE(tail_untouched, "kvc_cache_get_stats wrote past the fields it knows");
+  struct BiggerParams {
+    kvc_cache_params known;
+    unsigned char tail[24];
+  } bigger_params;
+  std::memset(&bigger_params, 0x77, sizeof bigger_params);
+  bigger_params.known.struct_size = sizeof bigger_params;
+  KVT_REQUIRE_OK(kvc_cache_get_params(c, &bigger_params.known));
+  CHECK(bigger_params.known.head_dim == kHeadDim);
+  struct BiggerInfo {
+    kvc_policy_info known;
+    unsigned char tail[24];
+  } bigger_info;
+  std::memset(&bigger_info, 0x77, sizeof bigger_info);
+  bigger_info.known.struct_size = sizeof bigger_info;
+  KVT_REQUIRE_OK(kvc_cache_policy_info(c, &bigger_info.known));
+  CHECK(std::string(bigger_info.known.name) == "h2o");
+  struct BiggerPlugin {
+    kvc_plugin_info known;
+    unsigned char tail[24];
+  } bigger_plugin;
+  std::memset(&bigger_plugin, 0x77, sizeof bigger_plugin);
+  bigger_plugin.known.struct_size = sizeof bigger_plugin;
+  KVT_REQUIRE_OK(kvc_context_plugin_info(f.ctx.get(), 0, &bigger_plugin.known));
+  for (const unsigned char* tail : {bigger_params.tail, bigger_info.tail, bigger_plugin.tail}) {
+    bool untouched = true;
+    for (size_t i = 0; i < 24; ++i) untouched = untouched && tail[i] == 0x77;
+    CHECK_MESSAGE(untouched, "an out-struct was written past the fields this library knows");
+  }
 }
 
 TEST_CASE("misuse: sequence lifetime") {
