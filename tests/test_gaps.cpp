@@ -1,6 +1,6 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
 // (sanitised, bounded), the layer of kvc_compress, folders where a file is expected, plugin
-// names given twice and forwarded scorer parameters.
+// names given twice, forwarded scorer parameters and enum values no enumerator has.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "raw_enum_calls.h"
 #include "test_support.hpp"
 
 namespace {
@@ -143,6 +144,26 @@ kvc_cache_params small_params() {
   return p;
 }
 
+struct Captured {
+  std::vector<std::pair<kvc_log_level, std::string>> messages;
+  bool has(const std::string& text) const {
+    for (const auto& m : messages) {
+      if (kvt::contains(m.second, text)) return true;
+    }
+    return false;
+  }
+};
+
+void capture(void* user_data, kvc_log_level level, const char* message) {
+  static_cast<Captured*>(user_data)->messages.emplace_back(level, message);
+}
+
+template <typename E>
+void set_raw(E* field, int value) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  std::memcpy(field, &value, sizeof value);
+}
+
 }  // namespace
 
 TEST_CASE("gaps: kvc_compress takes -1 for all layers and no other negative layer") {
@@ -272,4 +293,61 @@ TEST_CASE("gaps: forwarded scorer parameters without a key are INVALID_ARGUMENT 
   CHECK(own.code() == KVC_ERR_INVALID_ARGUMENT);
   CHECK(kvt::contains(own.message(), "policy_params[1]"));
   CHECK(cache == nullptr);
+}
+
+TEST_CASE("gaps: enum values no enumerator has are refused where they come in") {
+  SUBCASE("the logger's minimum level") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    Captured first, second;
+    kvc_context_set_logger(ctx.get(), capture, &first, KVC_LOG_DEBUG);
+    for (int level : {-1, 5, 99}) {
+      CAPTURE(level);
+      kvt_set_logger_raw(ctx.get(), capture, &second, level);
+      CHECK(first.has("min_level " + std::to_string(level)));
+    }
+    // Each refused call left the first logger in place and told it why.
+    CHECK(first.messages.size() == 3);
+    CHECK(second.messages.empty());
+  }
+  SUBCASE("a plugin's log level and descriptor kind") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    Captured log;
+    kvc_context_set_logger(ctx.get(), capture, &log, KVC_LOG_DEBUG);
+    const size_t before = kvc_context_plugin_count(ctx.get());
+    kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_GAPS_BAD_ENUMS_PLUGIN)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_PLUGIN);
+    CHECK(kvt::contains(st.message(), "unknown kind 7"));
+    CHECK(kvc_context_plugin_count(ctx.get()) == before);
+    CHECK(log.has("level 99"));
+    CHECK(log.has("gaps: a message at level 99"));
+  }
+  SUBCASE("names and sizes") {
+    for (int raw : {-1, 11, 999}) CHECK(std::string(kvt_status_code_name_raw(raw)) == "UNKNOWN");
+    for (int raw : {-1, 3, 999}) {
+      CHECK(kvt_dtype_size_raw(raw) == 0);
+      CHECK(std::string(kvt_dtype_name_raw(raw)) == "unknown");
+    }
+  }
+  SUBCASE("fields of kvc_cache_params and the stat kind") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache* cache = nullptr;
+    kvc_cache_params p = small_params();
+    p.policy = "h2o";
+    p.budget = 4;
+    set_raw(&p.prefill, 3);
+    kvt::Status st{kvc_cache_create(ctx.get(), &p, &cache)};
+    CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(kvt::contains(st.message(), "prefill"));
+    p.prefill = KVC_PREFILL_NONE;
+    kvt::CachePtr owner = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(owner.get(), 0));
+    REQUIRE(append(owner.get(), 0, {0, 1}).ok());
+    const float values[2] = {1.0f, 2.0f};
+    for (int raw : {0, 3, 8, -1}) {
+      CAPTURE(raw);
+      KVT_CHECK_ERR(kvt_report_stats_raw(owner.get(), 0, 0, 0, raw, values, 2),
+                    KVC_ERR_INVALID_ARGUMENT);
+    }
+  }
 }

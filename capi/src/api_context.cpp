@@ -34,7 +34,23 @@ void kvc_context_destroy(kvc_context* context) { delete context; }
 
 void kvc_context_set_logger(kvc_context* context, kvc_log_fn fn, void* user_data,
                             kvc_log_level min_level) {
-  if (context) context->impl->logger().set_sink(fn, user_data, min_level);
+  if (!context) return;
+  kvc::Logger& logger = context->impl->logger();
+  if (!fn) {
+    logger.set_sink(nullptr, nullptr, KVC_LOG_WARN);  // the default, whatever the level
+    return;
+  }
+  if (kvc::enum_in(min_level, KVC_LOG_DEBUG, KVC_LOG_OFF)) {
+    logger.set_sink(fn, user_data, min_level);
+    return;
+  }
+  try {
+    logger.log(KVC_LOG_WARN, "kvc_context_set_logger: min_level " +
+                                 std::to_string(kvc::raw_enum(min_level)) +
+                                 " is not a kvc_log_level (0..4); the logger is unchanged");
+  } catch (...) {
+    // Nothing to report to: the call returns nothing.
+  }
 }
 
 kvc_status* kvc_context_load_plugin(kvc_context* context, const char* path) {

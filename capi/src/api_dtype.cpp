@@ -4,9 +4,8 @@
 namespace {
 
 // A C caller may pass any int; only enumerators reach the C++ enum.
-bool is_dtype(kvc_dtype dtype) {
-  const int32_t value = kvc::raw_enum(dtype);
-  return value >= KVC_DTYPE_F32 && value <= KVC_DTYPE_BF16;
+bool is_dtype(const kvc_dtype& dtype) {
+  return kvc::enum_in(dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "cache.hpp"
 #include "context.hpp"
+#include "enums.hpp"
 #include "error.hpp"
 #include "kvcache/kvcache.h"
 
@@ -49,20 +50,9 @@ inline void require(bool condition, const char* message) {
   if (!condition) throw Error(KVC_ERR_INVALID_ARGUMENT, message);
 }
 
-// The integer a C caller stored in an enum field, read without assuming it is a valid
-// enumerator (loading an out-of-range value as a C++ enum is undefined).
-template <typename Enum>
-int32_t raw_enum(const Enum& field) {
-  static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized here");
-  int32_t value;
-  std::memcpy(&value, &field, sizeof value);
-  return value;
-}
-
 template <typename Enum>
 void require_enum(const Enum& field, int32_t first, int32_t last, const char* message) {
-  int32_t value = raw_enum(field);
-  require(value >= first && value <= last, message);
+  require(enum_in(field, first, last), message);
 }
 
 // Copies a caller's versioned struct `name` over `defaults`: fields the caller does not know

@@ -27,6 +27,7 @@ const char* kvc_status_message(const kvc_status* status) {
 void kvc_status_free(kvc_status* status) { delete status; }
 
 const char* kvc_status_code_name(kvc_status_code code) {
+  if (!kvc::enum_in(code, KVC_OK, KVC_ERR_IO)) return "UNKNOWN";
   switch (code) {
     case KVC_OK: return "OK";
     case KVC_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";

@@ -1,6 +1,9 @@
 #include "host_api.hpp"
 
+#include "enums.hpp"
+
 #include <cstdlib>
+#include <string>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -11,7 +14,13 @@ HostServices& services(void* host) { return *static_cast<HostServices*>(host); }
 
 void host_log(void* host, kvc_log_level level, const char* message) {
   try {
-    services(host).logger().log(level, message ? message : "");
+    const char* text = message ? message : "";
+    if (enum_in(level, KVC_LOG_DEBUG, KVC_LOG_OFF)) {
+      services(host).logger().log(level, text);
+    } else {
+      services(host).logger().log(KVC_LOG_WARN, "a plugin logged at unknown level " +
+                                                    std::to_string(raw_enum(level)) + ": " + text);
+    }
   } catch (...) {
     // Logging must never throw into a plugin.
   }

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <type_traits>
 
+#include "enums.hpp"
 #include "error.hpp"
 #include "files.hpp"
 #include "quote.hpp"
@@ -112,6 +113,10 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
     const auto descriptor = read_plugin_struct<kvc_plugin_descriptor>(
         path, "descriptor " + std::to_string(i), d, sizeof(kvc_plugin_descriptor), d->abi_version);
     if (!descriptor.name || !*descriptor.name) throw plugin_error(path, "a descriptor has no name");
+    if (!enum_in(descriptor.kind, KVC_PLUGIN_POLICY, KVC_PLUGIN_BACKEND)) {
+      throw plugin_error(path, "plugin " + quote(descriptor.name) + " has unknown kind " +
+                                   std::to_string(raw_enum(descriptor.kind)));
+    }
     LoadedPlugin plugin{descriptor.kind, descriptor.name, descriptor.version,
                         descriptor.abi_version, path, {}, {}};
     const std::string vtable = "the vtable of plugin " + quote(plugin.name);
@@ -120,13 +125,10 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
           path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens),
           descriptor.abi_version);
       check_backend(path, plugin.name, plugin.backend);
-    } else if (descriptor.kind == KVC_PLUGIN_POLICY) {
+    } else {
       plugin.policy = read_plugin_struct<kvc_policy_vtable>(
           path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), descriptor.abi_version);
       check_policy(path, plugin.name, plugin.policy);
-    } else {
-      throw plugin_error(path, "plugin " + quote(plugin.name) + " has unknown kind " +
-                                   std::to_string(static_cast<int>(descriptor.kind)));
     }
     for (size_t j = 0; j < result.size(); ++j) {
       if (result[j].kind == plugin.kind && result[j].name == plugin.name) {
