@@ -97,11 +97,11 @@ void run_append(Instance& instance, const kvc_append_job* jobs, const kvc_append
       const size_t k = stage_rows(upload, job.src_k, job.src_k_stride, n, head_dim, elem);
       const size_t v = stage_rows(upload, job.src_v, job.src_v_stride, n, head_dim, elem);
       d.src_k_stride = d.src_v_stride = int64_t(head_dim);
-      upload.link(at, &DevAppendJob::src_k, k);
-      upload.link(at, &DevAppendJob::src_v, v);
+      upload.link(at + offsetof(DevAppendJob, src_k), k);
+      upload.link(at + offsetof(DevAppendJob, src_v), v);
     }
     const size_t pos = upload.add_array(job.src_pos, n);
-    upload.link(at, &DevAppendJob::src_pos, pos);
+    upload.link(at + offsetof(DevAppendJob, src_pos), pos);
     *upload.at<DevAppendJob>(at) = d;
   }
   if (total == 0) return;

@@ -458,13 +458,13 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
         std::memcpy(upload.at<char>(q_at) + i * width,
                     static_cast<const char*>(job.q) + i * job.q_stride * q_elem, width);
       d.q_stride = int64_t(G) * D;
-      upload.link(at, &DevAttendJob::q, q_at);
+      upload.link(at + offsetof(DevAttendJob, q), q_at);
     }
-    upload.link(at, &DevAttendJob::q_pos, upload.add_array(job.q_pos, n));
+    upload.link(at + offsetof(DevAttendJob, q_pos), upload.add_array(job.q_pos, n));
     size_t segments_at = 0, begins_at = 0;
     add_segments(upload, job.segments, job.n_segments, segments_at, begins_at);
-    upload.link(at, &DevAttendJob::segments, segments_at);
-    upload.link(at, &DevAttendJob::segment_begins, begins_at);
+    upload.link(at + offsetof(DevAttendJob, segments), segments_at);
+    upload.link(at + offsetof(DevAttendJob, segment_begins), begins_at);
     *upload.at<DevAttendJob>(at) = d;
     if (has_stats(job) && n > 0)
       for (int32_t k = 0; k < keys[j]; k += kStatKeys) tiles.push_back({int32_t(j), k});

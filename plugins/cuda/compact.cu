@@ -120,9 +120,9 @@ void run_compact(Instance& instance, const kvc_compact_job* jobs, const kvc_comp
     const size_t at = table + j * sizeof(DevCompactJob);
     size_t segments_at = 0, segment_begins_at = 0;
     add_segments(upload, job.segments, job.n_segments, segments_at, segment_begins_at);
-    upload.link(at, &DevCompactJob::segments, segments_at);
-    upload.link(at, &DevCompactJob::segment_begins, segment_begins_at);
-    upload.link(at, &DevCompactJob::keep, upload.add_array(job.keep, size_t(job.n_keep)));
+    upload.link(at + offsetof(DevCompactJob, segments), segments_at);
+    upload.link(at + offsetof(DevCompactJob, segment_begins), segment_begins_at);
+    upload.link(at + offsetof(DevCompactJob, keep), upload.add_array(job.keep, size_t(job.n_keep)));
     *upload.at<DevCompactJob>(at) = {nullptr, nullptr, job.n_segments, nullptr,
                                      {job.stats.attn_sum, job.stats.attn_last,
                                       job.stats.attn_window}};

@@ -80,8 +80,8 @@ struct ReadTables {
       const size_t at = table + j * sizeof(DevTokensJob);
       size_t segments_at = 0, segment_begins_at = 0;
       add_segments(upload, jobs[j].segments, jobs[j].n_segments, segments_at, segment_begins_at);
-      upload.link(at, &DevTokensJob::segments, segments_at);
-      upload.link(at, &DevTokensJob::segment_begins, segment_begins_at);
+      upload.link(at + offsetof(DevTokensJob, segments), segments_at);
+      upload.link(at + offsetof(DevTokensJob, segment_begins), segment_begins_at);
       upload.at<DevTokensJob>(at)->n_segments = jobs[j].n_segments;
     }
   }

@@ -98,15 +98,9 @@ class Upload {
   T* at(size_t offset) {
     return reinterpret_cast<T*>(bytes_.data() + offset);
   }
-  // The pointer stored at byte `field` of the upload is to point at byte `target` of it.
+  // The pointer stored at byte `field` of the upload is to point at byte `target` of it
+  // (field: a struct's offset plus offsetof the pointer member).
   void link(size_t field, size_t target) { links_.push_back({field, target}); }
-  template <class Struct, class Field>
-  void link(size_t struct_offset, Field Struct::*member, size_t target) {
-    const Struct* base = nullptr;
-    link(struct_offset + size_t(reinterpret_cast<const char*>(&(base->*member)) -
-                                reinterpret_cast<const char*>(base)),
-         target);
-  }
   size_t size() const { return bytes_.size(); }
 
   // Copies the upload into `memory` (of at least size() bytes) on its stream, with the links
