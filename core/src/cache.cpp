@@ -322,11 +322,17 @@ void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t to
 
 void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const StoreLock lock = lock_for_store(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
   check_kv_inputs(k, v, resolved.total_tokens);
-  compress_before_append(layer, batch, resolved);
-  keep(append_locked(layer, batch, resolved, k, v));
+  OnceCompression once = compress_before_append(layer, batch, resolved);
+  try {
+    keep(append_locked(layer, batch, resolved, k, v));
+  } catch (...) {
+    roll_back(once);
+    throw;
+  }
+  commit(once, layer);
 }
 
 Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
@@ -433,18 +439,19 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   call.softcap = params.softcap;
   call.observation_window = policy_ ? policy_->observation_window() : 0;
   call.stream = batch.stream;
+  AfterAttend after = plan_after_attend(layer, batch, resolved);
   backend_.attend(jobs, call);
-  compress_after_attend(layer, batch, resolved);
+  compress_after_attend(layer, resolved, after, batch.stream);
 }
 
 void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                           const kvc_tensor& k, const kvc_tensor& v,
                           const kvc_attention_params& params, const kvc_tensor_mut& out) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const StoreLock lock = lock_for_store(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
   check_kv_inputs(k, v, resolved.total_tokens);
   check_attention_inputs(q, params, out, resolved.total_tokens);
-  compress_before_append(layer, batch, resolved);
+  OnceCompression once = compress_before_append(layer, batch, resolved);
   std::vector<std::pair<HeadStore*, int32_t>> lengths;
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < config_.kv_heads; ++h) {
@@ -452,7 +459,13 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
       lengths.emplace_back(&head, head.length());
     }
   }
-  const Replacements grown = append_locked(layer, batch, resolved, k, v);
+  Replacements grown;
+  try {
+    grown = append_locked(layer, batch, resolved, k, v);
+  } catch (...) {
+    roll_back(once);
+    throw;
+  }
   try {
     attend_locked(layer, batch, resolved, q, params, out);
   } catch (...) {
@@ -464,9 +477,11 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
     }
     undo(grown);
     for (auto& entry : lengths) entry.first->release_empty_blocks(pool_, geometry_);
+    roll_back(once);
     throw;
   }
   keep(grown);
+  commit(once, layer);
 }
 
 kvc_cache_stats Cache::stats() const {

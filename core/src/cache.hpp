@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "block_pool.hpp"
 #include "config.hpp"
 #include "context.hpp"
+#include "head_snapshot.hpp"
 #include "head_store.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
@@ -109,9 +111,43 @@ class Cache {
                             const std::vector<void*>& memory, const std::vector<size_t>& sizes);
   void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
                        int32_t first_layer, int32_t end_layer, void* stream);
+  // A store's hold on the sequences: shared, or exclusive when it starts with a "once"
+  // compression (see OnceCompression).
+  struct StoreLock {
+    std::shared_lock<std::shared_mutex> shared;
+    std::unique_lock<std::shared_mutex> exclusive;
+  };
+  StoreLock lock_for_store(int32_t layer, const kvc_batch& batch) const;
+  // Whether storing the batch on `layer` runs a pending "once" compression first (false for a
+  // batch that resolve() would refuse).
+  bool once_due(int32_t layer, const kvc_batch& batch) const;
+  // The "once" compression a store runs first, open until the store succeeded: the compressed
+  // layer's heads as they were, so that a store failing after it (out of memory, the backend,
+  // the attention, a later compression) leaves them as they were. It needs the cache
+  // exclusively: putting the heads back takes the memory the compression freed.
+  struct OnceCompression {
+    std::vector<Sequence*> sequences;
+    std::vector<std::pair<HeadStore*, HeadSnapshot>> heads;
+    uint64_t tokens_stored = 0, tokens_evicted = 0, bytes_copied = 0;  // before it
+  };
   // Automatic compression: before storing (the "once" mode) and after attending.
-  void compress_before_append(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
-  void compress_after_attend(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
+  OnceCompression compress_before_append(int32_t layer, const kvc_batch& batch,
+                                         const ResolvedBatch& resolved);
+  void commit(OnceCompression& once, int32_t layer);
+  void roll_back(OnceCompression& once);
+  // The compressions an attention makes due, decided before it runs (it changes no length):
+  // the triggers' state after it, written back once those compressions succeeded, and the
+  // statistics of the due heads that it is about to add to, put back if one fails.
+  struct AfterAttend {
+    std::vector<TriggerState> triggers;  // [batch sequence]
+    std::vector<Sequence*> due;
+    std::vector<int32_t> ids;
+    std::vector<std::pair<const HeadStore*, std::vector<unsigned char>>> stats;
+  };
+  AfterAttend plan_after_attend(int32_t layer, const kvc_batch& batch,
+                                const ResolvedBatch& resolved);
+  void compress_after_attend(int32_t layer, const ResolvedBatch& resolved, AfterAttend& plan,
+                             void* stream);
   // Moves the listed indices of each head to its front (compaction), copying shared segments
   // it writes first; returns the tokens removed. All or nothing.
   uint64_t compact_heads(const std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>>& heads,

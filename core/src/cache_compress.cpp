@@ -300,26 +300,88 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   backend_.copy(target, merged.data(), bytes, KVC_COPY_HOST_TO_DEVICE);
 }
 
-void Cache::compress_before_append(int32_t layer, const kvc_batch& batch,
-                                   const ResolvedBatch& resolved) {
-  if (!policy_) return;
-  std::vector<Sequence*> due;
+bool Cache::once_due(int32_t layer, const kvc_batch& batch) const {
+  if (!policy_ || layer < 0 || layer >= config_.layers || batch.n_seqs < 1 || !batch.seq_ids ||
+      !batch.n_tokens) {
+    return false;
+  }
+  for (int32_t i = 0; i < batch.n_seqs; ++i) {
+    const auto found = sequences_.find(batch.seq_ids[i]);
+    if (found == sequences_.end() || batch.n_tokens[i] < 1) return false;
+    if (schedule_.before_store(found->second->triggers[static_cast<size_t>(layer)], batch.n_tokens[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) const {
+  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_mutex_), {}};
+  // Calls on the same sequences do not overlap (kvcache.h), so what is due cannot change
+  // between the two locks.
+  if (!once_due(layer, batch)) return lock;
+  lock.shared.unlock();
+  lock.exclusive = std::unique_lock<std::shared_mutex>(sequences_mutex_);
+  return lock;
+}
+
+Cache::OnceCompression Cache::compress_before_append(int32_t layer, const kvc_batch& batch,
+                                                     const ResolvedBatch& resolved) {
+  OnceCompression once;
+  if (!policy_) return once;
   std::vector<int32_t> ids;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
     if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i])) continue;
-    due.push_back(&seq);
+    once.sequences.push_back(&seq);
     ids.push_back(batch.seq_ids[i]);
   }
-  compress_locked(due, ids, layer, layer + 1, batch.stream);
-  for (Sequence* seq : due) seq->triggers[static_cast<size_t>(layer)].prefill_pending = false;
+  if (once.sequences.empty()) return once;
+  once.tokens_stored = tokens_stored_;
+  once.tokens_evicted = tokens_evicted_;
+  once.bytes_copied = bytes_copied_;
+  try {
+    for (Sequence* seq : once.sequences) {
+      for (int32_t h = 0; h < config_.kv_heads; ++h) {
+        HeadStore& head = store(*seq, layer, h);
+        once.heads.emplace_back(&head, capture_head(head, backend_, pool_, geometry_));
+      }
+    }
+    compress_locked(once.sequences, ids, layer, layer + 1, batch.stream);
+  } catch (...) {
+    // The compression changes nothing when it fails; the snapshots are not needed.
+    for (auto& entry : once.heads) release_snapshot(entry.second, pool_, geometry_);
+    throw;
+  }
+  return once;
 }
 
-void Cache::compress_after_attend(int32_t layer, const kvc_batch& batch,
-                                  const ResolvedBatch& resolved) {
-  if (!policy_) return;
-  std::vector<Sequence*> due;
-  std::vector<int32_t> ids;
+void Cache::commit(OnceCompression& once, int32_t layer) {
+  for (Sequence* seq : once.sequences) seq->triggers[static_cast<size_t>(layer)].prefill_pending = false;
+  for (auto& entry : once.heads) release_snapshot(entry.second, pool_, geometry_);
+}
+
+void Cache::roll_back(OnceCompression& once) {
+  for (auto& [head, snapshot] : once.heads) {
+    try {
+      restore_head(*head, snapshot, backend_, pool_, geometry_);
+    } catch (const std::exception& e) {
+      // Only a backend that fails its copies gets here: the head is left empty.
+      context_.logger().log(KVC_LOG_ERROR,
+                            std::string("could not put back a head after a failed store: ") + e.what());
+      release_snapshot(snapshot, pool_, geometry_);
+    }
+  }
+  if (once.sequences.empty()) return;
+  tokens_stored_ = once.tokens_stored;
+  tokens_evicted_ = once.tokens_evicted;
+  bytes_copied_ = once.bytes_copied;
+}
+
+Cache::AfterAttend Cache::plan_after_attend(int32_t layer, const kvc_batch& batch,
+                                             const ResolvedBatch& resolved) {
+  AfterAttend plan;
+  if (!policy_) return plan;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
     auto excess = [&] {
@@ -330,11 +392,37 @@ void Cache::compress_after_attend(int32_t layer, const kvc_batch& batch,
       }
       return most;
     };
-    if (!schedule_.after_attend(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i], excess)) continue;
-    due.push_back(&seq);
-    ids.push_back(batch.seq_ids[i]);
+    plan.triggers.push_back(seq.triggers[static_cast<size_t>(layer)]);
+    if (!schedule_.after_attend(plan.triggers.back(), batch.n_tokens[i], excess)) continue;
+    plan.due.push_back(&seq);
+    plan.ids.push_back(batch.seq_ids[i]);
+    for (int32_t h = 0; h < config_.kv_heads; ++h) {
+      const HeadStore& head = store(seq, layer, h);
+      if (!head.stats_array()) continue;
+      std::vector<unsigned char> bytes(geometry_.stats_bytes_for(head.stats_capacity()));
+      backend_.copy(bytes.data(), head.stats_array(), bytes.size(), KVC_COPY_DEVICE_TO_HOST);
+      plan.stats.emplace_back(&head, std::move(bytes));
+    }
   }
-  compress_locked(due, ids, layer, layer + 1, batch.stream);
+  return plan;
+}
+
+void Cache::compress_after_attend(int32_t layer, const ResolvedBatch& resolved,
+                                  AfterAttend& plan, void* stream) {
+  if (!policy_) return;
+  try {
+    compress_locked(plan.due, plan.ids, layer, layer + 1, stream);
+  } catch (...) {
+    // The compression left storage as it was; take back what the attention added.
+    for (const auto& [head, bytes] : plan.stats) {
+      backend_.copy(head->stats_array(), bytes.data(), bytes.size(),
+                    KVC_COPY_HOST_TO_DEVICE);
+    }
+    throw;
+  }
+  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
+    resolved.sequences[i]->triggers[static_cast<size_t>(layer)] = plan.triggers[i];
+  }
 }
 
 }  // namespace kvc

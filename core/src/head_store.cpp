@@ -1,6 +1,7 @@
 #include "head_store.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace kvc {
 
@@ -274,6 +275,16 @@ Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockP
   replaced.old_segment = s;
   s.base = static_cast<unsigned char*>(memory);
   return replaced;
+}
+
+void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
+                      int32_t length, int64_t seen, int32_t effective_budget) {
+  segments_ = std::move(segments);
+  stats_ = stats;
+  stats_capacity_ = stats_capacity;
+  length_ = length;
+  seen_ = seen;
+  effective_budget_ = effective_budget;
 }
 
 void HeadStore::release_all(BlockPool& pool, const Geometry& g) {

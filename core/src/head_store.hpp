@@ -150,6 +150,12 @@ class HeadStore {
   // Paged: returns empty trailing blocks to the pool.
   void release_empty_blocks(BlockPool& pool, const Geometry& g);
   void release_all(BlockPool& pool, const Geometry& g);
+  // An empty store (release_all) becomes the owner of these segments, with their counts, this
+  // statistics array (stats_bytes_for(stats_capacity), NULL for none) and these counters.
+  void adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity, int32_t length,
+             int64_t seen, int32_t effective_budget);
+  // The whole statistics allocation (NULL when none is tracked).
+  float* stats_array() const { return stats_; }
 
  private:
   // Gives one segment back: a paged block to the free list, a contiguous allocation freed.
