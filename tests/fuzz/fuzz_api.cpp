@@ -3,8 +3,8 @@
 // attend, append_attend, compress, report_stats, export/import, queries) whose arguments come
 // from the input, bad ones included. After every call: an error changed neither
 // kvc_cache_stats nor any sequence's lengths, bytes_used is within the limit, and the cache
-// holds the sequences the calls created; at the end, with every sequence removed, it holds
-// nothing.
+// holds the sequences the calls created, their lengths summing to tokens_stored; at the end,
+// with every sequence removed, it holds nothing.
 #include <cmath>
 #include <map>
 #include <set>
@@ -243,6 +243,13 @@ class Program {
       kvf::check(before.lengths == after.lengths,
                  "call " + std::to_string(op % 16) + " failed and changed sequence lengths");
     }
+    uint64_t stored = 0;
+    for (const std::vector<int32_t>& lengths : after.lengths) {
+      for (int32_t n : lengths) stored += static_cast<uint64_t>(n);
+    }
+    kvf::check(after.stats.tokens_stored == stored,
+               "tokens_stored " + std::to_string(after.stats.tokens_stored) +
+                   " is not the sum of the sequences' lengths, " + std::to_string(stored));
     kvf::check(after.stats.sequences == static_cast<int32_t>(live_.size()),
                "kvc_cache_stats counts " + std::to_string(after.stats.sequences) +
                    " sequences, the calls made " + std::to_string(live_.size()));
