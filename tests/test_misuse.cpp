@@ -192,7 +192,9 @@ void check_unchanged(const CacheSnapshot& before, const CacheSnapshot& after,
                        << kvt::stats_string(after.stats));
   CHECK(kvt::stats_equal(before.stats, after.stats));
   CHECK(before.stats.bytes_shared == after.stats.bytes_shared);
-  for (const auto& [id, b] : before.sequences) {
+  for (const auto& entry : before.sequences) {  // no structured binding: CAPTURE (clang, C++17)
+    const auto id = entry.first;
+    const SequenceSnapshot& b = entry.second;
     CAPTURE(id);
     const SequenceSnapshot& a = after.sequences.at(id);
     CHECK(a.exists == b.exists);
