@@ -18,6 +18,7 @@ constexpr const char* kPolicies[] = {"full", "window",    "streaming", "h2o",
                                      "knorm", "keydiff", "random"};
 constexpr size_t kMemoryLimits[] = {1024, 4096, 16384, 65536};
 constexpr int32_t kHeadDims[] = {1, 4, 8, 16};
+constexpr double kGrowthFactors[] = {2.0, 1.01, 1.5, 16.0};
 // The sequence ids calls name; the snapshots cover those that can exist.
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
 constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
@@ -98,6 +99,7 @@ class Program {
     p.dtype = dtype_ = static_cast<kvc_dtype>(storage % 3);
     p.layout = static_cast<kvc_layout>((storage >> 2) % 2);
     p.block_tokens = 1 + (storage >> 3) % 8;
+    p.growth_factor = kGrowthFactors[storage >> 6];
     p.memory_limit = kMemoryLimits[limits % 4];
     const size_t policy = (limits >> 2) % (std::size(kPolicies) + 1);
     if (policy > 0) {

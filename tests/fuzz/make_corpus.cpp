@@ -104,7 +104,7 @@ std::vector<uint8_t> program(std::vector<uint8_t> setup, const std::vector<uint8
 
 void programs(const std::string& dir) {
   // Setup bytes: shape (layers, kv_heads, group, head_dim), storage (dtype, layout,
-  // block_tokens), limits (memory limit, policy), budget, sinks/recent, triggers.
+  // block_tokens, growth_factor), limits (memory limit, policy), budget, sinks/recent, triggers.
   // Batch: n_seqs byte, then per sequence its id, token count and first position bytes.
   // A prompt chunk of 5 tokens for seq 0 on layer 0, then decode steps.
   const std::vector<uint8_t> prefill_decode = {
