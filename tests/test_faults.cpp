@@ -136,6 +136,7 @@ struct Setup {
   kvc_layout layout;
   const char* policy;  // NULL: none
   kvc_prefill_compression prefill;
+  int32_t decode_every = 2;  // with a policy
 };
 
 // Sequences 0 and 1 with a 20-token prompt on every layer (attended, so that a "once"
@@ -157,7 +158,7 @@ kvt::CachePtr make(kvc_context* ctx, const Setup& setup) {
   p.sinks = setup.policy ? 2 : -1;
   p.recent = setup.policy ? 4 : -1;
   p.prefill = setup.prefill;
-  p.decode_every = setup.policy ? 2 : 0;
+  p.decode_every = setup.policy ? setup.decode_every : 0;
   kvt::CachePtr cache = kvt::make_cache(ctx, p);
   for (int32_t s : {0, 1}) KVT_REQUIRE_OK(kvc_seq_create(cache.get(), s));
   for (int32_t layer = 0; layer < kLayers; ++layer) {
@@ -235,6 +236,7 @@ std::vector<std::pair<const char*, Call>> calls(const Setup& setup) {
 void check_faults(kvc_context* ctx, const Setup& setup,
                   const std::function<bool(const std::string&)>& selected) {
   CAPTURE(setup.layout);
+  CAPTURE(setup.decode_every);
   const std::string policy = setup.policy ? setup.policy : "none";
   CAPTURE(policy);
   for (const auto& [name, call] : calls(setup)) {
@@ -294,6 +296,9 @@ const Setup kSetups[] = {
     {KVC_LAYOUT_CONTIGUOUS, "h2o", KVC_PREFILL_ONCE},
     {KVC_LAYOUT_PAGED, "snapkv", KVC_PREFILL_PER_CHUNK},
     {KVC_LAYOUT_CONTIGUOUS, "snapkv", KVC_PREFILL_PER_CHUNK},
+    // Every decode step compresses after its attention, which has added to the statistics.
+    {KVC_LAYOUT_PAGED, "h2o", KVC_PREFILL_PER_CHUNK, 1},
+    {KVC_LAYOUT_CONTIGUOUS, "h2o", KVC_PREFILL_PER_CHUNK, 1},
 };
 
 // The one-token appends that run a pending "once" compression first.
