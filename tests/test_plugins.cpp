@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -425,4 +426,37 @@ TEST_CASE("plugins: compressing a 4096-token, 8-layer cache makes O(1) backend c
     CHECK(after.compact - before.compact == 1);
     CHECK(kvt::seq_length(cache.get(), 1, kLayers - 1, kKvHeads - 1) == kTokens / 2);
   }
+}
+
+TEST_CASE("plugins: a folder named twice, spelt two ways, loads once and warns of nothing") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kvc-folder-twice-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(KVC_TEST_POLICY_PLUGIN, dir / "libkvc_twice.so", fs::copy_options::overwrite_existing);
+  const std::string yaml = "plugins:\n  paths: [\"" + dir.string() + "\", \"" + (dir / ".").string() +
+                           "\"]\n";
+  // The context loads its folders before a logger can be set: its default one writes to stderr.
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log != nullptr);
+  ::dup2(::fileno(log), 2);
+  kvc_context* raw = nullptr;
+  kvc_status* created = kvc_context_create(yaml.c_str(), &raw);
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  kvt::ContextPtr ctx(raw);
+  KVT_REQUIRE_OK(created);
+  std::string text;
+  std::rewind(log);
+  for (int c; (c = std::fgetc(log)) != EOF;) text.push_back(static_cast<char>(c));
+  std::fclose(log);
+  INFO(text);
+  CHECK(text.find("already loaded") == std::string::npos);
+  const std::vector<PluginEntry> list = list_plugins(ctx.get());
+  size_t copies = 0;
+  for (const PluginEntry& e : list) copies += e.name == "test_policy_a" ? 1 : 0;
+  CHECK(copies == 1);
+  fs::remove_all(dir);
 }

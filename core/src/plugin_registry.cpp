@@ -185,6 +185,15 @@ void PluginRegistry::load_library(const std::string& path) {
   libraries_.push_back(std::move(library));
 }
 
+bool PluginRegistry::already_loaded(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const LoadedPlugin& plugin : plugins_) {
+    boost::system::error_code ec;
+    if (boost::filesystem::equivalent(path, plugin.path, ec)) return true;
+  }
+  return false;
+}
+
 void PluginRegistry::load_folder(const std::string& folder) {
   namespace fs = boost::filesystem;
   boost::system::error_code ec;
@@ -198,6 +207,11 @@ void PluginRegistry::load_folder(const std::string& folder) {
   }
   std::sort(files.begin(), files.end());
   for (const std::string& file : files) {
+    // A folder named twice (the default one also in KVC_PLUGIN_PATH, spelt another way).
+    if (already_loaded(file)) {
+      logger_.log(KVC_LOG_DEBUG, "plugin " + quote(file) + " is loaded already");
+      continue;
+    }
     try {
       load_library(file);
     } catch (const Error& e) {

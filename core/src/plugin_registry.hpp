@@ -37,7 +37,8 @@ class PluginRegistry {
   // Loads every plugin of the library at `path`, or none: throws kvc::Error naming the file,
   // ALREADY_EXISTS when it names a plugin twice or one that is already registered.
   void load_library(const std::string& path);
-  // Loads every "*.so" in `folder`, skipping (with a warning) those that fail.
+  // Loads every "*.so" in `folder`, skipping (with a warning) those that fail, and (silently)
+  // the files whose plugins are loaded already.
   void load_folder(const std::string& folder);
 
   // NULL when absent. The pointer stays valid for the registry's lifetime.
@@ -48,6 +49,8 @@ class PluginRegistry {
   std::string names_of(kvc_plugin_kind kind) const;
 
  private:
+  // Whether a plugin was loaded from this very file (under any path).
+  bool already_loaded(const std::string& path) const;
   std::vector<LoadedPlugin> read_descriptors(const std::string& path,
                                              const kvc_plugin_descriptor* descriptors,
                                              size_t count) const;
