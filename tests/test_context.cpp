@@ -3,6 +3,7 @@
 // they were.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvcache/kvcache.h"
@@ -854,4 +856,78 @@ TEST_CASE("cache: data path errors change nothing") {
   kvc_batch_init(&next, 2, ids, ntok, pos2);
   KVT_CHECK_OK(kvc_append(c, 1, &next, &k16t, &v16t));
   CHECK(kvt::seq_length(c, 0, 1, 0) == 2);
+}
+
+namespace {
+
+struct LoggerSwap {
+  kvc_context* ctx;
+  int first = 0, second = 0;
+};
+
+void second_sink(void* user, kvc_log_level, const char*) { ++static_cast<LoggerSwap*>(user)->second; }
+
+// Replaces itself on its first message.
+void first_sink(void* user, kvc_log_level, const char*) {
+  auto* swap = static_cast<LoggerSwap*>(user);
+  if (swap->first++ == 0) kvc_context_set_logger(swap->ctx, second_sink, swap, KVC_LOG_DEBUG);
+}
+
+void make_and_drop_cache(kvc_context* ctx) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1;
+  p.kv_heads = 1;
+  p.q_heads = 1;
+  p.head_dim = 8;
+  p.dtype = KVC_DTYPE_F32;
+  kvt::CachePtr cache = kvt::make_cache(ctx, p);
+}
+
+}  // namespace
+
+// The callback ran with the logger's lock held, so this call never returned.
+TEST_CASE("context: a log callback may set the logger") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  LoggerSwap swap{ctx.get()};
+  kvc_context_set_logger(ctx.get(), first_sink, &swap, KVC_LOG_DEBUG);
+  make_and_drop_cache(ctx.get());  // logs the backend's kernels at debug level
+  make_and_drop_cache(ctx.get());
+  CHECK(swap.first == 1);
+  CHECK(swap.second >= 1);
+  kvc_context_set_logger(ctx.get(), nullptr, nullptr, KVC_LOG_WARN);
+}
+
+// Each sink's user_data is freed as soon as the logger moved on: under ASan a call into a
+// replaced callback after kvc_context_set_logger returned would read freed memory.
+TEST_CASE("context: after kvc_context_set_logger returns, the old callback is not running") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  struct Sink {
+    std::atomic<int> calls{0};
+  };
+  const kvc_log_fn count = [](void* user, kvc_log_level, const char*) {
+    static_cast<Sink*>(user)->calls++;
+  };
+  auto* current = new Sink;
+  kvc_context_set_logger(ctx.get(), count, current, KVC_LOG_DEBUG);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&] {
+      while (!stop) make_and_drop_cache(ctx.get());
+    });
+  }
+  int seen = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto* next = new Sink;
+    kvc_context_set_logger(ctx.get(), count, next, KVC_LOG_DEBUG);
+    seen += current->calls;
+    delete current;
+    current = next;
+  }
+  stop = true;
+  for (std::thread& w : workers) w.join();
+  kvc_context_set_logger(ctx.get(), nullptr, nullptr, KVC_LOG_WARN);
+  delete current;
+  CHECK(seen > 0);
 }
