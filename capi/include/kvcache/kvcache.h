@@ -113,7 +113,9 @@ KVC_API void kvc_context_destroy(kvc_context *context);
 /**
  * @brief Routes log messages at or above @p min_level to @p fn; NULL restores the default
  * (warnings and errors to stderr). @p user_data is passed back unchanged. A @p min_level that
- * is not a ::kvc_log_level leaves the logger as it was and logs a warning to it.
+ * is not a ::kvc_log_level leaves the logger as it was and logs a warning to it. Returns once no
+ * other thread is inside the previous callback, so its @p user_data may then be freed. A
+ * callback may call it (and log); the library holds no lock of its own while calling one.
  */
 KVC_API void kvc_context_set_logger(kvc_context *context, kvc_log_fn fn, void *user_data,
                                     kvc_log_level min_level);
