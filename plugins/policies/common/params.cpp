@@ -78,15 +78,12 @@ ParamReader::ParamReader(std::string policy, const kvc_policy_param* params, siz
       argument_error("parameter " + format_int(static_cast<int64_t>(i)) + " has no key");
     }
     std::string key = params[i].key;
-    if (has(key)) config_error(key, "given twice");
-    entries_.emplace_back(key, params[i].value ? params[i].value : "");
+    if (!index_.emplace(key, entries_.size()).second) config_error(key, "given twice");
+    entries_.emplace_back(std::move(key), params[i].value ? params[i].value : "");
   }
 }
 
-bool ParamReader::has(const std::string& key) const {
-  return std::any_of(entries_.begin(), entries_.end(),
-                     [&](const auto& entry) { return entry.first == key; });
-}
+bool ParamReader::has(const std::string& key) const { return index_.count(key) != 0; }
 
 void ParamReader::know(const std::string& key) {
   if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
@@ -98,10 +95,8 @@ void ParamReader::allow(std::initializer_list<const char*> keys) {
 
 const std::string* ParamReader::find(const std::string& key) {
   know(key);
-  for (const auto& entry : entries_) {
-    if (entry.first == key) return &entry.second;
-  }
-  return nullptr;
+  const auto found = index_.find(key);
+  return found == index_.end() ? nullptr : &entries_[found->second].second;
 }
 
 int64_t ParamReader::integer(const std::string& key, int64_t fallback, int64_t min, int64_t max,

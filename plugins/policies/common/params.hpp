@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvcache/kvcache_plugin.h"
@@ -57,6 +58,7 @@ class ParamReader {
 
   std::string policy_;
   std::vector<std::pair<std::string, std::string>> entries_;
+  std::unordered_map<std::string, size_t> index_;  // key -> its entry: linear in the params
   std::vector<std::string> known_;
   bool allow_unknown_ = false;
 };

@@ -948,6 +948,29 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   }
 }
 
+// Each key was looked for among all before it: 2e5 parameters took 71 s. The suite's timeout
+// catches that; a hash index takes them in about a tenth of a second.
+TEST_CASE("ParamReader takes a great many parameters and finds the one given twice") {
+  using kvc::policies::ParamReader;
+  using kvc::policies::PolicyError;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300000; ++i) keys.push_back("key" + std::to_string(i));
+  keys.push_back("key17");
+  std::vector<kvc_policy_param> params;
+  for (const std::string& key : keys) params.push_back({key.c_str(), "1"});
+  try {
+    ParamReader reader("demo", params.data(), params.size());
+    FAIL("a key given twice was accepted");
+  } catch (const PolicyError& e) {
+    CHECK(std::string(e.what()) == "policy.params.key17: given twice");
+  }
+  params.pop_back();
+  ParamReader reader("demo", params.data(), params.size());
+  CHECK(reader.integer("key299999", 0, 0, 10) == 1);
+  CHECK(reader.has("key123456"));
+  CHECK(!reader.has("key300000"));
+}
+
 TEST_CASE("long error messages are cut to the ABI's buffer") {
   std::string key(600, 'k');
   CreateResult r = try_create("window", {{key, "1"}});
