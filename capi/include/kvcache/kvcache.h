@@ -175,7 +175,14 @@ typedef struct kvc_key_value {
   const char *value; /**< its value as written in YAML, e.g. "32" or "max" */
 } kvc_key_value;
 
-/** @brief When a cache compresses a prompt automatically. */
+/**
+ * @brief When a cache compresses a prompt automatically.
+ *
+ * With KVC_PREFILL_ONCE, the store (kvc_append(), kvc_append_attend()) that brings a sequence's
+ * first decode token to a layer compresses that layer first. Until it returns, that call has
+ * the cache to itself (other calls wait) and holds a host copy of the layer's K/V of the
+ * sequences it stores (outside memory_limit), so that a failure anywhere in it puts them back.
+ */
 typedef enum kvc_prefill_compression {
   KVC_PREFILL_NONE = 0,      /**< never during prefill */
   KVC_PREFILL_PER_CHUNK = 1, /**< after the attention of every prompt chunk (Batch-Max) */
