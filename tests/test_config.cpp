@@ -49,7 +49,7 @@ TEST_CASE("config: empty text, comments only and an explicit null give the defau
     CAPTURE(yaml);
     const kvc::Config config = parse(yaml);
     const kvc::CacheConfig defaults = kvc::resolve_cache_config(kvc::CacheConfig{});
-    CHECK(config.threads == 0);
+    CHECK(!config.threads);
     CHECK(config.plugin_paths.empty());
     CHECK_FALSE(config.policy.has_value());
     CHECK(config.cache.layers == defaults.layers);

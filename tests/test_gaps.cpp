@@ -1,6 +1,7 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
-// (sanitised, bounded), the layer of kvc_compress, folders where a file is expected, plugin
-// names given twice, forwarded scorer parameters and enum values no enumerator has.
+// (sanitised, bounded), the layer of kvc_compress, folders where a file is expected, context
+// settings in a cache's YAML, plugin names given twice, forwarded scorer parameters and enum
+// values no enumerator has.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -236,6 +237,48 @@ TEST_CASE("gaps: a folder where a file is expected is refused, naming it") {
   }
   CHECK(kvt::get_stats(cache.get()).sequences == 1);
   std::filesystem::remove_all(folder);
+}
+
+TEST_CASE("gaps: a cache's YAML refuses context settings it cannot honour") {
+  const std::string cache_yaml = "cache:\n  head_dim: 4\n";
+  kvt::ContextPtr ctx = kvt::make_context("threads: 2\n");
+  kvc_cache* cache = nullptr;
+  SUBCASE("threads the context has") {
+    KVT_CHECK_OK(kvc_cache_create_from_yaml(ctx.get(), ("threads: 2\n" + cache_yaml).c_str(), &cache));
+    kvc_cache_destroy(cache);
+  }
+  SUBCASE("other threads") {
+    kvt::Status st{kvc_cache_create_from_yaml(ctx.get(), ("threads: 3\n" + cache_yaml).c_str(), &cache)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_CONFIG);
+    CHECK(kvt::contains(st.message(), "threads"));
+    CHECK(kvt::contains(st.message(), "kvc_context_create"));
+    CHECK(cache == nullptr);
+  }
+  SUBCASE("a plugin folder that does not exist") {
+    kvt::Status st{kvc_cache_create_from_yaml(
+        ctx.get(), ("plugins:\n  paths: [/nonexistent/kvc_gaps]\n" + cache_yaml).c_str(), &cache)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_NOT_FOUND);
+    CHECK(kvt::contains(st.message(), "plugins.paths: '/nonexistent/kvc_gaps' does not exist"));
+    CHECK(cache == nullptr);
+  }
+  SUBCASE("a plugin folder the context did not load") {
+    const std::string folder = std::filesystem::temp_directory_path().string();
+    kvt::Status st{kvc_cache_create_from_yaml(
+        ctx.get(), ("plugins:\n  paths: [" + folder + "]\n" + cache_yaml).c_str(), &cache)};
+    INFO(st.describe());
+    CHECK(st.code() == KVC_ERR_CONFIG);
+    CHECK(kvt::contains(st.message(), "plugins.paths: '" + folder + "'"));
+    CHECK(kvt::contains(st.message(), "kvc_context_create"));
+    CHECK(cache == nullptr);
+  }
+  SUBCASE("the plugin folders the context loaded") {
+    const std::string plugins = std::string("plugins:\n  paths: [") + KVC_TEST_PLUGIN_DIR + "]\n";
+    kvt::ContextPtr with_plugins = kvt::make_context(plugins.c_str());
+    KVT_CHECK_OK(kvc_cache_create_from_yaml(with_plugins.get(), (plugins + cache_yaml).c_str(), &cache));
+    kvc_cache_destroy(cache);
+  }
 }
 
 TEST_CASE("gaps: one library naming a plugin twice is refused whole") {

@@ -110,6 +110,7 @@ kvc_status* kvc_cache_create_from_yaml(kvc_context* context, const char* yaml_te
   return create_cache(context, [&] {
     if (!yaml_text) return CacheSetup{context->impl->config().cache, context->impl->config().policy};
     kvc::Config config = kvc::parse_config(yaml_text, "<cache yaml>");
+    context->impl->check_cache_config(config);
     return CacheSetup{config.cache, config.policy};
   }, out_cache);
 }

@@ -258,7 +258,7 @@ class ConfigReader {
       fail_value(document, "expected a mapping, got " + describe(document.value));
     }
     const std::vector<KeyReader> keys{
-        int_key("threads", config.threads, kNonNegative),
+        {"threads", [&](const Field& f) { config.threads = read_int(f, kNonNegative); }},
         {"plugins", [&](const Field& f) { config.plugin_paths = read_plugins(f); }},
         {"backend", [&](const Field& f) { config.cache.backend = read_name(f); }},
         {"cache",

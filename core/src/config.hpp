@@ -40,7 +40,7 @@ struct PolicyConfig {
 };
 
 struct Config {
-  int32_t threads = 0;  // 0: all cores
+  std::optional<int32_t> threads;  // absent or 0: all cores
   std::vector<std::string> plugin_paths;
   CacheConfig cache;
   std::optional<PolicyConfig> policy;

@@ -2,6 +2,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/filesystem.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -11,8 +12,12 @@
 namespace kvc {
 namespace {
 
-int arena_threads(int32_t configured) {
-  return configured > 0 ? configured : tbb::task_arena::automatic;
+int arena_threads(std::optional<int32_t> configured) {
+  return configured.value_or(0) > 0 ? *configured : tbb::task_arena::automatic;
+}
+
+Error no_such_plugin_path(const std::string& path) {
+  return Error(KVC_ERR_NOT_FOUND, "plugins.paths: " + quote(path) + " does not exist");
 }
 
 std::vector<std::string> split_path_list(const char* text) {
@@ -53,8 +58,29 @@ void Context::load_default_plugins() {
     } else if (boost::filesystem::exists(path, ec)) {
       plugins_->load_library(path);
     } else {
-      throw Error(KVC_ERR_NOT_FOUND, "plugins.paths: " + quote(path) + " does not exist");
+      throw no_such_plugin_path(path);
     }
+  }
+}
+
+void Context::check_cache_config(const Config& cache_config) const {
+  const int32_t threads = cache_config.threads.value_or(0);
+  if (cache_config.threads && threads != config_.threads.value_or(0)) {
+    const std::string ours =
+        config_.threads.value_or(0) > 0 ? std::to_string(*config_.threads) : "all cores";
+    throw Error(KVC_ERR_CONFIG, "threads: " + std::to_string(threads) +
+                                    " differs from the context's (" + ours +
+                                    "); a cache runs on its context's threads, set by "
+                                    "kvc_context_create");
+  }
+  const std::vector<std::string>& ours = config_.plugin_paths;
+  for (const std::string& path : cache_config.plugin_paths) {
+    if (std::find(ours.begin(), ours.end(), path) != ours.end()) continue;
+    boost::system::error_code ec;
+    if (!boost::filesystem::exists(path, ec)) throw no_such_plugin_path(path);
+    throw Error(KVC_ERR_CONFIG, "plugins.paths: " + quote(path) +
+                                    " is not one of the context's; plugins are loaded by "
+                                    "kvc_context_create or kvc_context_load_plugin");
   }
 }
 

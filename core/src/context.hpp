@@ -19,6 +19,10 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const Config& config() const { return config_; }
+  // A cache's configuration may repeat this context's `threads` and `plugins.paths` (one file
+  // for both) but not change them, which only kvc_context_create can: throws KVC_ERR_CONFIG
+  // naming the key, or NOT_FOUND for a plugin path that does not exist.
+  void check_cache_config(const Config& cache_config) const;
   Logger& logger() { return logger_; }
   const HostServices& host() const { return *host_; }
   PluginRegistry& plugins() { return *plugins_; }
