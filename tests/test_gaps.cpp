@@ -1,7 +1,7 @@
 // The reliability issue's smaller gaps, each checked at its boundary: user text in messages
-// (sanitised, bounded), the layer of kvc_compress, folders where a file is expected, context
-// settings in a cache's YAML, plugin names given twice, forwarded scorer parameters and enum
-// values no enumerator has.
+// (sanitised, bounded), position order on append, the layer of kvc_compress, folders where a
+// file is expected, context settings in a cache's YAML, plugin names given twice, forwarded
+// scorer parameters and enum values no enumerator has.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -145,6 +145,16 @@ kvc_cache_params small_params() {
   return p;
 }
 
+std::vector<int32_t> viewed_positions(const kvc_cache* cache, int32_t seq) {
+  size_t count = 0;
+  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, 0, nullptr, 0, &count));
+  std::vector<kvc_segment_view> views(count);
+  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, 0, views.data(), views.size(), &count));
+  std::vector<int32_t> positions;
+  for (const kvc_segment_view& v : views) positions.insert(positions.end(), v.pos, v.pos + v.count);
+  return positions;
+}
+
 struct Captured {
   std::vector<std::pair<kvc_log_level, std::string>> messages;
   bool has(const std::string& text) const {
@@ -166,6 +176,59 @@ void set_raw(E* field, int value) {
 }
 
 }  // namespace
+
+TEST_CASE("gaps: positions increase strictly within a sequence, across appends too") {
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    CAPTURE(layout);
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache_params p = small_params();
+    p.layout = layout;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 1));
+    REQUIRE(append(cache.get(), 0, {0, 1, 5}).ok());
+    const kvc_cache_stats before = kvt::get_stats(cache.get());
+
+    struct Case {
+      std::vector<int32_t> positions;
+      const char* says;
+    };
+    for (const Case& c : {Case{{3}, "batch.positions[0] = 3"}, Case{{5}, "batch.positions[0] = 5"},
+                          Case{{6, 8, 7}, "batch.positions[2] = 7"},
+                          Case{{6, 6}, "batch.positions[1] = 6"}}) {
+      kvt::Status st = append(cache.get(), 0, c.positions);
+      INFO(st.describe());
+      CHECK(st.code() == KVC_ERR_INVALID_ARGUMENT);
+      CHECK(kvt::contains(st.message(), c.says));
+      CHECK(kvt::contains(st.message(), "sequence 0"));
+      CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+      CHECK(viewed_positions(cache.get(), 0) == std::vector<int32_t>{0, 1, 5});
+    }
+    {
+      kvt::Status st = append(cache.get(), 0, {4});
+      CHECK(kvt::contains(st.message(), "does not follow position 5, the newest stored on layer 0"));
+    }
+    // append_attend checks before it stores or attends.
+    {
+      const int32_t seq = 0, n = 1, pos = 2;
+      std::vector<float> kv(4, 0.5f), q(4, 0.5f), out(4, -1.0f);
+      kvc_batch batch;
+      kvc_batch_init(&batch, 1, &seq, &n, &pos);
+      const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+      const kvc_tensor tq = kvt::tensor(q.data(), KVC_DTYPE_F32);
+      kvc_tensor_mut to = kvt::tensor_mut(out.data());
+      KVT_CHECK_ERR(kvc_append_attend(cache.get(), 0, &batch, &tq, &t, &t, nullptr, &to),
+                    KVC_ERR_INVALID_ARGUMENT);
+      CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+    }
+    // Other sequences and layers have their own order; truncation makes room again.
+    CHECK(append(cache.get(), 1, {0, 1}).ok());
+    CHECK(append(cache.get(), 0, {0}, 1).ok());
+    KVT_CHECK_OK(kvc_seq_truncate(cache.get(), 0, 1));
+    CHECK(append(cache.get(), 0, {1, 2}).ok());
+    CHECK(viewed_positions(cache.get(), 0) == std::vector<int32_t>{0, 1, 2});
+  }
+}
 
 TEST_CASE("gaps: kvc_compress takes -1 for all layers and no other negative layer") {
   kvt::ContextPtr ctx = kvt::make_context();

@@ -324,6 +324,7 @@ void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
   const StoreLock lock = lock_for_store(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
+  check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
   OnceCompression once = compress_before_append(layer, batch, resolved);
   try {
@@ -449,6 +450,7 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
                           const kvc_attention_params& params, const kvc_tensor_mut& out) {
   const StoreLock lock = lock_for_store(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
+  check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
   check_attention_inputs(q, params, out, resolved.total_tokens);
   OnceCompression once = compress_before_append(layer, batch, resolved);

@@ -81,6 +81,9 @@ class Cache {
   };
 
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
+  // Refuses a store whose positions do not increase strictly within each sequence, from
+  // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
+  void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
   // Checks a batch's tensors of `tokens` rows.
   void check_input(const kvc_tensor& t, int32_t heads, int32_t tokens, const char* what) const;
   void check_extent(const char* what, size_t row_stride, size_t row, size_t element,

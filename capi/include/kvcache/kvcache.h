@@ -418,7 +418,11 @@ KVC_API void kvc_attention_params_init(kvc_attention_params *params);
 /**
  * @brief Stores the new tokens' K and V (`[total, kv_heads, head_dim]`) of layer @p layer.
  * All-or-nothing: if storing every token would pass the memory limit the call returns
- * OUT_OF_MEMORY and nothing is stored.
+ * OUT_OF_MEMORY and nothing is stored. A sequence's positions must increase strictly within
+ * the batch and beyond the newest position stored on that layer and KV head (after
+ * kvc_seq_truncate() or kvc_seq_remove_range(), beyond what is left), so that storage order
+ * stays position order (kvc_seq_view()); otherwise INVALID_ARGUMENT names the offending
+ * `positions` index and values, and nothing is stored.
  */
 KVC_API kvc_status *kvc_append(kvc_cache *cache, int32_t layer, const kvc_batch *batch,
                                const kvc_tensor *k, const kvc_tensor *v);
