@@ -14,6 +14,8 @@ const kvc_plugin_descriptor kDescriptors[] = {
 
 }  // namespace
 
+const char* kvc::plugin::plugin_label() { return "cpu backend"; }
+
 extern "C" KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(const kvc_host_api* /*host*/,
                                                       const kvc_plugin_descriptor** out_descriptors,
                                                       size_t* out_count, kvc_plugin_error* error) {
