@@ -1367,8 +1367,7 @@ TEST_CASE("misuse: the caller's text is quoted readably and briefly") {
   CHECK(cache == kCacheSentinel);
 }
 
-TEST_CASE("misuse: known gaps (fixed by gaps): positions increase within a sequence" *
-          doctest::may_fail()) {
+TEST_CASE("misuse: positions increase within a sequence") {
   Fixture f;
   kvc_cache* c = f.cache;
   // Across appends, and within one batch.
@@ -1384,9 +1383,7 @@ TEST_CASE("misuse: known gaps (fixed by gaps): positions increase within a seque
   KVT_REFUSED(KVT_ON(c), kvc_append(c, 0, &b, &kt, &vt), KVC_ERR_INVALID_ARGUMENT, "sequence 0");
 }
 
-TEST_CASE(
-    "misuse: known gaps (fixed by gaps): a cache's YAML cannot set what only the context has" *
-    doctest::may_fail()) {
+TEST_CASE("misuse: a cache's YAML cannot set what only the context has") {
   Fixture f;
   kvc_cache* cache = kCacheSentinel;
   KVT_REFUSED(KVT_NONE, kvc_cache_create_from_yaml(f.ctx.get(), "threads: 3\n", &cache),
