@@ -301,8 +301,9 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
 }
 
 bool Cache::once_due(int32_t layer, const kvc_batch& batch) const {
-  if (!policy_ || layer < 0 || layer >= config_.layers || batch.n_seqs < 1 || !batch.seq_ids ||
-      !batch.n_tokens) {
+  // A cache without the "once" mode looks up no sequence here.
+  if (!policy_ || policy_->config().prefill != PrefillCompression::once || layer < 0 ||
+      layer >= config_.layers || batch.n_seqs < 1 || !batch.seq_ids || !batch.n_tokens) {
     return false;
   }
   for (int32_t i = 0; i < batch.n_seqs; ++i) {
