@@ -130,12 +130,16 @@ KVC_API void kvc_context_set_logger(kvc_context *context, kvc_log_fn fn, void *u
 KVC_API kvc_status *kvc_context_load_plugin(kvc_context *context, const char *path);
 
 /** @brief Kinds of plugin. */
-typedef enum kvc_plugin_kind { KVC_PLUGIN_POLICY = 1, KVC_PLUGIN_BACKEND = 2 } kvc_plugin_kind;
+typedef enum kvc_plugin_kind {
+  KVC_PLUGIN_POLICY = 1,
+  KVC_PLUGIN_BACKEND = 2,
+  KVC_PLUGIN_STORE = 3 /**< offload and sharing tiers (plugin ABI 1.2): host, disk, redis */
+} kvc_plugin_kind;
 
 /** @brief Describes a loaded plugin; strings are owned by the context. */
 typedef struct kvc_plugin_info {
   uint32_t struct_size; /**< set by the caller to sizeof(kvc_plugin_info) */
-  kvc_plugin_kind kind; /**< policy or backend */
+  kvc_plugin_kind kind; /**< policy, backend or store */
   const char *name;    /**< the name used in YAML, such as "cpu" or "snapkv" */
   uint32_t version;    /**< the plugin's own version */
   const char *path;    /**< the shared library it came from */
@@ -517,6 +521,91 @@ KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t l
 KVC_API kvc_status *kvc_cache_estimate_peak_bytes(const kvc_cache *cache, int32_t prompt_tokens,
                                                   int32_t chunk_tokens, int32_t new_tokens,
                                                   size_t *out_bytes);
+
+/* ----------------------------------------------------------------- stores */
+
+/*
+ * A store keeps byte values under string keys outside the cache: in this process (`host`), in
+ * a folder (`disk`) or in Redis / Valkey, one node or a cluster (`redis`). Stores are plugins
+ * (kind KVC_PLUGIN_STORE), configured in the context's YAML `stores:` section, where each
+ * entry's key is the name the calls below take (docs/stores.md):
+ *
+ *     stores:
+ *       shared: { plugin: redis, params: { host: 127.0.0.1, port: 6379 } }
+ *
+ * A store is created with its context and lives as long as it; a store that cannot reach its
+ * server is still created and connects (again) on each call that needs it. Store calls are
+ * thread-safe; they wait for the store (up to its timeout) and do not hold the cache's other
+ * sequences meanwhile, except where stated.
+ *
+ * Store errors keep their code and name the store: NOT_FOUND (no value under the key, or no
+ * store of that name), IO (unreachable, a timeout, a server error, a value that fails its
+ * checksum or is incomplete), OUT_OF_MEMORY (the store is full), CONFIG (refused credentials).
+ */
+
+/**
+ * @brief Writes the sequence's export image (kvc_seq_export()) to @p store under @p key,
+ * replacing any value there, then removes the sequence, freeing its memory. The sequence is
+ * removed only once the store has confirmed the write: on any error it is left as it was.
+ * Needs the same exclusive access as kvc_seq_remove() for the removal only.
+ */
+KVC_API kvc_status *kvc_seq_offload(kvc_cache *cache, int32_t seq_id, const char *store,
+                                    const char *key);
+/**
+ * @brief Creates sequence @p seq_id from the value under @p key in @p store, as
+ * kvc_seq_import() does (same checks; ALREADY_EXISTS when the id is in use; nothing created on
+ * error). The value stays in the store (kvc_store_drop() removes it).
+ */
+KVC_API kvc_status *kvc_seq_restore(kvc_cache *cache, int32_t seq_id, const char *store,
+                                    const char *key);
+/** @brief Deletes the value under @p key in @p store; NOT_FOUND when there is none. */
+KVC_API kvc_status *kvc_store_drop(kvc_context *context, const char *store, const char *key);
+
+/**
+ * @brief A prompt prefix for sharing its K/V through a store. Fill with kvc_prefix_init().
+ *
+ * The K/V is stored in chunks of chunk_tokens tokens; chunk c (tokens [c*chunk_tokens,
+ * (c+1)*chunk_tokens)) is keyed by a SHA-256 of the model fingerprint, the cache's shape,
+ * dtype and tracked statistics, chunk_tokens and every token id up to the chunk's end
+ * (docs/stores.md gives the exact key), so that any cache of the same shape, in any process,
+ * finds the chunks of the longest prefix it shares with the saver.
+ */
+typedef struct kvc_prefix {
+  uint32_t struct_size;      /**< sizeof(kvc_prefix), set by kvc_prefix_init() */
+  /** Identifies the weights (e.g. a hash of the model file), UTF-8, not empty: K/V of one
+   * model must never be restored into another. */
+  const char *model;
+  const int32_t *token_ids;  /**< [n_tokens] the prefix's token ids, position 0 first */
+  int32_t n_tokens;          /**< >= 0; only whole chunks are saved or restored */
+  int32_t chunk_tokens;      /**< tokens per chunk, 1..65536; default 256 */
+} kvc_prefix;
+
+/** @brief Fills @p prefix with the given fields and the default chunk size; sets struct_size. */
+KVC_API void kvc_prefix_init(kvc_prefix *prefix, const char *model, const int32_t *token_ids,
+                             int32_t n_tokens);
+
+/**
+ * @brief Saves the K/V of the whole chunks of @p prefix that sequence @p seq_id holds (its
+ * first floor(n_tokens / chunk_tokens) chunks) to @p store, skipping chunks already there,
+ * and stores the tokens those chunks cover in @p out_tokens_saved. Every (layer, KV head) must
+ * hold positions 0, 1, ... up to the last saved token, as an uncompressed head does: a head
+ * that lost one of them to compression (or never had it) is refused with UNSUPPORTED naming
+ * it, before anything is written. Per-token statistics are saved as they are now: save right
+ * after the prefix's prefill for a restore to match a fresh prefill exactly. A failed put
+ * leaves the chunks written before it in the store (each is whole and valid).
+ */
+KVC_API kvc_status *kvc_prefix_save(kvc_cache *cache, int32_t seq_id, const char *store,
+                                    const kvc_prefix *prefix, int32_t *out_tokens_saved);
+/**
+ * @brief Creates sequence @p seq_id (ALREADY_EXISTS when it exists) holding the longest run of
+ * chunks of @p prefix found in @p store, from chunk 0 on, and stores the tokens restored
+ * (a multiple of chunk_tokens, possibly 0: the sequence is then empty) in
+ * @p out_tokens_restored. The engine then prefills tokens from there. A missing chunk ends the
+ * run; any other store error, or a chunk that is corrupt or does not hold exactly its tokens,
+ * fails the call with nothing created. The memory limit applies all or nothing.
+ */
+KVC_API kvc_status *kvc_prefix_load(kvc_cache *cache, int32_t seq_id, const char *store,
+                                    const kvc_prefix *prefix, int32_t *out_tokens_restored);
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,9 @@
  * Versions: 1.0 is the first frozen ABI (a copy is kept under tests/plugin_abi/1.0 and a test
  * plugin built against it loads on every later 1.x host). 1.1 appended
  * kvc_backend_vtable::read_tokens (batched reads of positions and statistics; optional) and
- * kvc_score_job::sink_end / kvc_score_job::recent_begin (the range the host protects).
+ * kvc_score_job::sink_end / kvc_score_job::recent_begin (the range the host protects). 1.2
+ * added the store kind (KVC_PLUGIN_STORE, ::kvc_store_vtable); a host refuses a store
+ * descriptor from a plugin built against an older minor.
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -53,7 +55,7 @@
  *
  * Threading: the host may call the functions of one backend instance from several threads
  * at once, on disjoint memory; policy functions may be called concurrently for different
- * sequences.
+ * sequences; store functions may be called concurrently with any keys.
  */
 #ifndef KVCACHE_KVCACHE_PLUGIN_H
 #define KVCACHE_KVCACHE_PLUGIN_H
@@ -70,7 +72,7 @@ extern "C" {
 /** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
 /** @brief Plugin ABI minor: grows when fields are appended to structs. */
-#define KVC_PLUGIN_ABI_MINOR 1
+#define KVC_PLUGIN_ABI_MINOR 2
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Marks a plugin's entry point as exported from its shared library. */
@@ -127,7 +129,8 @@ typedef struct kvc_plugin_descriptor {
   kvc_plugin_kind kind;  /**< which vtable type `vtable` points to */
   const char *name;      /**< unique per kind, used in YAML */
   uint32_t version;      /**< the plugin's own version */
-  const void *vtable;    /**< a ::kvc_backend_vtable or a ::kvc_policy_vtable, by kind */
+  const void *vtable;    /**< a ::kvc_backend_vtable, ::kvc_policy_vtable or (1.2)
+                              ::kvc_store_vtable, by kind */
 } kvc_plugin_descriptor;
 
 /**
@@ -428,6 +431,48 @@ typedef struct kvc_policy_vtable {
   int32_t (*budgets)(void *instance, const kvc_budget_request *request, int32_t *budgets,
                      kvc_plugin_error *error);
 } kvc_policy_vtable;
+
+/* ----------------------------------------------------------------- stores */
+/** @brief A store parameter from YAML (`stores.<name>.params`), as written. */
+typedef kvc_key_value kvc_store_param;
+/**
+ * @brief Called by kvc_store_vtable::get once it knows a value's size: returns @p size bytes
+ * of host memory for the value (valid until get returns), or NULL when they cannot be had;
+ * get then fails with KVC_ERR_OUT_OF_MEMORY. Called at most once per get.
+ */
+typedef void *(*kvc_store_reserve_fn)(void *user_data, size_t size);
+/**
+ * @brief (1.2) A store of byte values under string keys: an offload or sharing tier. Keys
+ * are NUL-terminated UTF-8 of at most 1024 bytes; values are opaque bytes, returned exactly as
+ * written. Every function may be called from several threads at once. Functions returning
+ * int32_t return a ::kvc_status_code, with a message in the ::kvc_plugin_error:
+ * KVC_ERR_NOT_FOUND for a key without a value; KVC_ERR_IO when the store cannot be reached,
+ * times out, reports an error, or holds a value that fails its checksum or is incomplete;
+ * KVC_ERR_OUT_OF_MEMORY when the store is full; KVC_ERR_CONFIG for bad parameters or refused
+ * credentials. Every entry is required.
+ */
+typedef struct kvc_store_vtable {
+  uint32_t struct_size;  /**< sizeof(kvc_store_vtable) the plugin was built with */
+  /** Parses parameters (unknown keys and bad values are KVC_ERR_CONFIG naming the key) and
+   * creates an instance. Should not fail because a server is unreachable now: connect on use. */
+  int32_t (*create)(const kvc_host_api *host, const kvc_store_param *params, size_t n_params,
+                    void **out_instance, kvc_plugin_error *error);
+  /** Destroys an instance (the values stay where the store keeps them). */
+  void (*destroy)(void *instance);
+  /** Stores @p size bytes at @p data under @p key, replacing any value; returns KVC_OK only
+   * once the value is whole in the store. A failed put leaves either the old value or none,
+   * never a part of the new one that get would return. */
+  int32_t (*put)(void *instance, const char *key, const void *data, size_t size,
+                 kvc_plugin_error *error);
+  /** Reads the value under @p key into memory from @p reserve (see ::kvc_store_reserve_fn). */
+  int32_t (*get)(void *instance, const char *key, kvc_store_reserve_fn reserve,
+                 void *reserve_data, kvc_plugin_error *error);
+  /** Sets @p *out_exists to 1 when a value is under @p key, else 0. */
+  int32_t (*exists)(void *instance, const char *key, int32_t *out_exists,
+                    kvc_plugin_error *error);
+  /** Deletes the value under @p key; KVC_ERR_NOT_FOUND when there is none. */
+  int32_t (*remove)(void *instance, const char *key, kvc_plugin_error *error);
+} kvc_store_vtable;
 
 #ifdef __cplusplus
 }
