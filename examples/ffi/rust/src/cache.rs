@@ -88,6 +88,10 @@ impl<'ctx> Cache<'ctx> {
         Ok(Cache { handle: Handle { raw, shape, host }, _context: PhantomData })
     }
 
+    pub(crate) fn raw(&self) -> *mut sys::kvc_cache {
+        self.handle.raw.as_ptr()
+    }
+
     pub fn shape(&self) -> Shape {
         self.handle.shape
     }

@@ -24,6 +24,8 @@ unsafe impl Sync for Context {}
 pub enum PluginKind {
     Policy,
     Backend,
+    /// An offload and sharing tier: `host`, `disk`, `redis` (plugin ABI 1.2).
+    Store,
     /// A kind this crate does not know yet.
     Other(i32),
 }
@@ -86,6 +88,7 @@ impl Context {
                 kind: match info.kind {
                     sys::KVC_PLUGIN_POLICY => PluginKind::Policy,
                     sys::KVC_PLUGIN_BACKEND => PluginKind::Backend,
+                    sys::KVC_PLUGIN_STORE => PluginKind::Store,
                     other => PluginKind::Other(other),
                 },
                 name: owned(info.name),

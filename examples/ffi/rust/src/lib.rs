@@ -43,6 +43,7 @@ mod policy;
 mod seq_ops;
 mod shard;
 mod stats;
+mod stores;
 mod strings;
 
 pub use cache::{Cache, Shape};
@@ -54,6 +55,7 @@ pub use policy::{PolicyInfo, StatKind};
 pub use seq_ops::Sequences;
 pub use shard::Shard;
 pub use stats::Stats;
+pub use stores::Prefix;
 
 /// The library's version, "MAJOR.MINOR.PATCH".
 pub fn version() -> &'static str {

@@ -7,7 +7,8 @@ use std::ptr;
 use crate::data::{check_len, input, output, Attention, Batch, Heads};
 use crate::error::{check, Code, Error, Result};
 use crate::policy::StatKind;
-use crate::strings::c_path;
+use crate::stores::Prefix;
+use crate::strings::{c_path, c_string};
 use crate::sys;
 
 pub(crate) mod sealed {
@@ -188,6 +189,22 @@ pub trait Sequences: sealed::Access {
         let path = c_path(path)?;
         // SAFETY: the handle may name the sequence; a valid C string.
         check(unsafe { sys::kvc_seq_export_file(h.raw.as_ptr(), seq_id, path.as_ptr()) })
+    }
+
+    /// Saves the K/V of the whole chunks of `prefix` that the sequence holds to `store`,
+    /// skipping chunks already there, and returns the tokens those chunks cover. Every (layer,
+    /// KV head) must hold positions 0, 1, ... up to the last saved token (`Unsupported`
+    /// otherwise, before anything is written): save right after the prefix's prefill.
+    fn save_prefix(&self, seq_id: i32, store: &str, prefix: &Prefix) -> Result<i32> {
+        let h = self.handle(&[seq_id])?;
+        let store = c_string("store", store)?;
+        prefix.with_raw(|raw| {
+            let mut saved = 0;
+            // SAFETY: the handle may name the sequence; the struct's pointers and the C string
+            // outlive the call.
+            check(unsafe { sys::kvc_prefix_save(h.raw.as_ptr(), seq_id, store.as_ptr(), raw, &mut saved) })?;
+            Ok(saved)
+        })
     }
 
     /// Tokens stored for (sequence, layer, KV head).

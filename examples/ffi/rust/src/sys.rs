@@ -47,6 +47,7 @@ pub type kvc_log_fn =
 pub type kvc_plugin_kind = c_int;
 pub const KVC_PLUGIN_POLICY: kvc_plugin_kind = 1;
 pub const KVC_PLUGIN_BACKEND: kvc_plugin_kind = 2;
+pub const KVC_PLUGIN_STORE: kvc_plugin_kind = 3;
 
 #[repr(C)]
 pub struct kvc_plugin_info {
@@ -180,6 +181,15 @@ pub type kvc_stat_kind = c_int;
 pub const KVC_STAT_KIND_ATTN_SUM: kvc_stat_kind = 1;
 pub const KVC_STAT_KIND_ATTN_LAST: kvc_stat_kind = 2;
 pub const KVC_STAT_KIND_ATTN_WINDOW: kvc_stat_kind = 4;
+
+#[repr(C)]
+pub struct kvc_prefix {
+    pub struct_size: u32,
+    pub model: *const c_char,
+    pub token_ids: *const i32,
+    pub n_tokens: i32,
+    pub chunk_tokens: i32,
+}
 
 extern "C" {
     pub fn kvc_version() -> u32;
@@ -331,5 +341,43 @@ extern "C" {
         chunk_tokens: i32,
         new_tokens: i32,
         out_bytes: *mut usize,
+    ) -> *mut kvc_status;
+
+    pub fn kvc_seq_offload(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        store: *const c_char,
+        key: *const c_char,
+    ) -> *mut kvc_status;
+    pub fn kvc_seq_restore(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        store: *const c_char,
+        key: *const c_char,
+    ) -> *mut kvc_status;
+    pub fn kvc_store_drop(
+        context: *mut kvc_context,
+        store: *const c_char,
+        key: *const c_char,
+    ) -> *mut kvc_status;
+    pub fn kvc_prefix_init(
+        prefix: *mut kvc_prefix,
+        model: *const c_char,
+        token_ids: *const i32,
+        n_tokens: i32,
+    );
+    pub fn kvc_prefix_save(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        store: *const c_char,
+        prefix: *const kvc_prefix,
+        out_tokens_saved: *mut i32,
+    ) -> *mut kvc_status;
+    pub fn kvc_prefix_load(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        store: *const c_char,
+        prefix: *const kvc_prefix,
+        out_tokens_restored: *mut i32,
     ) -> *mut kvc_status;
 }

@@ -37,6 +37,10 @@ fn struct_sizes_match_the_library() {
         sys::kvc_batch_init(batch.as_mut_ptr(), 0, std::ptr::null(), std::ptr::null(), std::ptr::null())
     };
     assert_eq!(unsafe { batch.assume_init() }.struct_size as usize, size_of::<sys::kvc_batch>());
+    let mut prefix = MaybeUninit::<sys::kvc_prefix>::zeroed();
+    // SAFETY: kvc_prefix_init only stores the pointers.
+    unsafe { sys::kvc_prefix_init(prefix.as_mut_ptr(), std::ptr::null(), std::ptr::null(), 0) };
+    assert_eq!(unsafe { prefix.assume_init() }.struct_size as usize, size_of::<sys::kvc_prefix>());
 }
 
 #[test]
