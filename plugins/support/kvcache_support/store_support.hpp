@@ -74,6 +74,13 @@ inline std::string printable(std::string_view text, size_t max_bytes = 80) {
 // 'text', printable and bounded.
 inline std::string quoted(std::string_view text) { return "'" + printable(text) + "'"; }
 
+// A number in a message (std::to_string would export a GNU-unique symbol, see fail()).
+inline std::string decimal(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%" PRIu64, value);
+  return text;
+}
+
 // The checksum stores keep beside a value to detect one that changed or is incomplete.
 inline uint64_t value_checksum(const void* data, size_t size) noexcept {
   return XXH3_64bits(data, size);
