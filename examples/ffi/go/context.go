@@ -89,13 +89,14 @@ func (ctx *Context) LoadPlugin(path string) error {
 	return statusError("kvc_context_load_plugin", C.kvc_context_load_plugin(ctx.c, m.str(path)))
 }
 
-// PluginKind tells policies from backends.
+// PluginKind tells policies, backends and stores apart.
 type PluginKind int32
 
 // The kinds of plugin.
 const (
 	PluginPolicy  PluginKind = C.KVC_PLUGIN_POLICY
 	PluginBackend PluginKind = C.KVC_PLUGIN_BACKEND
+	PluginStore   PluginKind = C.KVC_PLUGIN_STORE // offload and sharing tiers: host, disk, redis
 )
 
 // PluginInfo describes a loaded plugin.
