@@ -67,6 +67,14 @@ namespace Kvcache
             }
         }
 
+        /// <summary>Deletes the value under <paramref name="key"/> in <paramref name="store"/> (a name from the YAML's `stores:`); NotFound when there is none.</summary>
+        public void StoreDrop(string store, string key)
+        {
+            if (store == null) throw new ArgumentNullException(nameof(store));
+            if (key == null) throw new ArgumentNullException(nameof(key));
+            KvcacheException.Check(NativeMethods.kvc_store_drop(handle, store, key));
+        }
+
         /// <summary>A cache of the given shape and storage.</summary>
         public Cache CreateCache(CacheParams parameters)
         {

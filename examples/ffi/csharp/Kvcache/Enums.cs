@@ -19,8 +19,8 @@ namespace Kvcache
     /// <summary>kvc_log_level.</summary>
     public enum LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, Off = 4 }
 
-    /// <summary>kvc_plugin_kind.</summary>
-    public enum PluginKind { Policy = 1, Backend = 2 }
+    /// <summary>kvc_plugin_kind; Store: offload and sharing tiers (host, disk, redis).</summary>
+    public enum PluginKind { Policy = 1, Backend = 2, Store = 3 }
 
     /// <summary>kvc_dtype: element types of stored and passed tensors.</summary>
     public enum DType { F32 = 0, F16 = 1, BF16 = 2 }

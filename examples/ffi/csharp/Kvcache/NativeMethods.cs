@@ -112,6 +112,23 @@ namespace Kvcache
         internal static extern StatusHandle kvc_cache_estimate_peak_bytes(CacheHandle cache, int promptTokens, int chunkTokens,
                                                                           int newTokens, out UIntPtr bytes);
 
+        // stores
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_offload(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
+                                                            [MarshalAs(Utf8)] string key);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_seq_restore(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
+                                                            [MarshalAs(Utf8)] string key);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_store_drop(ContextHandle context, [MarshalAs(Utf8)] string store,
+                                                           [MarshalAs(Utf8)] string key);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_prefix_save(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
+                                                            ref NativePrefix prefix, out int tokensSaved);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_prefix_load(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
+                                                            ref NativePrefix prefix, out int tokensRestored);
+
         // The *_init functions write the library's sizeof, which may exceed these mirrors under a
         // newer library, so the binding fills its structs itself; the tests call them into
         // padded buffers to check the mirrors' sizes and defaults.
@@ -121,6 +138,8 @@ namespace Kvcache
         [DllImport(Lib)] internal static extern void kvc_attention_params_init(IntPtr buffer);
         [DllImport(Lib)]
         internal static extern void kvc_batch_init(IntPtr buffer, int nSeqs, IntPtr seqIds, IntPtr nTokens, IntPtr positions);
+        [DllImport(Lib)]
+        internal static extern void kvc_prefix_init(IntPtr buffer, IntPtr model, IntPtr tokenIds, int nTokens);
 
         /// <summary>A NUL-terminated UTF-8 string the library owns, copied.</summary>
         internal static string String(IntPtr utf8)

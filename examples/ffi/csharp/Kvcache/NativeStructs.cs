@@ -80,6 +80,16 @@ namespace Kvcache
     }
 
     [StructLayout(LayoutKind.Sequential)]
+    struct NativePrefix
+    {
+        public uint StructSize;
+        public IntPtr Model;
+        public IntPtr TokenIds;
+        public int NTokens;
+        public int ChunkTokens;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
     struct NativeBatch
     {
         public uint StructSize;

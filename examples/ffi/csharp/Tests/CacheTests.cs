@@ -70,6 +70,9 @@ namespace Kvcache.Tests
             Assert.Equal(SizeOf<AttentionParams>(), StructSize(b => NativeMethods.kvc_attention_params_init(b)), "sizeof(kvc_attention_params)");
             Assert.Equal(SizeOf<NativeBatch>(), StructSize(b => NativeMethods.kvc_batch_init(b, 0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero)),
                          "sizeof(kvc_batch)");
+            NativePrefix prefix = FromInit<NativePrefix>(b => NativeMethods.kvc_prefix_init(b, IntPtr.Zero, IntPtr.Zero, 0));
+            Assert.Equal(SizeOf<NativePrefix>(), prefix.StructSize, "sizeof(kvc_prefix)");
+            Assert.Equal(prefix.ChunkTokens, new Prefix("model", new int[0]).ChunkTokens, "chunk_tokens");
         }
 
         static uint SizeOf<T>()
