@@ -103,6 +103,30 @@ void kvl_cli_print_cache_stats(FILE *out, const kvc_cache *cache);
 /* Reads the cache's stats into *stats; returns 0, or -1 (the status is dropped). */
 int kvl_cli_read_stats(const kvc_cache *cache, kvc_cache_stats *stats);
 
+/* ------------------------------------------------------------------ prefix store */
+
+/** generate --prefix-store: the store (a name from the context's `stores:` section), the
+ * chunk size and the model fingerprint that key the prompt prefix's K/V (prefix_store.c). */
+typedef struct kvl_cli_prefix_store {
+  const char *name;
+  int32_t chunk_tokens;
+  char model_fingerprint[160];
+} kvl_cli_prefix_store;
+
+/** The model file's fingerprint: its size and an XXH3-128 of its first and last MiB (the
+ * header included), as text. Returns 0, or -1 after printing an error. */
+int kvl_cli_model_fingerprint(const char *path, char *out, size_t out_size);
+/** Creates sequence `seq` holding the longest prefix of tokens[0, n_tokens - 1) whose chunks
+ * the store has (kvc_prefix_load; the last token is left to prefill, for its logits) and sets
+ * *out_restored to its length. Returns 0, or -1 after printing the error. */
+int kvl_cli_prefix_load(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_store *store,
+                        const int32_t *tokens, int32_t n_tokens, int32_t *out_restored);
+/** Saves the whole chunks of tokens[0, n_tokens) that sequence `seq` holds (kvc_prefix_save,
+ * skipping chunks the store has) and sets *out_saved to the tokens they cover. Returns 0, or
+ * -1 after printing the error. */
+int kvl_cli_prefix_save(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_store *store,
+                        const int32_t *tokens, int32_t n_tokens, int32_t *out_saved);
+
 /* ------------------------------------------------------------------ helpers */
 
 /** Seconds on a monotonic clock. */
@@ -112,6 +136,9 @@ char *kvl_cli_read_text(const char *path, size_t *out_size);
 /** Reads whitespace-separated decimal token ids, each checked against the vocabulary; NULL
  * after printing an error. */
 int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count);
+/** Writes n floats to `path` as raw bytes in this machine's order (compare with cmp); 0, or
+ * -1 after printing an error. */
+int kvl_cli_write_floats(const char *path, const float *values, size_t n);
 /** Prints a decoded piece, skipping lone control bytes other than whitespace (as run.c). */
 void kvl_cli_print_piece(FILE *out, const char *piece);
 /** The index of the largest logit. */

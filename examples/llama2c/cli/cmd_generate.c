@@ -8,11 +8,15 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: kvc-llama generate --model FILE [--tokenizer FILE] [--prompt TEXT] [--steps N]\n"
-    "                          [--config FILE] [--chunk N] [--temperature T] [--seed N]\n"
-    "                          [--samples N]\n"
+    "usage: kvc-llama generate --model FILE [--tokenizer FILE]\n"
+    "                          [--prompt TEXT | --token-ids FILE [--prompt-tokens N]]\n"
+    "                          [--steps N] [--config FILE] [--chunk N] [--temperature T]\n"
+    "                          [--seed N] [--samples N] [--prefix-store NAME\n"
+    "                          [--prefix-chunk N]] [--dump-logits FILE]\n"
     "\n"
-    "Prints the prompt and its continuation, then timings and the cache's counters (stderr).\n"
+    "Prints the prompt and its continuation, then timings and the cache's counters (stderr),\n"
+    "among them time_to_first_token_ms=T: from the start of the prompt's processing (the\n"
+    "store lookup included) to the logits the first token is sampled from.\n"
     "\n"
     "  --model FILE       llama2.c version 0 checkpoint (stories260K.bin, stories15M.bin, ...)\n"
     "                     or GGUF file (llama architecture)\n"
@@ -20,18 +24,41 @@ static const char usage[] =
     "                     for GGUF: the model's own vocabulary)\n"
     "  --prompt TEXT      text to continue (default: none, the story starts after BOS; a\n"
     "                     model without BOS needs a prompt)\n"
+    "  --token-ids FILE   the prompt already encoded: whitespace-separated decimal ids, used\n"
+    "                     as they are (no BOS is added)\n"
+    "  --prompt-tokens N  only the first N ids of --token-ids\n"
     "  --steps N          tokens to generate (default 256; stops early at BOS or EOS and\n"
     "                     when the model's seq_len is reached)\n"
     "  --config FILE      kvcache YAML (cache:, policy:, ...); the model sets the shape.\n"
     "                     Default: f32 storage, paged layout, no eviction policy\n"
-    "  --chunk N          prefill the prompt in chunks of N tokens (default: all at once)\n"
+    "  --chunk N          prefill the prompt in chunks of N tokens (default: all at once);\n"
+    "                     chunks end at multiples of N counted from position 0, also when\n"
+    "                     a restored prefix makes the prefill start later\n"
     "  --temperature T    0 (default): greedy; > 0: sample from softmax(logits / T)\n"
     "  --seed N           random seed for sampling (default 42)\n"
     "  --samples N        N continuations of the prompt (default 1): the prompt is prefilled\n"
     "                     once, its sequence forked N - 1 times (kvc_seq_fork shares its K/V)\n"
     "                     and the N branches decoded as one batch; sample i samples with seed\n"
     "                     S + i, so it continues as a run with --seed S+i alone would. Each\n"
-    "                     sample is printed after a line \"--- sample i (seed S+i) ---\"\n";
+    "                     sample is printed after a line \"--- sample i (seed S+i) ---\"\n"
+    "  --prefix-store NAME  share the prompt's K/V through store NAME of the --config file's\n"
+    "                     `stores:` section (docs/stores.md). Before the prefill, the\n"
+    "                     longest run of whole chunks of the prompt (its last token left\n"
+    "                     out: its logits are needed) that the store holds is restored\n"
+    "                     (kvc_prefix_load) and only the tokens after it are prefilled, at\n"
+    "                     their positions; after the prefill the prompt's whole chunks are\n"
+    "                     saved (kvc_prefix_save, skipping those already there). Chunks are\n"
+    "                     keyed by a fingerprint of the model file, computed once at start:\n"
+    "                     its size and an XXH3-128 hash of its first and last MiB (the\n"
+    "                     header included). Prints prefix_tokens_restored=N and\n"
+    "                     prefix_tokens_saved=N (stderr)\n"
+    "  --prefix-chunk N   tokens per stored chunk (default 256)\n"
+    "  --dump-logits FILE  writes the logits the first token is sampled from: vocab f32\n"
+    "                     values, raw bytes in this machine's order. A run that restores\n"
+    "                     its prefix writes the same bytes (compare with cmp) as a run\n"
+    "                     without the store given the same --chunk, when that divides\n"
+    "                     --prefix-chunk: the steps after the prefix are then the same\n"
+    "                     (with other step sizes BLAS may round differently)\n";
 
 static uint64_t next_random(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -109,12 +136,13 @@ static int kvl_samples_init(kvl_samples *samples, int32_t n, int32_t seed, int32
 }
 
 static void print_samples(const kvl_cli_session *s, const kvl_samples *samples,
-                          const int32_t *prompt, int32_t n_prompt, int has_bos, int32_t seed) {
+                          const int32_t *prompt, int32_t n_prompt, int32_t echo_from,
+                          int32_t seed) {
   int32_t i, t;
   for (i = 0; i < samples->n; ++i) {
     const kvl_sample *sample = &samples->items[i];
     printf("--- sample %d (seed %d) ---\n", (int)i, (int)(seed + i));
-    for (t = has_bos ? 1 : 0; t < n_prompt; ++t) {
+    for (t = echo_from; t < n_prompt; ++t) {
       kvl_cli_print_piece(stdout, kvl_tokenizer_decode(s->tokenizer, t > 0 ? prompt[t - 1] : -1,
                                                        prompt[t]));
     }
@@ -126,25 +154,80 @@ static void print_samples(const kvl_cli_session *s, const kvl_samples *samples,
   }
 }
 
+/* The prompt's ids: --token-ids (its first max_tokens ids when max_tokens > 0), else --prompt
+ * encoded, with BOS when the model has one. NULL after printing an error. */
+static int32_t *read_prompt(const kvl_cli_session *s, const char *prompt, const char *ids_path,
+                            int32_t max_tokens, int32_t *out_n) {
+  int32_t *tokens;
+  if (ids_path != NULL) {
+    tokens = kvl_cli_read_ids(ids_path, kvl_model_config(s->model)->vocab_size, out_n);
+    if (tokens != NULL && max_tokens > 0 && *out_n > max_tokens) *out_n = max_tokens;
+    return tokens;
+  }
+  tokens = (int32_t *)malloc((strlen(prompt) + 3) * sizeof(int32_t));
+  if (tokens == NULL) {
+    kvl_cli_error("out of host memory");
+    return NULL;
+  }
+  *out_n = kvl_tokenizer_encode(s->tokenizer, prompt, kvl_model_bos(s->model) >= 0, 0, tokens,
+                                (int32_t)strlen(prompt) + 3);
+  return tokens;
+}
+
+/* Prefills tokens [from, n_prompt) of sequence seq in chunks ending at multiples of `chunk`
+ * (so that the steps are those of a prefill from 0), leaving the last token's logits. */
+static int prefill(kvl_cli_session *s, int32_t seq, const int32_t *tokens, int32_t from,
+                   int32_t n_prompt, int32_t chunk, float *logits) {
+  char error[1024];
+  int32_t pos, i;
+  int32_t *positions = (int32_t *)malloc((size_t)chunk * sizeof(int32_t));
+  if (positions == NULL) {
+    kvl_cli_error("out of host memory");
+    return -1;
+  }
+  for (pos = from; pos < n_prompt;) {
+    const int32_t chunk_end = (pos / chunk + 1) * chunk;
+    int32_t n = (chunk_end < n_prompt ? chunk_end : n_prompt) - pos;
+    for (i = 0; i < n; ++i) positions[i] = pos + i;
+    if (kvl_engine_forward(s->engine, 1, &seq, &n, tokens + pos, positions, 0, logits, error,
+                           sizeof error) != 0) {
+      free(positions);
+      kvl_cli_error("%s", error);
+      return -1;
+    }
+    pos += n;
+  }
+  free(positions);
+  return 0;
+}
+
 int kvl_cmd_generate(int argc, char **argv) {
-  const char *model_path = NULL, *tokenizer_path = NULL, *prompt = "", *config = NULL;
+  const char *model_path = NULL, *tokenizer_path = NULL, *prompt = NULL, *config = NULL;
   const char *steps_text = NULL, *chunk_text = NULL, *temperature_text = NULL, *seed_text = NULL;
-  const char *samples_text = NULL;
+  const char *samples_text = NULL, *ids_path = NULL, *prompt_tokens_text = NULL;
+  const char *prefix_chunk_text = NULL, *dump_path = NULL;
+  kvl_cli_prefix_store store = {NULL, 256, ""};
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},
       {"--tokenizer", &tokenizer_path, NULL},
       {"--prompt", &prompt, NULL},
+      {"--token-ids", &ids_path, NULL},
+      {"--prompt-tokens", &prompt_tokens_text, NULL},
       {"--steps", &steps_text, NULL},
       {"--config", &config, NULL},
       {"--chunk", &chunk_text, NULL},
       {"--temperature", &temperature_text, NULL},
       {"--seed", &seed_text, NULL},
       {"--samples", &samples_text, NULL},
+      {"--prefix-store", &store.name, NULL},
+      {"--prefix-chunk", &prefix_chunk_text, NULL},
+      {"--dump-logits", &dump_path, NULL},
   };
-  int32_t steps = 256, chunk = 0, seed = 42, n_samples = 1, n_prompt, seq_len, vocab, seq = 0;
-  int32_t generated = 0, decode_steps = 0, pos, i;
+  int32_t steps = 256, chunk = 0, seed = 42, n_samples = 1, n_prompt = 0, seq_len, vocab, seq = 0;
+  int32_t generated = 0, decode_steps = 0, pos, i, prompt_tokens = 0, restored = 0, saved = 0;
+  int32_t echo_from;
   int has_bos;
-  double temperature = 0.0, t_start, t_prefilled, t_end;
+  double temperature = 0.0, t_start, t_prefilled, t_decoding, t_end;
   int32_t *tokens = NULL;
   float *logits = NULL;
   kvl_samples samples = {0};
@@ -155,27 +238,41 @@ int kvl_cmd_generate(int argc, char **argv) {
   rc = kvl_cli_parse(argc, argv, usage, options, sizeof options / sizeof options[0]);
   if (rc != KVL_EXIT_OK) return rc < 0 ? KVL_EXIT_OK : rc;
   if (model_path == NULL) return kvl_cli_usage_error(argv[0], usage, "--model is required");
+  if (prompt != NULL && ids_path != NULL) {
+    return kvl_cli_usage_error(argv[0], usage, "give at most one of --prompt and --token-ids");
+  }
+  if (prompt_tokens_text != NULL && ids_path == NULL) {
+    return kvl_cli_usage_error(argv[0], usage, "--prompt-tokens needs --token-ids");
+  }
+  if (prefix_chunk_text != NULL && store.name == NULL) {
+    return kvl_cli_usage_error(argv[0], usage, "--prefix-chunk needs --prefix-store");
+  }
   if ((rc = kvl_cli_int(argv[0], usage, "--steps", steps_text, 0, 1L << 30, &steps)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 1, 1L << 30, &chunk)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--samples", samples_text, 1, 4096, &n_samples)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--prompt-tokens", prompt_tokens_text, 1, 1L << 30,
+                        &prompt_tokens)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--prefix-chunk", prefix_chunk_text, 1, 65536,
+                        &store.chunk_tokens)) != 0 ||
       (rc = kvl_cli_double(argv[0], usage, "--temperature", temperature_text, 0.0, &temperature)) !=
           0) {
     return rc;
+  }
+  if (store.name != NULL && kvl_cli_model_fingerprint(model_path, store.model_fingerprint,
+                                                      sizeof store.model_fingerprint) != 0) {
+    return KVL_EXIT_FAILURE;
   }
 
   if (kvl_cli_open(&s, model_path, tokenizer_path, config) != 0) return KVL_EXIT_FAILURE;
   seq_len = kvl_model_config(s.model)->seq_len;
   vocab = kvl_model_config(s.model)->vocab_size;
-  tokens = (int32_t *)malloc((strlen(prompt) + 3) * sizeof(int32_t));
-  if (tokens == NULL) {
-    kvl_cli_error("out of host memory");
-    kvl_cli_close(&s);
-    return KVL_EXIT_FAILURE;
-  }
   has_bos = kvl_model_bos(s.model) >= 0;
-  n_prompt = kvl_tokenizer_encode(s.tokenizer, prompt, has_bos, 0, tokens,
-                                  (int32_t)strlen(prompt) + 3);
+  tokens = read_prompt(&s, prompt != NULL ? prompt : "", ids_path, prompt_tokens, &n_prompt);
+  if (tokens == NULL) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
   if (n_prompt == 0) {
     kvl_cli_error("this model has no BOS token to start from: give a --prompt");
     rc = KVL_EXIT_FAILURE;
@@ -187,6 +284,7 @@ int kvl_cmd_generate(int argc, char **argv) {
     rc = KVL_EXIT_FAILURE;
     goto done;
   }
+  echo_from = has_bos && tokens[0] == kvl_model_bos(s.model) ? 1 : 0;
   if (chunk == 0 || chunk > n_prompt) chunk = n_prompt;
   logits = (float *)malloc((size_t)vocab * (size_t)n_samples * sizeof(float));
   if (logits == NULL || kvl_samples_init(&samples, n_samples, seed, steps) != 0) {
@@ -199,7 +297,21 @@ int kvl_cmd_generate(int argc, char **argv) {
     goto done;
   }
   kvl_cli_print_cache_config(stderr, s.cache);
-  {
+
+  /* The prompt, echoed as run.c does (several samples each print it), then its prefix
+   * restored from the store (which creates the sequence) and the rest prefilled. */
+  for (i = echo_from; n_samples == 1 && i < n_prompt; ++i) {
+    kvl_cli_print_piece(stdout,
+                        kvl_tokenizer_decode(s.tokenizer, i > 0 ? tokens[i - 1] : -1, tokens[i]));
+  }
+  fflush(stdout);
+  t_start = kvl_cli_now();
+  if (store.name != NULL) {
+    if (kvl_cli_prefix_load(s.cache, seq, &store, tokens, n_prompt, &restored) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  } else {
     kvc_status *status = kvc_seq_create(s.cache, seq);
     if (status != NULL) {
       kvl_cli_error("kvc_seq_create: %s", kvc_status_message(status));
@@ -208,35 +320,21 @@ int kvl_cmd_generate(int argc, char **argv) {
       goto done;
     }
   }
-
-  /* The prompt, echoed as run.c does (several samples each print it), then prefilled chunk by
-   * chunk. */
-  for (i = has_bos ? 1 : 0; n_samples == 1 && i < n_prompt; ++i) {
-    kvl_cli_print_piece(stdout,
-                        kvl_tokenizer_decode(s.tokenizer, i > 0 ? tokens[i - 1] : -1, tokens[i]));
-  }
-  fflush(stdout);
-  t_start = kvl_cli_now();
-  for (pos = 0; pos < n_prompt; pos += chunk) {
-    int32_t n = n_prompt - pos < chunk ? n_prompt - pos : chunk;
-    int32_t positions_buffer[1];
-    int32_t *positions = n == 1 ? positions_buffer : (int32_t *)malloc((size_t)n * sizeof(int32_t));
-    if (positions == NULL) {
-      kvl_cli_error("out of host memory");
-      rc = KVL_EXIT_FAILURE;
-      goto done;
-    }
-    for (i = 0; i < n; ++i) positions[i] = pos + i;
-    if (kvl_engine_forward(s.engine, 1, &seq, &n, tokens + pos, positions, 0, logits, error,
-                           sizeof error) != 0) {
-      if (positions != positions_buffer) free(positions);
-      kvl_cli_error("%s", error);
-      rc = KVL_EXIT_FAILURE;
-      goto done;
-    }
-    if (positions != positions_buffer) free(positions);
+  if (prefill(&s, seq, tokens, restored, n_prompt, chunk, logits) != 0) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
   }
   t_prefilled = kvl_cli_now();
+  if (store.name != NULL &&
+      kvl_cli_prefix_save(s.cache, seq, &store, tokens, n_prompt, &saved) != 0) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  if (dump_path != NULL && kvl_cli_write_floats(dump_path, logits, (size_t)vocab) != 0) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
+  t_decoding = kvl_cli_now();
 
   /* The other samples are forks of the prefilled sequence, starting from its logits. */
   for (i = 1; i < n_samples; ++i) {
@@ -291,12 +389,19 @@ int kvl_cmd_generate(int argc, char **argv) {
   }
   t_end = kvl_cli_now();
   if (n_samples == 1) printf("\n");
-  if (n_samples > 1) print_samples(&s, &samples, tokens, n_prompt, has_bos, seed);
-  fprintf(stderr, "prefill: %d tokens in %.2f ms (%.0f tokens/s, chunks of %d)\n", (int)n_prompt,
+  if (n_samples > 1) print_samples(&s, &samples, tokens, n_prompt, echo_from, seed);
+  if (store.name != NULL) {
+    fprintf(stderr, "prefix_tokens_restored=%d\nprefix_tokens_saved=%d\n", (int)restored,
+            (int)saved);
+  }
+  fprintf(stderr, "time_to_first_token_ms=%.3f\n", 1e3 * (t_prefilled - t_start));
+  fprintf(stderr, "prefill: %d tokens in %.2f ms (%.0f tokens/s, chunks of %d)", (int)n_prompt,
           1e3 * (t_prefilled - t_start), n_prompt / (t_prefilled - t_start), (int)chunk);
+  if (store.name != NULL) fprintf(stderr, ", %d of them restored", (int)restored);
+  fprintf(stderr, "\n");
   fprintf(stderr, "generated %d tokens; decode: %d steps in %.2f ms, %.1f tokens/s\n",
-          (int)generated, (int)decode_steps, 1e3 * (t_end - t_prefilled),
-          decode_steps > 0 ? decode_steps / (t_end - t_prefilled) : 0.0);
+          (int)generated, (int)decode_steps, 1e3 * (t_end - t_decoding),
+          decode_steps > 0 ? decode_steps / (t_end - t_decoding) : 0.0);
   kvl_cli_print_cache_stats(stderr, s.cache);
   rc = KVL_EXIT_OK;
 

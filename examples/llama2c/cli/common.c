@@ -317,6 +317,19 @@ fail:
   return NULL;
 }
 
+int kvl_cli_write_floats(const char *path, const float *values, size_t n) {
+  FILE *f = fopen(path, "wb");
+  int failed;
+  if (f == NULL) {
+    kvl_cli_error("%s: cannot create: %s", path, strerror(errno));
+    return -1;
+  }
+  failed = fwrite(values, sizeof(float), n, f) != n;
+  failed |= fclose(f) != 0;
+  if (failed) kvl_cli_error("%s: write error", path);
+  return failed ? -1 : 0;
+}
+
 void kvl_cli_print_piece(FILE *out, const char *piece) {
   if (piece == NULL || piece[0] == '\0') return;
   if (piece[1] == '\0') {
