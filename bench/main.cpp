@@ -32,6 +32,10 @@ const Subcommand kSubcommands[] = {
      kForkHelp, run_fork},
     {"attention", "decode attention, append and prefill attention vs memory bandwidth",
      kAttentionHelp, run_attention},
+    {"store",
+     "offload/restore one sequence through each store vs memcpy, file write/read and"
+     " redis-benchmark",
+     kStoreHelp, run_store},
     {"batchmax",
      "main demo: one KV memory limit; max batch and tokens/s of full cache, compress once,"
      " compress per prefill chunk",

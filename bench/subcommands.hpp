@@ -35,4 +35,9 @@ extern const char* const kForkHelp;
 int run_attention(Options& opts);
 extern const char* const kAttentionHelp;
 
+/// store: offload and restore of one sequence through the host, disk and redis stores vs
+/// memcpy, a file written and read in the same folder, and redis-benchmark.
+int run_store(Options& opts);
+extern const char* const kStoreHelp;
+
 }  // namespace kvc_bench
