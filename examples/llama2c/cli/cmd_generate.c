@@ -50,8 +50,9 @@ static const char usage[] =
     "                     saved (kvc_prefix_save, skipping those already there). Chunks are\n"
     "                     keyed by a fingerprint of the model file, computed once at start:\n"
     "                     its size and an XXH3-128 hash of its first and last MiB (the\n"
-    "                     header included). Prints prefix_tokens_restored=N and\n"
-    "                     prefix_tokens_saved=N (stderr)\n"
+    "                     header included). Prints prefix_tokens_restored=N,\n"
+    "                     prefix_tokens_saved=N and prefix_load_ms=T, the restore's part\n"
+    "                     of time_to_first_token_ms (stderr)\n"
     "  --prefix-chunk N   tokens per stored chunk (default 256)\n"
     "  --dump-logits FILE  writes the logits the first token is sampled from: vocab f32\n"
     "                     values, raw bytes in this machine's order. A run that restores\n"
@@ -227,7 +228,7 @@ int kvl_cmd_generate(int argc, char **argv) {
   int32_t generated = 0, decode_steps = 0, pos, i, prompt_tokens = 0, restored = 0, saved = 0;
   int32_t echo_from;
   int has_bos;
-  double temperature = 0.0, t_start, t_prefilled, t_decoding, t_end;
+  double temperature = 0.0, t_start, t_loaded, t_prefilled, t_decoding, t_end;
   int32_t *tokens = NULL;
   float *logits = NULL;
   kvl_samples samples = {0};
@@ -320,6 +321,7 @@ int kvl_cmd_generate(int argc, char **argv) {
       goto done;
     }
   }
+  t_loaded = kvl_cli_now();
   if (prefill(&s, seq, tokens, restored, n_prompt, chunk, logits) != 0) {
     rc = KVL_EXIT_FAILURE;
     goto done;
@@ -391,8 +393,8 @@ int kvl_cmd_generate(int argc, char **argv) {
   if (n_samples == 1) printf("\n");
   if (n_samples > 1) print_samples(&s, &samples, tokens, n_prompt, echo_from, seed);
   if (store.name != NULL) {
-    fprintf(stderr, "prefix_tokens_restored=%d\nprefix_tokens_saved=%d\n", (int)restored,
-            (int)saved);
+    fprintf(stderr, "prefix_tokens_restored=%d\nprefix_tokens_saved=%d\nprefix_load_ms=%.3f\n",
+            (int)restored, (int)saved, 1e3 * (t_loaded - t_start));
   }
   fprintf(stderr, "time_to_first_token_ms=%.3f\n", 1e3 * (t_prefilled - t_start));
   fprintf(stderr, "prefill: %d tokens in %.2f ms (%.0f tokens/s, chunks of %d)", (int)n_prompt,
