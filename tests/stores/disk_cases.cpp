@@ -1,0 +1,204 @@
+// The disk store's own cases (test suite "disk"): values that outlive an instance, files
+// damaged by hand, leftovers of interrupted writes, several instances on one folder, and the
+// parameters.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "store_cases.hpp"
+
+namespace kvc::store_tests {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The files of a folder whose names do not start with '.' (values, not writes in progress).
+std::vector<fs::path> value_files(const std::string& folder) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    if (entry.path().filename().string().front() != '.') files.push_back(entry.path());
+  }
+  return files;
+}
+
+// The one value file of a folder.
+fs::path only_value_file(const std::string& folder) {
+  const std::vector<fs::path> files = value_files(folder);
+  REQUIRE(files.size() == 1);
+  return files.front();
+}
+
+std::vector<char> read_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const fs::path& file, const std::vector<char>& bytes) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST_SUITE("disk") {
+  TEST_CASE("values outlive the instance that put them") {
+    const std::string folder = environment().temp_folder();
+    const std::string key = environment().key("persistent");
+    {
+      StoreUnderTest first(Params{{"path", folder}});
+      REQUIRE(first.ok());
+      REQUIRE(first.Store::put(key, random_bytes(5000, 1)).code == KVC_OK);
+    }
+    StoreUnderTest second(Params{{"path", folder}});
+    REQUIRE(second.ok());
+    CHECK(second.get(key).value == random_bytes(5000, 1));
+  }
+
+  TEST_CASE("a damaged file is IO naming the file and what is wrong") {
+    const std::string folder = environment().temp_folder();
+    StoreUnderTest store(Params{{"path", folder}});
+    REQUIRE(store.ok());
+    const std::string key = environment().key("damaged");
+    REQUIRE(store.put(key, random_bytes(4096, 1)).code == KVC_OK);
+    const fs::path file = only_value_file(folder);
+    const std::vector<char> original = read_file(file);
+
+    SUBCASE("a flipped byte of the value") {
+      std::vector<char> flipped = original;
+      flipped[flipped.size() - 100] ^= 0x10;
+      write_file(file, flipped);
+      const GetResult got = store.get(key);
+      CHECK(got.outcome.code == KVC_ERR_IO);
+      CHECK(contains(got.outcome.message, file.string() + ": checksum mismatch"));
+    }
+    SUBCASE("a truncated file") {
+      fs::resize_file(file, original.size() - 10);
+      const GetResult got = store.get(key);
+      CHECK(got.outcome.code == KVC_ERR_IO);
+      CHECK(contains(got.outcome.message,
+                     file.string() + ": truncated: " + std::to_string(original.size() - 10) +
+                         " of " + std::to_string(original.size()) + " bytes"));
+    }
+    SUBCASE("a file cut inside its header") {
+      fs::resize_file(file, 5);
+      const GetResult got = store.get(key);
+      CHECK(got.outcome.code == KVC_ERR_IO);
+      CHECK(contains(got.outcome.message, file.string() + ": truncated: 5 of "));
+    }
+    SUBCASE("a file that is no store's") {
+      std::vector<char> other = original;
+      other[0] = 'X';
+      write_file(file, other);
+      const GetResult got = store.get(key);
+      CHECK(got.outcome.code == KVC_ERR_IO);
+      CHECK(contains(got.outcome.message, file.string() + ": not a store file"));
+    }
+    SUBCASE("the file of another key in its place") {
+      const std::string other_folder = environment().temp_folder();
+      StoreUnderTest other(Params{{"path", other_folder}});
+      REQUIRE(other.put(environment().key("other"), random_bytes(4096, 1)).code == KVC_OK);
+      write_file(file, read_file(only_value_file(other_folder)));
+      const GetResult got = store.get(key);
+      CHECK(got.outcome.code == KVC_ERR_IO);
+      CHECK(contains(got.outcome.message, file.string() + ": holds the value of another key"));
+    }
+    CHECK(store.put(key, random_bytes(10, 2)).code == KVC_OK);
+    CHECK(store.get(key).value == random_bytes(10, 2));
+  }
+
+  TEST_CASE("leftovers of interrupted writes are ignored") {
+    const std::string folder = environment().temp_folder();
+    const std::string leftover = folder + "/.tmp-" + std::to_string(getpid()) + "-0";
+    write_file(leftover, {'h', 'a', 'l', 'f'});
+    write_file(folder + "/.tmp-1-7", {});
+    StoreUnderTest store(Params{{"path", folder}});
+    REQUIRE(store.ok());
+    for (int i = 0; i < 5; ++i) {
+      const std::string key = environment().key("after-leftover-" + std::to_string(i));
+      REQUIRE(store.put(key, random_bytes(100, i)).code == KVC_OK);
+      CHECK(store.get(key).value == random_bytes(100, i));
+    }
+    CHECK(read_file(leftover) == std::vector<char>{'h', 'a', 'l', 'f'});
+    CHECK(value_files(folder).size() == 5);
+  }
+
+  TEST_CASE("a put leaves one file per key and no temporary file") {
+    const std::string folder = environment().temp_folder();
+    StoreUnderTest store(Params{{"path", folder}, {"fsync", "false"}});
+    REQUIRE(store.ok());
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 4; ++i) {
+        REQUIRE(store.put(environment().key(std::to_string(i)), random_bytes(64, round)).code ==
+                KVC_OK);
+      }
+    }
+    CHECK(value_files(folder).size() == 4);
+    size_t all = 0;
+    for (const auto& entry : fs::directory_iterator(folder)) all += entry.is_regular_file();
+    CHECK(all == 4);
+    REQUIRE(store.remove(environment().key("0")).code == KVC_OK);
+    CHECK(value_files(folder).size() == 3);
+  }
+
+  TEST_CASE("two instances on one folder see each other's puts and removes") {
+    const std::string folder = environment().temp_folder();
+    StoreUnderTest a(Params{{"path", folder}}), b(Params{{"path", folder}});
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    const std::string key = environment().key("shared");
+    REQUIRE(a.put(key, random_bytes(300, 1)).code == KVC_OK);
+    CHECK(b.get(key).value == random_bytes(300, 1));
+    REQUIRE(b.put(key, random_bytes(200, 2)).code == KVC_OK);
+    CHECK(a.get(key).value == random_bytes(200, 2));
+    REQUIRE(a.remove(key).code == KVC_OK);
+    bool found = true;
+    REQUIRE(b.exists(key, found).code == KVC_OK);
+    CHECK_FALSE(found);
+    CHECK(b.remove(key).code == KVC_ERR_NOT_FOUND);
+  }
+
+  TEST_CASE("path is created with its parents; what is not a folder is CONFIG") {
+    const std::string base = environment().temp_folder();
+    const std::string nested = base + "/one/two/three";
+    StoreUnderTest created(Params{{"path", nested}});
+    INFO(created.creation().message);
+    REQUIRE(created.ok());
+    CHECK(fs::is_directory(nested));
+
+    write_file(base + "/file", {'x'});
+    StoreUnderTest on_file(Params{{"path", base + "/file"}});
+    CHECK(on_file.creation().code == KVC_ERR_CONFIG);
+    CHECK(contains(on_file.creation().message, "params.path: '" + base + "/file' exists and is not a folder"));
+    StoreUnderTest below_file(Params{{"path", base + "/file/below"}});
+    CHECK(below_file.creation().code == KVC_ERR_CONFIG);
+
+    StoreUnderTest missing(Params{{"fsync", "true"}});
+    CHECK(missing.creation().code == KVC_ERR_CONFIG);
+    CHECK(missing.creation().message == "disk store: params.path: missing, the disk store needs a folder");
+  }
+
+  TEST_CASE("fsync is true or false") {
+    const std::string folder = environment().temp_folder();
+    for (const char* accepted : {"true", "false"}) {
+      CAPTURE(accepted);
+      StoreUnderTest store(Params{{"path", folder}, {"fsync", accepted}});
+      CHECK(store.ok());
+    }
+    StoreUnderTest yes(Params{{"path", folder}, {"fsync", "yes"}});
+    CHECK(yes.creation().code == KVC_ERR_CONFIG);
+    CHECK(yes.creation().message == "disk store: params.fsync: expected true or false, got 'yes'");
+    StoreUnderTest twice(Params{{"path", folder}, {"path", folder}});
+    CHECK(twice.creation().message == "disk store: params.path: given twice");
+  }
+}
+
+}  // namespace
+}  // namespace kvc::store_tests
