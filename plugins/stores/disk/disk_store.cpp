@@ -52,19 +52,29 @@ class Fd {
   int fd_;
 };
 
-// Creates `path` and its missing parents as folders; a part that exists and is not a folder
-// is a configuration error.
-void make_folders(const std::string& path) {
+void sync_folder_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string parent =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  Fd folder(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (folder.get() < 0 || ::fsync(folder.get()) != 0) {
+    io_error(errno, "cannot sync the folder " + quoted(parent));
+  }
+}
+
+// Creates `path` and its missing parents as folders (with `sync`, each new one's entry in its
+// parent is synced too); a part that exists and is not a folder is a configuration error.
+void make_folders(const std::string& path, bool sync) {
   for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
     const std::string part = path.substr(0, end);
-    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      io_error(errno, "cannot create the folder " + quoted(part));
-    }
+    const bool created = ::mkdir(part.c_str(), 0777) == 0;
+    if (!created && errno != EEXIST) io_error(errno, "cannot create the folder " + quoted(part));
     struct stat info {};
     if (::stat(part.c_str(), &info) != 0) io_error(errno, quoted(part));
     if (!S_ISDIR(info.st_mode)) {
       StoreParams::config_error("path", quoted(part) + " exists and is not a folder");
     }
+    if (created && sync) sync_folder_of(part);
     if (end == std::string::npos) return;
   }
 }
@@ -81,7 +91,7 @@ class DiskStore {
   DiskStore(const StoreParams& params, const kvc_host_api* /*host*/)
       : folder_(params.required_text("path", "a folder")),
         fsync_(params.boolean("fsync", true)),
-        folder_fd_(open_folder(folder_)) {}
+        folder_fd_(open_folder(folder_, fsync_)) {}
 
   void put(const std::string& key, const void* data, size_t size) {
     FileHeader header;
@@ -170,8 +180,8 @@ class DiskStore {
   }
 
  private:
-  static int open_folder(const std::string& folder) {
-    make_folders(folder);
+  static int open_folder(const std::string& folder, bool sync) {
+    make_folders(folder, sync);
     const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) io_error(errno, "cannot open the folder " + quoted(folder));
     return fd;
