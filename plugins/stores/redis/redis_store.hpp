@@ -1,0 +1,42 @@
+// The `redis` store: values in Redis or Valkey (>= 7), one node or a Redis Cluster, laid out
+// as value_layout.hpp says. Calls from several threads run in parallel on pooled connections.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvcache_support/store_support.hpp"
+#include "reply.hpp"
+#include "router.hpp"
+#include "settings.hpp"
+
+namespace kvc::plugin::redis {
+
+class RedisStore {
+ public:
+  static constexpr const char* kName = "redis";
+  static constexpr const char* kLabel = "redis store";
+  static constexpr const char* kParams[] = {
+      "host", "port",       "unix_socket", "nodes",      "username", "password_env",
+      "db",   "timeout_ms", "part_bytes",  "key_prefix", "pool"};
+
+  RedisStore(const StoreParams& params, const kvc_host_api* host);
+
+  void put(const std::string& key, const void* data, size_t size);
+  void get(const std::string& key, ValueBuffer& buffer);
+  bool exists(const std::string& key);
+  void remove(const std::string& key);
+
+ private:
+  uint64_t new_generation();
+  // Throws what an error reply means: Redirect for -MOVED/-ASK, else fail_on_error().
+  void check(const redisReply& reply, const Connection& connection, const std::string& doing);
+
+  const Settings settings_;
+  Router router_;
+  std::atomic<uint64_t> generation_state_;
+};
+
+}  // namespace kvc::plugin::redis

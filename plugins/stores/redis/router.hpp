@@ -1,0 +1,88 @@
+// Which node a command goes to. One node: always that node. Redis Cluster: the master of the
+// key's slot, from a slot map loaded from the seeds (CLUSTER SLOTS) at first use and again
+// after a connection error or a -MOVED; -MOVED and -ASK are followed, at most
+// kMaxRedirects times per call.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "connection.hpp"
+#include "node_pool.hpp"
+#include "reply.hpp"
+#include "settings.hpp"
+#include "slot_map.hpp"
+
+namespace kvc::plugin::redis {
+
+class Router {
+ public:
+  explicit Router(const Settings& settings);
+
+  // Runs op(Connection&, bool asking) on the node serving `key` and returns what it returns.
+  // op throws Redirect for a -MOVED or -ASK reply, once every reply it waits for is read.
+  template <class Op>
+  auto run(const std::string& key, Op&& op) -> decltype(op(std::declval<Connection&>(), false));
+
+ private:
+  static constexpr int kMaxRedirects = 5;
+
+  NodePool& pool(const std::string& address);
+  std::string node_for(int slot);
+  void refresh();
+  void moved(const Redirect& redirect);
+  void forget_map();
+  [[noreturn]] void too_many(const Redirect& last);
+
+  const Settings& settings_;
+  std::mutex pools_mutex_;
+  std::unordered_map<std::string, std::unique_ptr<NodePool>> pools_;
+  std::mutex map_mutex_;
+  SlotMap map_;
+  bool map_stale_ = true;
+  std::mutex refresh_mutex_;  // one CLUSTER SLOTS at a time
+};
+
+template <class Op>
+auto Router::run(const std::string& key, Op&& op)
+    -> decltype(op(std::declval<Connection&>(), false)) {
+  if (!settings_.cluster) {
+    NodePool& node = pool(settings_.nodes.front());
+    NodePool::Lease lease = node.acquire();
+    try {
+      return op(*lease, false);
+    } catch (const Redirect&) {
+      throw PluginError(KVC_ERR_CONFIG, node.address() +
+                                            " is a Redis Cluster node: give it in params.nodes");
+    }
+  }
+  const int slot = key_slot(key);
+  std::string address = node_for(slot);
+  bool asking = false;
+  for (int redirects = 0;; ++redirects) {
+    bool connection_failed = true;
+    try {
+      NodePool::Lease lease = pool(address).acquire();
+      connection_failed = false;
+      try {
+        return op(*lease, asking);
+      } catch (const PluginError&) {
+        connection_failed = lease->broken();
+        throw;
+      }
+    } catch (const Redirect& redirect) {
+      if (redirects == kMaxRedirects) too_many(redirect);
+      if (!redirect.ask) moved(redirect);
+      address = redirect.address;
+      asking = redirect.ask;
+    } catch (const PluginError& e) {
+      // The node may be gone or have lost the slot: ask the seeds again next time.
+      if (connection_failed && e.code() == KVC_ERR_IO) forget_map();
+      throw;
+    }
+  }
+}
+
+}  // namespace kvc::plugin::redis
