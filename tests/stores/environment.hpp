@@ -6,7 +6,8 @@
 //
 // A parameter value "@tmp" becomes a new empty folder for each instance (removed at exit);
 // "@env:NAME" becomes the environment variable NAME, and the program exits 77 (skipped) when
-// it is unset or empty. With --skip-if-absent, a plugin file that does not exist is a skip
+// it is unset or empty; "@env-host:NAME" and "@env-port:NAME" become the parts of a NAME that
+// reads host:port. With --skip-if-absent, a plugin file that does not exist is a skip
 // too (a store whose library this build did not make).
 #pragma once
 

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "environment.hpp"
@@ -20,6 +22,29 @@ namespace {
 constexpr int kSkipped = 77;
 
 std::unique_ptr<Environment> the_environment;
+
+// "@env:NAME", "@env-host:NAME" or "@env-port:NAME" (the parts of a NAME=host:port).
+struct EnvironmentValue {
+  std::string variable;
+  std::string (*part)(const std::string& value);
+};
+
+std::optional<EnvironmentValue> environment_value(const std::string& text) {
+  static const std::pair<const char*, std::string (*)(const std::string&)> kForms[] = {
+      {"@env:", [](const std::string& value) { return value; }},
+      {"@env-host:", [](const std::string& value) { return value.substr(0, value.rfind(':')); }},
+      {"@env-port:",
+       [](const std::string& value) {
+         const size_t colon = value.rfind(':');
+         return colon == std::string::npos ? std::string() : value.substr(colon + 1);
+       }},
+  };
+  for (const auto& [prefix, part] : kForms) {
+    const size_t length = std::strlen(prefix);
+    if (text.compare(0, length, prefix) == 0) return EnvironmentValue{text.substr(length), part};
+  }
+  return std::nullopt;
+}
 
 [[noreturn]] void usage(const char* problem) {
   std::fprintf(stderr,
@@ -50,13 +75,13 @@ int main(int argc, char** argv) {
       const size_t equals = pair.find('=');
       if (equals == std::string::npos) usage("a --param needs <key>=<value>");
       std::string value = pair.substr(equals + 1);
-      if (value.rfind("@env:", 0) == 0) {
-        const char* from_environment = std::getenv(value.c_str() + 5);
+      if (const std::optional<EnvironmentValue> wanted = environment_value(value)) {
+        const char* from_environment = std::getenv(wanted->variable.c_str());
         if (from_environment == nullptr || from_environment[0] == '\0') {
-          std::printf("skipped: %s is not set\n", value.c_str() + 5);
+          std::printf("skipped: %s is not set\n", wanted->variable.c_str());
           return kSkipped;
         }
-        value = from_environment;
+        value = wanted->part(from_environment);
       }
       params.emplace_back(pair.substr(0, equals), value);
     } else if (arg == "--skip-if-absent") {
