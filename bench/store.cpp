@@ -33,7 +33,9 @@ const char* const kStoreHelp =
     "its export image the size asked for (within one token, 32 KiB). Offload is\n"
     "kvc_seq_offload() (export, put, remove), restore kvc_seq_restore() (get, import); GB/s\n"
     "are 10^9 image bytes per second of the median call. export_gbps and import_gbps time\n"
-    "kvc_seq_export() and kvc_seq_import() alone, the part of each call that is no store's.\n"
+    "kvc_seq_export() and kvc_seq_import() alone, the part of each call that is no store's;\n"
+    "<store>_offload_export_share and _restore_import_share are their seconds over the\n"
+    "offload's and the restore's (the rest is the store's put or get, and the removal).\n"
     "Baselines, same size, same run: memcpy (host), writing a file in the disk store's folder\n"
     "(with fsync as --fsync) and reading it back (disk), and redis-benchmark -c 1 -d SIZE\n"
     "-t set,get (redis; its requests per second times SIZE). The last line,\n"
@@ -299,6 +301,8 @@ int run_store(Options& opts) {
       const std::string name = "store_" + store;
       report(name + "_offload_gbps" + at, gbps(bytes, s.offload));
       report(name + "_restore_gbps" + at, gbps(bytes, s.restore));
+      report(name + "_offload_export_share" + at, own.offload / s.offload);
+      report(name + "_restore_import_share" + at, own.restore / s.restore);
       if (store == "host") {
         const double copy = memcpy_seconds(bytes, reps);
         report("memcpy_gbps" + at, gbps(bytes, copy));
