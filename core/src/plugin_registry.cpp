@@ -81,6 +81,17 @@ void check_policy(const std::string& path, const std::string& name, const kvc_po
   require(v.score || v.budgets, path, name, "score or budgets");
 }
 
+void check_store(const std::string& path, const std::string& name, const kvc_store_vtable& v) {
+  require(v.create, path, name, "create");
+  require(v.destroy, path, name, "destroy");
+  require(v.put, path, name, "put");
+  require(v.get, path, name, "get");
+  require(v.exists, path, name, "exists");
+  require(v.remove, path, name, "remove");
+}
+
+constexpr uint32_t kStoreAbi = (1u << 16) | 2u;  // the minor that added the store kind
+
 }  // namespace
 
 void check_plugin_call(int32_t code, const kvc_plugin_error& error, const std::string& who,
@@ -113,18 +124,30 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
     const auto descriptor = read_plugin_struct<kvc_plugin_descriptor>(
         path, "descriptor " + std::to_string(i), d, sizeof(kvc_plugin_descriptor), d->abi_version);
     if (!descriptor.name || !*descriptor.name) throw plugin_error(path, "a descriptor has no name");
-    if (!enum_in(descriptor.kind, KVC_PLUGIN_POLICY, KVC_PLUGIN_BACKEND)) {
+    if (!enum_in(descriptor.kind, KVC_PLUGIN_POLICY, KVC_PLUGIN_STORE)) {
       throw plugin_error(path, "plugin " + quote(descriptor.name) + " has unknown kind " +
                                    std::to_string(raw_enum(descriptor.kind)));
     }
     LoadedPlugin plugin{descriptor.kind, descriptor.name, descriptor.version,
-                        descriptor.abi_version, path, {}, {}};
+                        descriptor.abi_version, path, {}, {}, {}};
     const std::string vtable = "the vtable of plugin " + quote(plugin.name);
     if (descriptor.kind == KVC_PLUGIN_BACKEND) {
       plugin.backend = read_plugin_struct<kvc_backend_vtable>(
           path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens),
           descriptor.abi_version);
       check_backend(path, plugin.name, plugin.backend);
+    } else if (descriptor.kind == KVC_PLUGIN_STORE) {
+      if (descriptor.abi_version < kStoreAbi) {
+        throw plugin_error(path, "store plugin " + quote(plugin.name) +
+                                     " is built for plugin ABI " +
+                                     abi_text(descriptor.abi_version) +
+                                     "; the store kind needs ABI " + abi_text(kStoreAbi) +
+                                     " or later (this kvcache speaks ABI " +
+                                     abi_text(KVC_PLUGIN_ABI_VERSION) + ")");
+      }
+      plugin.store = read_plugin_struct<kvc_store_vtable>(
+          path, vtable, descriptor.vtable, sizeof(kvc_store_vtable), descriptor.abi_version);
+      check_store(path, plugin.name, plugin.store);
     } else {
       plugin.policy = read_plugin_struct<kvc_policy_vtable>(
           path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), descriptor.abi_version);

@@ -21,6 +21,7 @@ struct LoadedPlugin {
   std::string path;
   kvc_backend_vtable backend{};  // filled for backends; entries a smaller vtable lacks are NULL
   kvc_policy_vtable policy{};    // filled for policies
+  kvc_store_vtable store{};      // filled for stores
 };
 
 // Throws kvc::Error for a plugin function's failure: "<who> <what>: <plugin's message>",
