@@ -235,9 +235,48 @@ TEST_CASE("config: only one YAML document") {
         "cfg:3: top level: expected a single YAML document, got 2");
 }
 
+TEST_CASE("config: stores are read in file order, with their plugin and parameters as written") {
+  const kvc::Config config = parse(
+      "stores:\n"
+      "  shared: { plugin: redis, params: { host: 127.0.0.1, port: 6379 } }\n"
+      "  local:\n"
+      "    plugin: host\n");
+  REQUIRE(config.stores.has_value());
+  REQUIRE(config.stores->size() == 2);
+  const kvc::StoreConfig& shared = (*config.stores)[0];
+  CHECK(shared.name == "shared");
+  CHECK(shared.plugin == "redis");
+  CHECK(shared.params == std::vector<std::pair<std::string, std::string>>{
+                             {"host", "127.0.0.1"}, {"port", "6379"}});
+  CHECK((*config.stores)[1].name == "local");
+  CHECK((*config.stores)[1].plugin == "host");
+  CHECK((*config.stores)[1].params.empty());
+  CHECK_FALSE(parse("threads: 1\n").stores.has_value());
+  CHECK(parse("stores:\n").stores->empty());
+}
+
+TEST_CASE("config: a store needs a non-empty name and a plugin, and scalar parameters") {
+  CHECK(config_error("stores:\n  s: { params: { a: 1 } }\n") ==
+        "cfg:2: stores.s.plugin: missing, a store needs a plugin");
+  CHECK(config_error("stores:\n  s:\n") ==
+        "cfg:2: stores.s: expected a mapping with a plugin, got null");
+  CHECK(config_error("stores:\n  \"\": { plugin: host }\n") ==
+        "cfg:2: stores: a store name must not be empty");
+  CHECK(config_error("stores:\n  s: { plugin: \"\" }\n") ==
+        "cfg:2: stores.s.plugin: expected a name, got ''");
+  CHECK(config_error("stores:\n  s: { plugin: host, size: 3 }\n") ==
+        "cfg:2: stores.s.size: unknown key, expected one of plugin, params");
+  CHECK(config_error("stores:\n  s: { plugin: host, params: { a: [1] } }\n") ==
+        "cfg:2: stores.s.params.a: expected a scalar value, got a sequence");
+  CHECK(config_error("stores:\n  s: { plugin: host }\n  s: { plugin: disk }\n") ==
+        "cfg:3: stores.s: duplicate key (first at line 2)");
+  CHECK(config_error("stores: [host]\n") == "cfg:1: stores: expected a mapping, got a sequence");
+}
+
 TEST_CASE("config: unknown keys are reported at the key with the valid keys") {
   CHECK(config_error("threads: 1\ncolour: red\n") ==
-        "cfg:2: colour: unknown key, expected one of threads, plugins, backend, cache, policy");
+        "cfg:2: colour: unknown key, expected one of threads, plugins, backend, cache, policy, "
+        "stores");
   CHECK(config_error("cache:\n  layers: 2\n  colour: red\n") ==
         "cfg:3: cache.colour: unknown key, expected one of layers, kv_heads, q_heads, head_dim, "
         "dtype, layout, block_tokens, growth_factor, memory_limit");

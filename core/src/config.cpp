@@ -267,6 +267,7 @@ class ConfigReader {
            cache_section = f;
          }},
         {"policy", [&](const Field& f) { config.policy = read_policy(f); }},
+        {"stores", [&](const Field& f) { config.stores = read_stores(f); }},
     };
     read_section(document, keys);
     config.cache = resolve_cache(config.cache, cache_section.value_or(document), cache_fields);
@@ -523,6 +524,37 @@ class ConfigReader {
       params.emplace_back(key, read_scalar(field, "a scalar value"));
     });
     return params;
+  }
+
+  std::vector<StoreConfig> read_stores(const Field& section) const {
+    std::vector<StoreConfig> stores;
+    for_each_entry(section, [&](const std::string& name, const Field& field) {
+      if (name.empty()) fail(field.key_mark, section.path, "a store name must not be empty");
+      stores.push_back(read_store(name, field));
+    });
+    return stores;
+  }
+
+  StoreConfig read_store(const std::string& name, const Field& section) const {
+    StoreConfig store{name, "", {}};
+    bool has_plugin = false;
+    if (section.value.IsNull()) {
+      fail_value(section, "expected a mapping with a plugin, got " + describe(section.value));
+    }
+    const std::vector<KeyReader> keys{
+        {"plugin",
+         [&](const Field& f) {
+           store.plugin = read_name(f);
+           has_plugin = true;
+         }},
+        {"params", [&](const Field& f) { store.params = read_params(f); }},
+    };
+    read_section(section, keys);
+    if (!has_plugin) {
+      fail(section.key_mark, child_path(section.path, "plugin"),
+           "missing, a store needs a plugin");
+    }
+    return store;
   }
 
   void read_compress(const Field& section, PolicyConfig& policy) const {

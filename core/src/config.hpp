@@ -39,11 +39,23 @@ struct PolicyConfig {
   int32_t decode_slack = 0;    // > 0: compress when a sequence exceeds budget + slack
 };
 
+// One entry of `stores:`: the name calls use, the store plugin and its parameters.
+struct StoreConfig {
+  std::string name;
+  std::string plugin;
+  std::vector<std::pair<std::string, std::string>> params;  // scalar values as written
+
+  bool operator==(const StoreConfig& other) const {
+    return name == other.name && plugin == other.plugin && params == other.params;
+  }
+};
+
 struct Config {
   std::optional<int32_t> threads;  // absent or 0: all cores
   std::vector<std::string> plugin_paths;
   CacheConfig cache;
   std::optional<PolicyConfig> policy;
+  std::optional<std::vector<StoreConfig>> stores;  // in the document's order; absent: none
 };
 
 // Parses a whole configuration document. Empty text gives the defaults. Errors are

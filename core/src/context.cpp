@@ -44,6 +44,33 @@ Context::Context(Config config)
       host_(std::make_unique<HostServices>(logger_, arena_)),
       plugins_(std::make_unique<PluginRegistry>(host_->api(), logger_)) {
   load_default_plugins();
+  create_stores();
+}
+
+void Context::create_stores() {
+  if (!config_.stores) return;
+  for (const StoreConfig& entry : *config_.stores) {
+    const LoadedPlugin* plugin = plugins_->find(KVC_PLUGIN_STORE, entry.plugin);
+    if (!plugin) {
+      throw Error(KVC_ERR_NOT_FOUND, "stores." + printable(entry.name) +
+                                         ".plugin: no store plugin " + quote(entry.plugin) +
+                                         " is loaded (loaded: " +
+                                         plugins_->names_of(KVC_PLUGIN_STORE) + ")");
+    }
+    stores_.push_back(std::make_unique<Store>(entry, *plugin, host_->api()));
+  }
+}
+
+const Store& Context::store(const std::string& name) const {
+  for (const std::unique_ptr<Store>& store : stores_) {
+    if (store->name() == name) return *store;
+  }
+  std::string names;
+  for (const std::unique_ptr<Store>& store : stores_) {
+    names += (names.empty() ? "" : ", ") + quote(store->name());
+  }
+  throw Error(KVC_ERR_NOT_FOUND, "no store named " + quote(name) + " (configured: " +
+                                     (names.empty() ? "none" : names) + ")");
 }
 
 void Context::load_default_plugins() {
@@ -81,6 +108,12 @@ void Context::check_cache_config(const Config& cache_config) const {
     throw Error(KVC_ERR_CONFIG, "plugins.paths: " + quote(path) +
                                     " is not one of the context's; plugins are loaded by "
                                     "kvc_context_create or kvc_context_load_plugin");
+  }
+  const std::vector<StoreConfig> no_stores;
+  if (cache_config.stores && *cache_config.stores != config_.stores.value_or(no_stores)) {
+    throw Error(KVC_ERR_CONFIG,
+                "stores: differs from the context's; stores are created with the context, by "
+                "kvc_context_create");
   }
 }
 
