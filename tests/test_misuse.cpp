@@ -89,6 +89,12 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_compress, "misuse: kvc_compress"),
     KVT_COVERED(kvc_report_stats, "misuse: kvc_report_stats"),
     KVT_COVERED(kvc_cache_estimate_peak_bytes, "misuse: kvc_cache_estimate_peak_bytes"),
+    KVT_COVERED(kvc_seq_offload, "misuse: offload, restore, drop"),
+    KVT_COVERED(kvc_seq_restore, "misuse: offload, restore, drop"),
+    KVT_COVERED(kvc_store_drop, "misuse: offload, restore, drop"),
+    KVT_COVERED(kvc_prefix_init, "misuse: init and destroy functions accept NULL"),
+    KVT_COVERED(kvc_prefix_save, "misuse: prefix save and load"),
+    KVT_COVERED(kvc_prefix_load, "misuse: prefix save and load"),
 };
 #undef KVT_COVERED
 
@@ -260,7 +266,7 @@ void refused(const char* text, std::initializer_list<kvc_cache*> caches, Call&& 
 // 0 with tokens on both layers, 1 with tokens on layer 0 only, 2 forked from 0 and grown
 // (it shares 0's full blocks), 3 empty. Tensors fit a batch of up to 8 tokens.
 struct Fixture {
-  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::ContextPtr ctx;
   kvt::CachePtr owner;
   kvc_cache* cache = nullptr;
   ref::Rng rng{17};
@@ -268,7 +274,7 @@ struct Fixture {
   std::vector<float> out = std::vector<float>(8 * kQRow, 123.0f);
   kvc_attention_params ap{};
 
-  Fixture() {
+  explicit Fixture(const char* yaml = nullptr) : ctx(kvt::make_context(yaml)) {
     kvc_cache_params p = shape_params();
     p.policy = "h2o";
     p.budget = 64;  // more than the suite stores: nothing compresses on its own
@@ -401,6 +407,7 @@ TEST_CASE("misuse: init and destroy functions accept NULL") {
   const int32_t one = 1;
   kvc_batch_init(nullptr, 1, &one, &one, &one);
   kvc_attention_params_init(nullptr);
+  kvc_prefix_init(nullptr, "model", &one, 1);
   // The init functions accept any counts and pointers: the calls that read the struct check it.
   kvc_batch b;
   kvc_batch_init(&b, -5, nullptr, nullptr, nullptr);
@@ -1262,6 +1269,150 @@ TEST_CASE("misuse: kvc_cache_estimate_peak_bytes") {
   KVT_REFUSED(KVT_ON(c), kvc_cache_estimate_peak_bytes(c, INT32_MAX, 4, INT32_MAX, &bytes),
               KVC_ERR_INVALID_ARGUMENT, "2147483647");
   CHECK(bytes == 12345);
+}
+
+// Stores for the store cases: the host store, and test stores whose puts or gets fail.
+const char* const kStoresYaml =
+    "plugins:\n  paths: [\"" KVC_TEST_STORE_PLUGIN "\"]\n"
+    "stores:\n"
+    "  host: { plugin: host }\n"
+    "  no_put: { plugin: test_store, params: { space: misuse, fail: put } }\n"
+    "  no_get: { plugin: test_store, params: { space: misuse, fail: get } }\n";
+
+TEST_CASE("misuse: offload, restore, drop") {
+  Fixture f(kStoresYaml);
+  kvc_cache* c = f.cache;
+  kvc_context* ctx = f.ctx.get();
+  const std::string long_key(1025, 'k');
+  KVT_REQUIRE_OK(kvc_seq_fork(c, 0, 7));
+  KVT_REQUIRE_OK(kvc_seq_offload(c, 7, "host", "stored"));
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(nullptr, 0, "host", "k"), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, nullptr, "k"), KVC_ERR_INVALID_ARGUMENT, "store");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "", "k"), KVC_ERR_INVALID_ARGUMENT, "store");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "elsewhere", "k"), KVC_ERR_NOT_FOUND,
+              "'elsewhere'");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", nullptr), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", ""), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", long_key.c_str()),
+              KVC_ERR_INVALID_ARGUMENT, "1024");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 99, "host", "k"), KVC_ERR_NOT_FOUND, "sequence 99");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "no_put", "k"), KVC_ERR_IO, "store 'no_put'");
+
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(nullptr, 5, "host", "stored"), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, nullptr, "stored"), KVC_ERR_INVALID_ARGUMENT,
+              "store");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "elsewhere", "stored"), KVC_ERR_NOT_FOUND,
+              "'host'");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "host", nullptr), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "host", ""), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "host", long_key.c_str()),
+              KVC_ERR_INVALID_ARGUMENT, "1024");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, -1, "host", "stored"), KVC_ERR_INVALID_ARGUMENT,
+              "sequence id");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 1, "host", "stored"), KVC_ERR_ALREADY_EXISTS,
+              "sequence 1");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "host", "absent"), KVC_ERR_NOT_FOUND, "'absent'");
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "no_get", "stored"), KVC_ERR_IO,
+              "store 'no_get'");
+  // A value of another shape is refused as kvc_seq_import refuses it.
+  kvc_cache_params other = shape_params();
+  other.head_dim = 16;
+  kvt::CachePtr wider = kvt::make_cache(ctx, other);
+  KVT_REQUIRE_OK(kvc_seq_create(wider.get(), 0));
+  KVT_REQUIRE_OK(kvc_seq_offload(wider.get(), 0, "host", "wide"));
+  KVT_REFUSED(KVT_ON(c), kvc_seq_restore(c, 5, "host", "wide"), KVC_ERR_INVALID_ARGUMENT,
+              "shape");
+
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(nullptr, "host", "stored"), KVC_ERR_INVALID_ARGUMENT,
+              "context");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, nullptr, "stored"), KVC_ERR_INVALID_ARGUMENT,
+              "store");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, "elsewhere", "stored"), KVC_ERR_NOT_FOUND,
+              "'elsewhere'");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, "host", nullptr), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, "host", ""), KVC_ERR_INVALID_ARGUMENT, "key");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, "host", long_key.c_str()), KVC_ERR_INVALID_ARGUMENT,
+              "1024");
+  KVT_REFUSED(KVT_ON(c), kvc_store_drop(ctx, "host", "absent"), KVC_ERR_NOT_FOUND, "'absent'");
+  // The refusals left the stored value as it was.
+  KVT_REQUIRE_OK(kvc_seq_restore(c, 7, "host", "stored"));
+  CHECK(export_bytes(c, 7) == export_bytes(c, 0));
+}
+
+TEST_CASE("misuse: prefix save and load") {
+  Fixture f(kStoresYaml);
+  kvc_cache* c = f.cache;
+  const int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  kvc_prefix p;
+  kvc_prefix_init(&p, "model", ids, 4);
+  p.chunk_tokens = 2;
+  kvc_prefix bad = p;
+  int32_t out = -7;
+  struct Case {
+    void (*spoil)(kvc_prefix&);
+    const char* needle;
+  };
+  const Case spoilt[] = {
+      {[](kvc_prefix& x) { x.struct_size = 0; }, "struct_size"},
+      {[](kvc_prefix& x) { x.model = nullptr; }, "model"},
+      {[](kvc_prefix& x) { x.model = ""; }, "model"},
+      {[](kvc_prefix& x) { x.n_tokens = -1; }, "n_tokens"},
+      {[](kvc_prefix& x) { x.token_ids = nullptr; }, "token_ids"},
+      {[](kvc_prefix& x) { x.chunk_tokens = 0; }, "chunk_tokens"},
+      {[](kvc_prefix& x) { x.chunk_tokens = 65537; }, "chunk_tokens"},
+  };
+  for (const Case& k : spoilt) {
+    bad = p;
+    k.spoil(bad);
+    CAPTURE(k.needle);
+    KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, "host", &bad, &out), KVC_ERR_INVALID_ARGUMENT,
+                k.needle);
+    KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "host", &bad, &out), KVC_ERR_INVALID_ARGUMENT,
+                k.needle);
+  }
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(nullptr, 0, "host", &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, nullptr, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "store");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, "elsewhere", &p, &out), KVC_ERR_NOT_FOUND,
+              "'elsewhere'");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, "host", nullptr, &out), KVC_ERR_INVALID_ARGUMENT,
+              "prefix");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, "host", &p, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_tokens_saved");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 99, "host", &p, &out), KVC_ERR_NOT_FOUND,
+              "sequence 99");
+  // Sequence 1 holds 3 tokens on layer 0 only: fewer than the 4 to save.
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 1, "host", &p, &out), KVC_ERR_UNSUPPORTED,
+              "layer 0, kv_head 0 holds 3 tokens");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_save(c, 0, "no_put", &p, &out), KVC_ERR_IO, "injected");
+
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(nullptr, 5, "host", &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, nullptr, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "store");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "elsewhere", &p, &out), KVC_ERR_NOT_FOUND,
+              "'host'");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "host", nullptr, &out), KVC_ERR_INVALID_ARGUMENT,
+              "prefix");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "host", &p, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_tokens_restored");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, -1, "host", &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "sequence id");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 1, "host", &p, &out), KVC_ERR_ALREADY_EXISTS,
+              "sequence 1");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "no_get", &p, &out), KVC_ERR_IO, "injected");
+  CHECK(out == -7);
+  // A struct from a newer caller that sets bytes this library does not know.
+  struct Newer {
+    kvc_prefix known;
+    int32_t extra;
+  } newer{p, 1};
+  newer.known.struct_size = sizeof newer;
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "host", &newer.known, &out), KVC_ERR_UNSUPPORTED,
+              "struct_size");
 }
 
 TEST_CASE("misuse: kvc_compress with a sequence listed twice") {

@@ -18,13 +18,6 @@ kvc::Error io_error(const std::string& what, const std::string& path) {
   return kvc::Error(KVC_ERR_IO, what + " " + kvc::quote(path) + ": " + std::strerror(error));
 }
 
-std::vector<uint8_t> encoded(kvc::Cache& cache, int32_t seq_id) {
-  const kvc::SequenceImage image = cache.export_sequence(seq_id);
-  std::vector<uint8_t> bytes(kvc::encoded_size(image));
-  kvc::encode(image, bytes.data(), bytes.size());
-  return bytes;
-}
-
 }  // namespace
 
 extern "C" {
@@ -67,7 +60,7 @@ kvc_status* kvc_seq_export_file(kvc_cache* cache, int32_t seq_id, const char* pa
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
-    const std::vector<uint8_t> bytes = encoded(*cache->impl, seq_id);
+    const std::vector<uint8_t> bytes = kvc::encode(cache->impl->export_sequence(seq_id));
     const std::string target(path);
     kvc::require_not_folder(target, "export:");
     const std::string temporary = target + ".tmp";

@@ -66,6 +66,14 @@ Sequence& Cache::find(int32_t seq_id) const {
   return *it->second;
 }
 
+void Cache::check_new_sequence_id(int32_t seq_id) const {
+  if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  if (sequences_.count(seq_id)) {
+    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
+  }
+}
+
 void Cache::create_sequence(int32_t seq_id) {
   if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
   auto sequence = std::make_unique<Sequence>();

@@ -35,8 +35,14 @@ class Cache {
   Cache& operator=(const Cache&) = delete;
 
   const CacheConfig& config() const { return config_; }
+  Context& context() const { return context_; }
+  // The attention statistics stored per token (kvc_stat_flags), which an export carries.
+  uint32_t stored_stats() const { return geometry_.stats; }
 
   void create_sequence(int32_t seq_id);
+  // Throws what creating sequence `seq_id` now would: INVALID_ARGUMENT for a negative id,
+  // ALREADY_EXISTS for one in use (for calls that check before slow work, such as a store's).
+  void check_new_sequence_id(int32_t seq_id) const;
   void remove_sequence(int32_t seq_id);
   void reserve(int32_t seq_id, int32_t tokens);
   // A new sequence sharing every K/V block of the source, with its own statistics and counters.

@@ -417,6 +417,12 @@ void encode(const SequenceImage& image, uint8_t* out, size_t capacity) {
   w.le(checksum(out, static_cast<size_t>(w.position() - out)));
 }
 
+std::vector<uint8_t> encode(const SequenceImage& image) {
+  std::vector<uint8_t> bytes(encoded_size(image));
+  encode(image, bytes.data(), bytes.size());
+  return bytes;
+}
+
 SequenceImage decode(const uint8_t* bytes, size_t n) {
   Reader r(bytes, n);
   const Header h = read_header(r);

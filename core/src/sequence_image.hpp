@@ -45,6 +45,8 @@ size_t encoded_size(const SequenceImage& image);
 // Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
 // nothing, when capacity is smaller or the image is inconsistent.
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);
+// The same bytes in a new buffer.
+std::vector<uint8_t> encode(const SequenceImage& image);
 // Reads an image; throws kvc::Error naming what is wrong: UNSUPPORTED for a newer format
 // version, INVALID_ARGUMENT for anything else (truncated, corrupted, inconsistent).
 SequenceImage decode(const uint8_t* bytes, size_t n);

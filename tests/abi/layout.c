@@ -95,6 +95,12 @@ int main(void) {
   FIELD(kvc_policy_info, budget_ratio);
   FIELD(kvc_policy_info, stats);
   FIELD(kvc_policy_info, observation_window);
+  SIZE(kvc_prefix);
+  FIELD(kvc_prefix, struct_size);
+  FIELD(kvc_prefix, model);
+  FIELD(kvc_prefix, token_ids);
+  FIELD(kvc_prefix, n_tokens);
+  FIELD(kvc_prefix, chunk_tokens);
   VALUE(KVC_OK);
   VALUE(KVC_ERR_INVALID_ARGUMENT);
   VALUE(KVC_ERR_OUT_OF_MEMORY);
@@ -113,6 +119,7 @@ int main(void) {
   VALUE(KVC_LOG_OFF);
   VALUE(KVC_PLUGIN_POLICY);
   VALUE(KVC_PLUGIN_BACKEND);
+  VALUE(KVC_PLUGIN_STORE);
   VALUE(KVC_DTYPE_F32);
   VALUE(KVC_DTYPE_F16);
   VALUE(KVC_DTYPE_BF16);
@@ -294,6 +301,14 @@ int main(void) {
   FIELD(kvc_policy_vtable, needs);
   FIELD(kvc_policy_vtable, score);
   FIELD(kvc_policy_vtable, budgets);
+  SIZE(kvc_store_vtable);
+  FIELD(kvc_store_vtable, struct_size);
+  FIELD(kvc_store_vtable, create);
+  FIELD(kvc_store_vtable, destroy);
+  FIELD(kvc_store_vtable, put);
+  FIELD(kvc_store_vtable, get);
+  FIELD(kvc_store_vtable, exists);
+  FIELD(kvc_store_vtable, remove);
   VALUE(KVC_COPY_HOST_TO_DEVICE);
   VALUE(KVC_COPY_DEVICE_TO_HOST);
   VALUE(KVC_COPY_DEVICE_TO_DEVICE);

@@ -1,0 +1,88 @@
+#include "prefix_keys.hpp"
+
+#include <openssl/evp.h>
+
+#include <memory>
+
+#include "error.hpp"
+
+namespace kvc {
+namespace {
+
+constexpr char kKeyPrefix[] = "kvc-prefix-";
+constexpr uint8_t kVersionTag[8] = {'K', 'V', 'C', 'P', 'F', 'X', 0, 1};
+
+struct ContextFree {
+  void operator()(EVP_MD_CTX* context) const { EVP_MD_CTX_free(context); }
+};
+using Sha256 = std::unique_ptr<EVP_MD_CTX, ContextFree>;
+
+[[noreturn]] void crypto_failed(const char* step) {
+  throw Error(KVC_ERR_INTERNAL, std::string("prefix key: OpenSSL SHA-256 ") + step + " failed");
+}
+
+Sha256 new_context() {
+  Sha256 context(EVP_MD_CTX_new());
+  if (!context) throw std::bad_alloc();
+  return context;
+}
+
+void feed(EVP_MD_CTX* context, const void* data, size_t size) {
+  if (EVP_DigestUpdate(context, data, size) != 1) crypto_failed("update");
+}
+
+template <class U>
+void feed_le(EVP_MD_CTX* context, U value) {
+  uint8_t bytes[sizeof(U)];
+  for (size_t i = 0; i < sizeof(U); ++i) bytes[i] = static_cast<uint8_t>(value >> (8 * i));
+  feed(context, bytes, sizeof bytes);
+}
+
+std::string hex_digest_of_copy(const EVP_MD_CTX* context) {
+  Sha256 copy = new_context();
+  if (EVP_MD_CTX_copy_ex(copy.get(), context) != 1) crypto_failed("copy");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(copy.get(), digest, &length) != 1) crypto_failed("final");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key(kKeyPrefix);
+  for (unsigned int i = 0; i < length; ++i) {
+    key += kHex[digest[i] >> 4];
+    key += kHex[digest[i] & 0xf];
+  }
+  return key;
+}
+
+}  // namespace
+
+std::vector<std::string> prefix_chunk_keys(const PrefixIdentity& identity,
+                                           const int32_t* token_ids, int32_t n_chunks) {
+  Sha256 context = new_context();
+  if (EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) crypto_failed("init");
+  feed(context.get(), kVersionTag, sizeof kVersionTag);
+  feed_le<uint64_t>(context.get(), identity.model.size());
+  feed(context.get(), identity.model.data(), identity.model.size());
+  for (int32_t field : {identity.layers, identity.kv_heads, identity.q_heads, identity.head_dim}) {
+    feed_le<uint32_t>(context.get(), static_cast<uint32_t>(field));
+  }
+  feed_le<uint32_t>(context.get(), static_cast<uint32_t>(identity.dtype));
+  feed_le<uint32_t>(context.get(), identity.stats);
+  feed_le<uint32_t>(context.get(), static_cast<uint32_t>(identity.chunk_tokens));
+
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(n_chunks));
+  const size_t chunk = static_cast<size_t>(identity.chunk_tokens);
+  std::vector<uint8_t> bytes(chunk * 4);
+  for (int32_t c = 0; c < n_chunks; ++c) {
+    const int32_t* ids = token_ids + static_cast<size_t>(c) * chunk;
+    for (size_t i = 0; i < chunk; ++i) {
+      const auto id = static_cast<uint32_t>(ids[i]);
+      for (size_t b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<uint8_t>(id >> (8 * b));
+    }
+    feed(context.get(), bytes.data(), bytes.size());
+    keys.push_back(hex_digest_of_copy(context.get()));
+  }
+  return keys;
+}
+
+}  // namespace kvc
