@@ -150,25 +150,6 @@ TEST_SUITE("conformance") {
     CHECK(store.creation().message.find("no_such_parameter") != std::string::npos);
   }
 
-  // Each value says who wrote it and is otherwise random bytes from that: a get of a mix of
-  // two writes, or of a part of one, does not match what its first bytes say.
-  std::vector<unsigned char> signed_value(uint32_t thread, uint32_t round) {
-    const uint64_t seed = (uint64_t{thread} << 32) | round;
-    std::vector<unsigned char> value = random_bytes(16 + (seed * 2654435761u) % 50000, seed);
-    std::memcpy(value.data(), &seed, sizeof seed);
-    const uint64_t size = value.size();
-    std::memcpy(value.data() + 8, &size, sizeof size);
-    return value;
-  }
-
-  bool is_whole_signed_value(const std::vector<unsigned char>& value, uint32_t* writer) {
-    if (value.size() < 16) return false;
-    uint64_t seed = 0;
-    std::memcpy(&seed, value.data(), sizeof seed);
-    *writer = static_cast<uint32_t>(seed >> 32);
-    return value == signed_value(*writer, static_cast<uint32_t>(seed));
-  }
-
   TEST_CASE("8 threads put and get distinct and shared keys at once; every get is a whole value") {
     StoreUnderTest store;
     require_created(store);

@@ -2,6 +2,7 @@
 // damaged by hand, leftovers of interrupted writes, several instances on one folder, and the
 // parameters.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -163,6 +164,70 @@ TEST_SUITE("disk") {
     REQUIRE(b.exists(key, found).code == KVC_OK);
     CHECK_FALSE(found);
     CHECK(b.remove(key).code == KVC_ERR_NOT_FOUND);
+  }
+
+  TEST_CASE("a file is named by the key's percent-encoding, or by a hash past 200 bytes") {
+    const std::string folder = environment().temp_folder();
+    StoreUnderTest store(Params{{"path", folder}});
+    REQUIRE(store.ok());
+    const std::string prefix = environment().key("");  // "kvc-test-<pid>-<hex>/"
+    const std::string encoded_prefix = prefix.substr(0, prefix.size() - 1) + "%2F";
+    REQUIRE(store.put(prefix + "a b/\xC3\xA9.~_-Z9", random_bytes(1, 1)).code == KVC_OK);
+    CHECK(only_value_file(folder).filename() ==
+          "v-" + encoded_prefix + "a%20b%2F%C3%A9.%7E_-Z9");
+    REQUIRE(store.remove(prefix + "a b/\xC3\xA9.~_-Z9").code == KVC_OK);
+
+    const std::string longest_plain = prefix + std::string(200 - encoded_prefix.size(), 'p');
+    REQUIRE(store.put(longest_plain, random_bytes(1, 2)).code == KVC_OK);
+    CHECK(only_value_file(folder).filename() ==
+          "v-" + encoded_prefix + std::string(200 - encoded_prefix.size(), 'p'));
+    REQUIRE(store.remove(longest_plain).code == KVC_OK);
+
+    REQUIRE(store.put(longest_plain + "p", random_bytes(1, 3)).code == KVC_OK);
+    const std::string hashed = only_value_file(folder).filename().string();
+    CHECK(hashed.size() == 2 + 32);
+    CHECK(hashed.compare(0, 2, "h-") == 0);
+    CHECK(hashed.find_first_not_of("0123456789abcdef", 2) == std::string::npos);
+    CHECK(store.get(longest_plain + "p").value == random_bytes(1, 3));
+  }
+
+  TEST_CASE("another process replacing a value never lets a get see a part of one") {
+    const std::string folder = environment().temp_folder();
+    const std::string key = environment().key("across-processes");
+    constexpr uint32_t kRounds = 200;
+    StoreUnderTest reader(Params{{"path", folder}, {"fsync", "false"}});
+    REQUIRE(reader.ok());
+    REQUIRE(reader.put(key, signed_value(0, 0)).code == KVC_OK);
+    const pid_t writer = fork();
+    REQUIRE(writer >= 0);
+    if (writer == 0) {
+      int failed = 0;
+      {
+        Store store(environment().plugin(), Params{{"path", folder}, {"fsync", "false"}});
+        for (uint32_t round = 1; round <= kRounds && store.ok(); ++round) {
+          failed += store.put(key, signed_value(1, round)).code != KVC_OK;
+        }
+        failed += !store.ok();
+      }
+      _exit(failed == 0 ? 0 : 1);
+    }
+    int torn = 0, failed_gets = 0, status = 0;
+    while (waitpid(writer, &status, WNOHANG) == 0) {
+      const GetResult got = reader.get(key);
+      uint32_t who = 0;
+      if (got.outcome.code != KVC_OK) {
+        ++failed_gets;
+      } else if (!is_whole_signed_value(got.value, &who)) {
+        ++torn;
+      }
+    }
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(failed_gets == 0);
+    CHECK(torn == 0);
+    uint32_t last = 0;
+    REQUIRE(is_whole_signed_value(reader.get(key).value, &last));
+    CHECK(reader.get(key).value == signed_value(1, kRounds));
   }
 
   TEST_CASE("path is created with its parents; what is not a folder is CONFIG") {

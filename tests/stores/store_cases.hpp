@@ -1,9 +1,11 @@
-// Helpers shared by the store cases: random values and an instance that removes the keys it
-// put when it goes away (stores on a shared server keep nothing of a run).
+// Helpers shared by the store cases: random values, values that tell whether they are whole,
+// and an instance that removes the keys it put when it goes away (stores on a shared server
+// keep nothing of a run).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -26,6 +28,25 @@ inline std::vector<unsigned char> random_bytes(size_t size, uint64_t seed) {
     bytes[i] = static_cast<unsigned char>(word >> (8 * (i % 8)));
   }
   return bytes;
+}
+
+// Each value says who wrote it (which writer, which round) and is otherwise random bytes from
+// that: a get of a mix of two writes, or of a part of one, does not match what it says.
+inline std::vector<unsigned char> signed_value(uint32_t writer, uint32_t round) {
+  const uint64_t seed = (uint64_t{writer} << 32) | round;
+  std::vector<unsigned char> value = random_bytes(16 + (seed * 2654435761u) % 50000, seed);
+  std::memcpy(value.data(), &seed, sizeof seed);
+  const uint64_t size = value.size();
+  std::memcpy(value.data() + 8, &size, sizeof size);
+  return value;
+}
+
+inline bool is_whole_signed_value(const std::vector<unsigned char>& value, uint32_t* writer) {
+  if (value.size() < 16) return false;
+  uint64_t seed = 0;
+  std::memcpy(&seed, value.data(), sizeof seed);
+  *writer = static_cast<uint32_t>(seed >> 32);
+  return value == signed_value(*writer, static_cast<uint32_t>(seed));
 }
 
 class StoreUnderTest : public Store {
