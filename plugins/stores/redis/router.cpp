@@ -68,6 +68,21 @@ void Router::refresh() {
   throw PluginError(KVC_ERR_IO, "no cluster node answered CLUSTER SLOTS (" + problems + ")");
 }
 
+Reply Router::ask(const std::string& address, std::initializer_list<std::string_view> command) {
+  NodePool::Lease lease = pool(address).acquire();
+  CommandBatch batch;
+  batch.add({"ASKING"});
+  batch.add(command);
+  lease->send(batch);
+  const Reply asking = lease->receive();
+  Reply reply = lease->receive();
+  if (is_error(*asking)) {
+    throw PluginError(KVC_ERR_IO,
+                      address + ": ASKING refused: " + printable(text_of(*asking), 200));
+  }
+  return reply;
+}
+
 void Router::moved(const Redirect& redirect) {
   std::lock_guard<std::mutex> lock(map_mutex_);
   map_.set(redirect.slot, redirect.address);

@@ -26,6 +26,9 @@ class Router {
   template <class Op>
   auto run(const std::string& key, Op&& op) -> decltype(op(std::declval<Connection&>(), false));
 
+  // ASKING, then `command`, on the node at `address` (an -ASK's): the reply to `command`.
+  Reply ask(const std::string& address, std::initializer_list<std::string_view> command);
+
  private:
   static constexpr int kMaxRedirects = 5;
 

@@ -57,8 +57,8 @@ bool SlotMap::load(const redisReply& reply, const std::string& asked, std::strin
     // An empty or "?" host: the same host we asked (Redis 7's unknown endpoint).
     if (host.empty() || host == "?") host = asked_host;
     if (host.find(':') != std::string::npos) host = "[" + host + "]";
-    const uint16_t node =
-        loaded.index_of(host + ":" + decimal(static_cast<uint64_t>(range->element[2]->element[1]->integer)));
+    const auto port = static_cast<uint64_t>(range->element[2]->element[1]->integer);
+    const uint16_t node = loaded.index_of(host + ":" + decimal(port));
     for (long long slot = first; slot <= last; ++slot) loaded.owner_[slot] = node;
   }
   *this = std::move(loaded);

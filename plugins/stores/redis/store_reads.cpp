@@ -1,10 +1,12 @@
-// get and exists. A get reads the manifest, then in one transaction (MULTI/EXEC) the parts it
-// names and the manifest again: a snapshot, checked to be of the manifest read (else the value
-// was replaced and is read again) before the caller's memory is reserved, since that happens
-// once. Each part is copied once, from hiredis's reply into that memory, and the whole value's
+// get and exists. A get reads the manifest, then pipelined the parts it names and the manifest
+// again. Parts are written once under their generation, so when the manifest did not change
+// the parts read are its own; when it did, the value was replaced meanwhile and is read
+// again. All this happens before the caller's memory is reserved, since that happens once;
+// then each part is copied once, from hiredis's reply into that memory, and the whole value's
 // checksum checked.
 #include <cstring>
 #include <optional>
+#include <vector>
 #include <tuple>
 #include <utility>
 
@@ -40,8 +42,23 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
   const std::string doing = "get of key " + quoted(key);
 
   router_.run(manifest, [&](Connection& connection, bool asking) {
+    // A reply of the pipeline below; a key whose slot is being migrated and that has moved
+    // already (-ASK) is read from the node it went to.
+    auto settled = [&](Reply reply, const std::string& key_read) {
+      Redirect redirect;
+      if (is_error(*reply) && parse_redirect(text_of(*reply), redirect) && redirect.ask) {
+        reply = router_.ask(redirect.address, {"GET", key_read});
+        Redirect again;
+        if (is_error(*reply) && parse_redirect(text_of(*reply), again)) throw again;
+        if (is_error(*reply)) {
+          fail_on_error(text_of(*reply), redirect.address, settings_.user(), doing);
+        }
+        return reply;
+      }
+      check(*reply, connection, doing);
+      return reply;
+    };
     auto read_manifest = [&](const redisReply& reply) {
-      check(reply, connection, doing);
       if (reply.type == REDIS_REPLY_NIL) {
         fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
       }
@@ -57,58 +74,52 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
     Exchange head(connection, asking);
     head.add({"GET", manifest});
     head.send();
-    auto [manifest_bytes, m] = read_manifest(*head.receive());
+    auto [manifest_bytes, m] = read_manifest(*settled(head.receive(), manifest));
 
     for (int attempt = 0; attempt < kReplacedTries; ++attempt) {
-      Reply parts;  // EXEC's array: the parts, then the manifest as it is now
-      if (m.parts > 0) {
-        Exchange snapshot(connection, asking);
-        snapshot.add({"MULTI"});
-        for (uint64_t i = 0; i < m.parts; ++i) {
-          snapshot.add({"GET", part_key(manifest, m.generation, i)}, false);
-        }
-        snapshot.add({"GET", manifest}, false);
-        snapshot.add({"EXEC"}, false);
-        snapshot.send();
-        const Reply multi = snapshot.receive();
-        Reply first_refused;
-        for (uint64_t i = 0; i <= m.parts; ++i) {
-          Reply queued = snapshot.receive();
-          if (is_error(*queued) && first_refused == nullptr) first_refused = std::move(queued);
-        }
-        parts = snapshot.receive();
-        check(*multi, connection, doing);
-        if (first_refused != nullptr) check(*first_refused, connection, doing);
-        check(*parts, connection, doing);
-        if (parts->type != REDIS_REPLY_ARRAY || parts->elements != m.parts + 1) {
-          throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
-                                            " answered EXEC with an unexpected reply");
-        }
-        const redisReply& now = *parts->element[m.parts];
-        if (now.type != REDIS_REPLY_STRING || text_of(now) != manifest_bytes) {
+      std::vector<std::string> keys;
+      keys.reserve(m.parts);
+      Exchange pipeline(connection, asking);
+      for (uint64_t i = 0; i < m.parts; ++i) {
+        keys.push_back(part_key(manifest, m.generation, i));
+        pipeline.add({"GET", keys.back()});
+      }
+      if (m.parts > 0) pipeline.add({"GET", manifest});
+      pipeline.send();
+      std::vector<Reply> parts;
+      parts.reserve(m.parts);
+      for (uint64_t i = 0; i < m.parts; ++i) parts.push_back(pipeline.receive());
+      Reply now = m.parts > 0 ? pipeline.receive() : nullptr;
+      // Every reply is read: errors may now be thrown.
+      for (uint64_t i = 0; i < m.parts; ++i) parts[i] = settled(std::move(parts[i]), keys[i]);
+      if (now != nullptr) {
+        now = settled(std::move(now), manifest);
+        if (now->type != REDIS_REPLY_STRING || text_of(*now) != manifest_bytes) {
           // Replaced (or removed) since the manifest was read: read what is there now.
-          std::tie(manifest_bytes, m) = read_manifest(now);
+          std::tie(manifest_bytes, m) = read_manifest(*now);
           continue;
         }
-        for (uint64_t i = 0; i < m.parts; ++i) {
-          const redisReply& part = *parts->element[i];
-          if (part.type != REDIS_REPLY_STRING) {
-            throw PluginError(KVC_ERR_IO, doing + ": incomplete value: part " + decimal(i) +
-                                              " of " + decimal(m.parts) + " missing at " +
-                                              connection.address());
-          }
-          if (part.len != m.part_size(i)) {
-            throw PluginError(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
-                                              ": part " + decimal(i) + " of " +
-                                              decimal(m.parts) + " has " + decimal(part.len) +
-                                              " bytes, the manifest says " +
-                                              decimal(m.part_size(i)));
-          }
+      }
+      // The manifest did not change: its generation's parts, written once, are all there
+      // unless the value is damaged.
+      for (uint64_t i = 0; i < m.parts; ++i) {
+        const redisReply& part = *parts[i];
+        if (part.type != REDIS_REPLY_STRING) {
+          throw PluginError(KVC_ERR_IO, doing + ": incomplete value: part " + decimal(i) +
+                                            " of " + decimal(m.parts) + " missing at " +
+                                            connection.address());
+        }
+        if (part.len != m.part_size(i)) {
+          throw PluginError(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
+                                            ": part " + decimal(i) + " of " + decimal(m.parts) +
+                                            " has " + decimal(part.len) +
+                                            " bytes, the manifest says " +
+                                            decimal(m.part_size(i)));
         }
       }
       char* out = static_cast<char*>(buffer.reserve(static_cast<size_t>(m.size)));
       for (uint64_t i = 0; i < m.parts; ++i) {
-        std::memcpy(out + i * m.part_bytes, parts->element[i]->str, parts->element[i]->len);
+        std::memcpy(out + i * m.part_bytes, parts[i]->str, parts[i]->len);
       }
       if (value_checksum(out, static_cast<size_t>(m.size)) != m.checksum) {
         throw PluginError(KVC_ERR_IO, doing + ": checksum mismatch: the value at " +

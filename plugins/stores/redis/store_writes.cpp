@@ -93,6 +93,18 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
       const Reply exec = transaction.receive();
       guard.disarm();  // EXEC, run or refused, ended the WATCH
       check(*multi, connection, doing);
+      Redirect redirect;
+      if (first_refused != nullptr && old->type == REDIS_REPLY_STRING &&
+          parse_redirect(text_of(*first_refused), redirect) && redirect.ask) {
+        // The slot is moving and the old value is still here: the new one cannot be written
+        // beside it in one transaction on either node.
+        throw PluginError(KVC_ERR_IO, doing + ": its hash slot " +
+                                          decimal(static_cast<uint64_t>(redirect.slot)) +
+                                          " is being migrated from " + connection.address() +
+                                          " to " + redirect.address +
+                                          " with the old value still on " +
+                                          connection.address() + "; try again after it");
+      }
       if (first_refused != nullptr) check(*first_refused, connection, doing);
       check(*exec, connection, doing);
       if (exec->type == REDIS_REPLY_ARRAY) {

@@ -55,7 +55,9 @@ std::optional<Manifest> decode(std::string_view bytes, std::string& problem) {
     return std::nullopt;
   }
   uint32_t version = 0;
-  for (int i = 0; i < 4; ++i) version |= uint32_t{static_cast<unsigned char>(bytes[4 + i])} << (8 * i);
+  for (int i = 0; i < 4; ++i) {
+    version |= uint32_t{static_cast<unsigned char>(bytes[4 + i])} << (8 * i);
+  }
   if (version != kManifestVersion) {
     char text[96];
     std::snprintf(text, sizeof text, "has version %" PRIu32 ", this plugin reads version %" PRIu32,
