@@ -21,45 +21,11 @@
 
 #include "cache_params.hpp"
 #include "error.hpp"
+#include "kvcache_support/byte_size.hpp"
 #include "quote.hpp"
 
 namespace kvc {
 namespace {
-
-static_assert(sizeof(size_t) >= 8, "byte sizes up to TiB need a 64-bit size_t");
-
-// ------------------------------------------------------------------ byte sizes
-
-struct ByteUnit {
-  const char* name;
-  size_t multiplier;
-};
-
-constexpr ByteUnit kByteUnits[] = {
-    {"B", 1},
-    {"KB", 1000},
-    {"MB", 1000 * 1000},
-    {"GB", 1000 * 1000 * 1000},
-    {"KiB", size_t{1} << 10},
-    {"MiB", size_t{1} << 20},
-    {"GiB", size_t{1} << 30},
-    {"TiB", size_t{1} << 40},
-};
-
-constexpr size_t kMaxSize = std::numeric_limits<size_t>::max();
-
-[[noreturn]] void throw_bad_byte_size(const std::string& text, const std::string& reason) {
-  throw std::invalid_argument("invalid byte size " + quote(text) + ": " + reason);
-}
-
-std::string byte_unit_names() {
-  std::string names;
-  for (const ByteUnit& unit : kByteUnits) {
-    names += names.empty() ? "" : ", ";
-    names += unit.name;
-  }
-  return names;
-}
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -68,57 +34,6 @@ bool all_digits(std::string_view text) {
     if (!is_digit(c)) return false;
   }
   return !text.empty();
-}
-
-// "1.5 GiB" is split into whole "1", fraction "5" and unit "GiB".
-struct ByteSizeParts {
-  std::string_view whole;
-  bool has_point = false;
-  std::string_view fraction;
-  std::string_view unit;
-};
-
-ByteSizeParts split_byte_size(std::string_view text) {
-  ByteSizeParts parts;
-  const size_t number_end = std::min(text.find_first_not_of("0123456789."), text.size());
-  const std::string_view number = text.substr(0, number_end);
-  const size_t point = number.find('.');
-  parts.has_point = point != std::string_view::npos;
-  parts.whole = number.substr(0, point);
-  parts.fraction = parts.has_point ? number.substr(point + 1) : std::string_view{};
-  const size_t unit_begin = std::min(text.find_first_not_of(" \t", number_end), text.size());
-  parts.unit = text.substr(unit_begin);
-  return parts;
-}
-
-size_t byte_unit_multiplier(std::string_view unit, const std::string& text) {
-  if (unit.empty()) return 1;
-  for (const ByteUnit& known : kByteUnits) {
-    if (unit == known.name) return known.multiplier;
-  }
-  throw_bad_byte_size(
-      text, "unknown unit " + quote(unit) + ", expected one of " + byte_unit_names());
-}
-
-// floor(0.<digits> * multiplier), exactly: each step divides by ten what the digits to its
-// right contributed, and nested floors of integer divisions equal the floor of the whole.
-size_t scaled_fraction(std::string_view digits, size_t multiplier) {
-  size_t scaled = 0;
-  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    scaled = (static_cast<size_t>(*it - '0') * multiplier + scaled) / 10;
-  }
-  return scaled;
-}
-
-size_t scaled_byte_size(const ByteSizeParts& parts, size_t multiplier, const std::string& text) {
-  size_t whole = 0;
-  const auto [end, error] =
-      std::from_chars(parts.whole.data(), parts.whole.data() + parts.whole.size(), whole);
-  if (error != std::errc{} || whole > kMaxSize / multiplier) throw_bad_byte_size(text, "too large");
-  const size_t whole_bytes = whole * multiplier;
-  const size_t fraction_bytes = scaled_fraction(parts.fraction, multiplier);
-  if (fraction_bytes > kMaxSize - whole_bytes) throw_bad_byte_size(text, "too large");
-  return whole_bytes + fraction_bytes;
 }
 
 // ------------------------------------------------------------------ YAML reading
@@ -574,17 +489,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 }
 
 size_t parse_byte_size(const std::string& text) {
-  if (text.empty()) throw_bad_byte_size(text, "empty");
-  if (text.front() == '-') throw_bad_byte_size(text, "negative");
-  const ByteSizeParts parts = split_byte_size(text);
-  if (!all_digits(parts.whole) || (parts.has_point && !all_digits(parts.fraction))) {
-    throw_bad_byte_size(
-        text, "expected a number followed by an optional unit (" + byte_unit_names() + ")");
-  }
-  if (parts.has_point && parts.unit.empty()) {
-    throw_bad_byte_size(text, "a number of bytes without a unit must be whole");
-  }
-  return scaled_byte_size(parts, byte_unit_multiplier(parts.unit, text), text);
+  return plugin::parse_byte_size(text, quote);
 }
 
 }  // namespace kvc

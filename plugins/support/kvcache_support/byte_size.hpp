@@ -1,6 +1,6 @@
 // Byte sizes as the configuration writes them ("2GiB", "512 MiB", "1.5GiB", "1000"): the grammar
-// of docs/config.md#byte-sizes, for plugins, which cannot call the core's kvc::parse_byte_size.
-// Header-only; throws std::invalid_argument("invalid byte size '<text>': <reason>").
+// of docs/config.md#byte-sizes, in one place for the core (kvc::parse_byte_size) and the
+// plugins, which link no code of the core. Header-only.
 #pragma once
 
 #include <algorithm>
@@ -33,8 +33,9 @@ constexpr Unit kUnits[] = {
     {"TiB", size_t{1} << 40},
 };
 
-[[noreturn]] inline void fail(std::string_view text, const std::string& reason) {
-  throw std::invalid_argument("invalid byte size '" + std::string(text) + "': " + reason);
+template <class Quote>
+[[noreturn]] void fail(Quote& quote, std::string_view text, const std::string& reason) {
+  throw std::invalid_argument("invalid byte size " + quote(text) + ": " + reason);
 }
 
 inline std::string unit_names() {
@@ -63,10 +64,13 @@ inline size_t scaled_fraction(std::string_view digits, size_t multiplier) {
 
 }  // namespace byte_size_detail
 
-inline size_t parse_byte_size(std::string_view text) {
+// The bytes `text` stands for; throws std::invalid_argument("invalid byte size <quoted text>:
+// <reason>"), where `quote` (std::string(std::string_view)) writes user text in messages.
+template <class Quote>
+size_t parse_byte_size(std::string_view text, Quote quote) {
   namespace d = byte_size_detail;
-  if (text.empty()) d::fail(text, "empty");
-  if (text.front() == '-') d::fail(text, "negative");
+  if (text.empty()) d::fail(quote, text, "empty");
+  if (text.front() == '-') d::fail(quote, text, "negative");
   // "1.5 GiB" is split into whole "1", fraction "5" and unit "GiB".
   const size_t number_end = std::min(text.find_first_not_of("0123456789."), text.size());
   const std::string_view number = text.substr(0, number_end);
@@ -77,23 +81,26 @@ inline size_t parse_byte_size(std::string_view text) {
   const std::string_view unit =
       text.substr(std::min(text.find_first_not_of(" \t", number_end), text.size()));
   if (!d::all_digits(whole) || (has_point && !d::all_digits(fraction))) {
-    d::fail(text, "expected a number followed by an optional unit (" + d::unit_names() + ")");
+    d::fail(quote, text,
+            "expected a number followed by an optional unit (" + d::unit_names() + ")");
   }
-  if (has_point && unit.empty()) d::fail(text, "a number of bytes without a unit must be whole");
+  if (has_point && unit.empty()) {
+    d::fail(quote, text, "a number of bytes without a unit must be whole");
+  }
   size_t multiplier = unit.empty() ? 1 : 0;
   for (const d::Unit& known : d::kUnits) {
     if (unit == known.name) multiplier = known.multiplier;
   }
   if (multiplier == 0) {
-    d::fail(text, "unknown unit '" + std::string(unit) + "', expected one of " + d::unit_names());
+    d::fail(quote, text, "unknown unit " + quote(unit) + ", expected one of " + d::unit_names());
   }
   constexpr size_t kMax = std::numeric_limits<size_t>::max();
   size_t count = 0;
   const auto [end, error] = std::from_chars(whole.data(), whole.data() + whole.size(), count);
-  if (error != std::errc{} || count > kMax / multiplier) d::fail(text, "too large");
+  if (error != std::errc{} || count > kMax / multiplier) d::fail(quote, text, "too large");
   const size_t whole_bytes = count * multiplier;
   const size_t fraction_bytes = d::scaled_fraction(fraction, multiplier);
-  if (fraction_bytes > kMax - whole_bytes) d::fail(text, "too large");
+  if (fraction_bytes > kMax - whole_bytes) d::fail(quote, text, "too large");
   return whole_bytes + fraction_bytes;
 }
 

@@ -169,7 +169,7 @@ class StoreParams {
     if (value == nullptr) return fallback;
     size_t bytes = 0;
     try {
-      bytes = parse_byte_size(*value);
+      bytes = parse_byte_size(*value, quoted);
     } catch (const std::invalid_argument& e) {
       config_error(key, e.what());
     }
