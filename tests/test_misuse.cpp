@@ -1293,6 +1293,9 @@ TEST_CASE("misuse: offload, restore, drop") {
   KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "elsewhere", "k"), KVC_ERR_NOT_FOUND,
               "'elsewhere'");
   KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", nullptr), KVC_ERR_INVALID_ARGUMENT, "key");
+  // Arguments are checked before the store is looked up.
+  KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "elsewhere", nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "key");
   KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", ""), KVC_ERR_INVALID_ARGUMENT, "key");
   KVT_REFUSED(KVT_ON(c), kvc_seq_offload(c, 0, "host", long_key.c_str()),
               KVC_ERR_INVALID_ARGUMENT, "1024");

@@ -16,9 +16,9 @@ constexpr size_t kMaxKeyBytes = 1024;
 constexpr int32_t kDefaultChunkTokens = 256;
 constexpr int32_t kMaxChunkTokens = 65536;
 
-const kvc::Store& named_store(kvc::Context& context, const char* store) {
+// Every argument is checked before the store is looked up or asked anything.
+void require_store_name(const char* store) {
   kvc::require(store != nullptr && *store != '\0', "store is NULL or empty");
-  return context.store(store);
 }
 
 std::string checked_key(const char* key) {
@@ -69,8 +69,9 @@ kvc_status* kvc_seq_offload(kvc_cache* cache, int32_t seq_id, const char* store,
                             const char* key) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    const kvc::Store& target = named_store(cache->impl->context(), store);
+    require_store_name(store);
     const std::string checked = checked_key(key);
+    const kvc::Store& target = cache->impl->context().store(store);
     const std::vector<uint8_t> bytes = kvc::encode(cache->impl->export_sequence(seq_id));
     target.put(checked, bytes.data(), bytes.size());
     cache->impl->remove_sequence(seq_id);
@@ -81,8 +82,9 @@ kvc_status* kvc_seq_restore(kvc_cache* cache, int32_t seq_id, const char* store,
                             const char* key) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    const kvc::Store& source = named_store(cache->impl->context(), store);
+    require_store_name(store);
     const std::string checked = checked_key(key);
+    const kvc::Store& source = cache->impl->context().store(store);
     cache->impl->check_new_sequence_id(seq_id);
     cache->impl->import_sequence(seq_id, decode_value(source.get(checked), source, checked));
   });
@@ -91,8 +93,9 @@ kvc_status* kvc_seq_restore(kvc_cache* cache, int32_t seq_id, const char* store,
 kvc_status* kvc_store_drop(kvc_context* context, const char* store, const char* key) {
   return kvc::guarded([&] {
     kvc::require(context != nullptr, "context is NULL");
-    const kvc::Store& target = named_store(*context->impl, store);
-    target.remove(checked_key(key));
+    require_store_name(store);
+    const std::string checked = checked_key(key);
+    context->impl->store(store).remove(checked);
   });
 }
 
@@ -111,9 +114,10 @@ kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,
                             const kvc_prefix* prefix, int32_t* out_tokens_saved) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    const kvc::Store& target = named_store(cache->impl->context(), store);
+    require_store_name(store);
     const kvc_prefix p = checked_prefix(prefix);
     kvc::require(out_tokens_saved != nullptr, "out_tokens_saved is NULL");
+    const kvc::Store& target = cache->impl->context().store(store);
     const int32_t n_chunks = p.n_tokens / p.chunk_tokens;
     const kvc::SequenceImage image = cache->impl->export_sequence(seq_id);
     kvc::check_prefix_heads(image, seq_id, n_chunks * p.chunk_tokens);
@@ -133,9 +137,10 @@ kvc_status* kvc_prefix_load(kvc_cache* cache, int32_t seq_id, const char* store,
                             const kvc_prefix* prefix, int32_t* out_tokens_restored) {
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
-    const kvc::Store& source = named_store(cache->impl->context(), store);
+    require_store_name(store);
     const kvc_prefix p = checked_prefix(prefix);
     kvc::require(out_tokens_restored != nullptr, "out_tokens_restored is NULL");
+    const kvc::Store& source = cache->impl->context().store(store);
     cache->impl->check_new_sequence_id(seq_id);
     const kvc::PrefixIdentity identity = identity_of(*cache->impl, p);
     const std::vector<std::string> keys =
