@@ -51,6 +51,19 @@ TEST_SUITE("conformance") {
     }
   }
 
+  TEST_CASE("an empty value may come without data") {
+    StoreUnderTest store;
+    require_created(store);
+    const std::string key = environment().key("empty-without-data");
+    const Outcome put = store.put(key, nullptr, 0);
+    INFO("put: " << put.message);
+    REQUIRE(put.code == KVC_OK);
+    const GetResult got = store.get(key);
+    REQUIRE(got.outcome.code == KVC_OK);
+    CHECK(got.reserve_calls == 1);
+    CHECK(got.value.empty());
+  }
+
   TEST_CASE("put replaces a value, larger or smaller") {
     StoreUnderTest store;
     require_created(store);
