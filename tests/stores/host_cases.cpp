@@ -41,6 +41,18 @@ TEST_SUITE("host") {
     CHECK(exists(store, env.key("big")));
   }
 
+  TEST_CASE("exists is no use: it leaves the eviction order alone") {
+    StoreUnderTest store(Params{{"capacity", "200"}});
+    REQUIRE(store.ok());
+    const std::string a = environment().key("a"), b = environment().key("b");
+    REQUIRE(store.put(a, random_bytes(100, 1)).code == KVC_OK);
+    REQUIRE(store.put(b, random_bytes(100, 2)).code == KVC_OK);
+    CHECK(exists(store, a));
+    REQUIRE(store.put(environment().key("c"), random_bytes(100, 3)).code == KVC_OK);
+    CHECK_FALSE(exists(store, a));
+    CHECK(exists(store, b));
+  }
+
   TEST_CASE("a replaced value's bytes are counted once") {
     StoreUnderTest store(Params{{"capacity", "200"}});
     REQUIRE(store.ok());
