@@ -549,3 +549,149 @@ TEST_CASE("compression: a custom C policy loaded through YAML follows its rule")
   }
 }
 #endif
+
+namespace {
+
+// append_attend of one chunk of sequence `seq` on one layer, marked as the prompt's end or not.
+Status store_chunk(kvc_cache* cache, int layer, int32_t seq, const Inputs& in, bool prompt_end) {
+  int32_t n = static_cast<int32_t>(in.pos.size());
+  const int32_t end = prompt_end ? 1 : 0;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, in.pos.data());
+  batch.prompt_end = &end;
+  std::vector<float> out(in.q.size());
+  kvc_tensor q = kvt::tensor(in.q.data(), KVC_DTYPE_F32);
+  kvc_tensor k = kvt::tensor(in.k.data(), KVC_DTYPE_F32);
+  kvc_tensor v = kvt::tensor(in.v.data(), KVC_DTYPE_F32);
+  kvc_tensor_mut o = kvt::tensor_mut(out.data());
+  return Status(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
+}
+
+std::vector<std::vector<int32_t>> all_positions(const kvc_cache* cache, int32_t seq) {
+  std::vector<std::vector<int32_t>> heads;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) heads.push_back(cref::stored_positions(cache, seq, layer, h));
+  }
+  return heads;
+}
+
+}  // namespace
+
+TEST_CASE("compression: 'once' with a marked last prompt chunk compresses each layer right after it") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.policy = "tova";
+  p.budget = 12;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr marked = kvt::make_cache(ctx.get(), p);
+  kvt::CachePtr unmarked = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(marked.get(), 0) == nullptr);
+  REQUIRE(kvc_seq_create(unmarked.get(), 0) == nullptr);
+  std::mt19937 rng(16);
+  const Inputs first = random_inputs(rng, 20, 0), last = random_inputs(rng, 20, 20);
+  const Inputs decode = random_inputs(rng, 1, 40);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    REQUIRE(store_chunk(marked.get(), layer, 0, first, false).ok());
+    REQUIRE(store_chunk(unmarked.get(), layer, 0, first, false).ok());
+  }
+  for (int layer = 0; layer < kLayers; ++layer) {
+    Status s = store_chunk(marked.get(), layer, 0, last, true);
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    REQUIRE(store_chunk(unmarked.get(), layer, 0, last, false).ok());
+    for (int h = 0; h < kKvHeads; ++h) {
+      CHECK(kvt::seq_length(marked.get(), 0, layer, h) == 12);  // compressed at once
+      CHECK(kvt::seq_length(unmarked.get(), 0, layer, h) == 40);
+      if (layer + 1 < kLayers) CHECK(kvt::seq_length(marked.get(), 0, layer + 1, h) == 20);
+    }
+  }
+  // The unmarked cache compresses the same statistics when the first decode token arrives, so
+  // both keep the same tokens; the marked one does not compress again.
+  for (int layer = 0; layer < kLayers; ++layer) {
+    REQUIRE(store_chunk(marked.get(), layer, 0, decode, false).ok());
+    REQUIRE(store_chunk(unmarked.get(), layer, 0, decode, false).ok());
+  }
+  CHECK(all_positions(marked.get(), 0) == all_positions(unmarked.get(), 0));
+  CHECK(kvt::get_stats(marked.get()).tokens_evicted == kvt::get_stats(unmarked.get()).tokens_evicted);
+  for (int h = 0; h < kKvHeads; ++h) CHECK(kvt::seq_length(marked.get(), 0, 1, h) == 13);
+}
+
+TEST_CASE("compression: a marked one-token chunk is a prompt chunk, not a decode step") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.policy = "window";
+  p.budget = 8;
+  p.sinks = 0;
+  p.recent = 0;
+  for (kvc_prefill_compression mode : {KVC_PREFILL_ONCE, KVC_PREFILL_PER_CHUNK}) {
+    CAPTURE(mode);
+    p.prefill = mode;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    REQUIRE(kvc_seq_create(cache.get(), 3) == nullptr);
+    std::mt19937 rng(17);
+    const Inputs prompt = random_inputs(rng, 20, 0), tail = random_inputs(rng, 1, 20);
+    for (int layer = 0; layer < kLayers; ++layer) REQUIRE(store_chunk(cache.get(), layer, 3, prompt, false).ok());
+    for (int layer = 0; layer < kLayers; ++layer) REQUIRE(store_chunk(cache.get(), layer, 3, tail, true).ok());
+    // Compressed after the last token arrived, to the budget: the newest 8, 13..20. Taken as a
+    // decode step, 'once' would have compressed before storing it (9 tokens, 12..20) and
+    // per_chunk not at all after it (with 8 kept from the prompt: 12..20 too).
+    std::vector<int32_t> expected(8);
+    std::iota(expected.begin(), expected.end(), 13);
+    for (const std::vector<int32_t>& kept : all_positions(cache.get(), 3)) CHECK(kept == expected);
+  }
+}
+
+TEST_CASE("compression: the estimate follows a marked whole-prompt prefill (kvpress's way)") {
+  constexpr int32_t kPrompt = 2048, kBudget = 512, kBlock = 16;
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = f32_params();
+  p.dtype = KVC_DTYPE_F16;
+  p.block_tokens = kBlock;
+  p.policy = "knorm";  // reads keys at compression time: no statistics arrays beside the blocks
+  p.budget = kBudget;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  kvc_estimate_request request;
+  kvc_estimate_request_init(&request, kPrompt, kPrompt, 4);
+  size_t unmarked = 0, legacy = 0, marked = 0;
+  REQUIRE(kvc_cache_estimate(cache.get(), &request, &unmarked) == nullptr);
+  REQUIRE(kvc_cache_estimate_peak_bytes(cache.get(), kPrompt, kPrompt, 4, &legacy) == nullptr);
+  CHECK(unmarked == legacy);
+  request.marks_prompt_end = 1;
+  REQUIRE(kvc_cache_estimate(cache.get(), &request, &marked) == nullptr);
+  // One layer holds the whole prompt while the others hold their budget.
+  const size_t token_bytes = 2 * kHeadDim * 2 + sizeof(int32_t);
+  CHECK(marked == (kPrompt + (kLayers - 1) * kBudget) * token_bytes * kKvHeads);
+  CHECK(unmarked == kLayers * kPrompt * token_bytes * kKvHeads);
+
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(18);
+  const Inputs prompt = random_inputs(rng, kPrompt, 0);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    Status s = store_chunk(cache.get(), layer, 0, prompt, true);
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+  }
+  for (int32_t t = 0; t < 4; ++t) {
+    const Inputs token = random_inputs(rng, 1, kPrompt + t);
+    for (int layer = 0; layer < kLayers; ++layer) REQUIRE(store_chunk(cache.get(), layer, 0, token, false).ok());
+  }
+  CHECK(kvt::get_stats(cache.get()).bytes_peak == marked);
+}
+
+TEST_CASE("compression: prompt_end entries other than 0 and 1 are refused, storing nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), f32_params());
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(19);
+  const Inputs in = random_inputs(rng, 4, 0);
+  int32_t n = 4, seq = 0;
+  const int32_t end = 2;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, in.pos.data());
+  CHECK(batch.prompt_end == nullptr);
+  batch.prompt_end = &end;
+  kvc_tensor k = kvt::tensor(in.k.data(), KVC_DTYPE_F32), v = kvt::tensor(in.v.data(), KVC_DTYPE_F32);
+  Status s(kvc_append(cache.get(), 0, &batch, &k, &v));
+  CHECK(s.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(s.message().find("batch.prompt_end[0] must be 0 or 1, got 2") != std::string::npos);
+  CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 0);
+}

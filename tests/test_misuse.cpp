@@ -89,6 +89,8 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_compress, "misuse: kvc_compress"),
     KVT_COVERED(kvc_report_stats, "misuse: kvc_report_stats"),
     KVT_COVERED(kvc_cache_estimate_peak_bytes, "misuse: kvc_cache_estimate_peak_bytes"),
+    KVT_COVERED(kvc_estimate_request_init, "misuse: init and destroy functions accept NULL"),
+    KVT_COVERED(kvc_cache_estimate, "misuse: kvc_cache_estimate"),
     KVT_COVERED(kvc_seq_offload, "misuse: offload, restore, drop"),
     KVT_COVERED(kvc_seq_restore, "misuse: offload, restore, drop"),
     KVT_COVERED(kvc_store_drop, "misuse: offload, restore, drop"),
@@ -408,12 +410,14 @@ TEST_CASE("misuse: init and destroy functions accept NULL") {
   kvc_batch_init(nullptr, 1, &one, &one, &one);
   kvc_attention_params_init(nullptr);
   kvc_prefix_init(nullptr, "model", &one, 1);
+  kvc_estimate_request_init(nullptr, 1, 1, 1);
   // The init functions accept any counts and pointers: the calls that read the struct check it.
   kvc_batch b;
   kvc_batch_init(&b, -5, nullptr, nullptr, nullptr);
   CHECK(b.struct_size == sizeof b);
   CHECK(b.n_seqs == -5);
   CHECK(b.stream == nullptr);
+  CHECK(b.prompt_end == nullptr);
 }
 
 TEST_CASE("misuse: kvc_context_create") {
@@ -1068,6 +1072,9 @@ TEST_CASE("misuse: data path") {
   add("NULL seq_ids", KVC_ERR_INVALID_ARGUMENT, "seq_ids").batch.seq_ids = nullptr;
   add("NULL n_tokens", KVC_ERR_INVALID_ARGUMENT, "n_tokens").batch.n_tokens = nullptr;
   add("NULL positions", KVC_ERR_INVALID_ARGUMENT, "positions").batch.positions = nullptr;
+  const int32_t bad_end[2] = {0, 2}, negative_end[2] = {-1, 0};
+  add("prompt_end 2", KVC_ERR_INVALID_ARGUMENT, "prompt_end[1]").batch.prompt_end = bad_end;
+  add("prompt_end -1", KVC_ERR_INVALID_ARGUMENT, "prompt_end[0]").batch.prompt_end = negative_end;
   const int32_t twice[2] = {1, 1};
   add("a sequence twice", KVC_ERR_INVALID_ARGUMENT, "twice").batch.seq_ids = twice;
   const int32_t unknown[2] = {0, 7};
@@ -1269,6 +1276,65 @@ TEST_CASE("misuse: kvc_cache_estimate_peak_bytes") {
   KVT_REFUSED(KVT_ON(c), kvc_cache_estimate_peak_bytes(c, INT32_MAX, 4, INT32_MAX, &bytes),
               KVC_ERR_INVALID_ARGUMENT, "2147483647");
   CHECK(bytes == 12345);
+}
+
+TEST_CASE("misuse: kvc_cache_estimate") {
+  Fixture f;
+  kvc_cache* c = f.cache;
+  size_t bytes = 12345;
+  kvc_estimate_request good;
+  kvc_estimate_request_init(&good, 16, 4, 4);
+  CHECK(good.marks_prompt_end == 0);
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(nullptr, &good, &bytes), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, nullptr, &bytes), KVC_ERR_INVALID_ARGUMENT,
+              "request");
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &good, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_bytes");
+  kvc_estimate_request r = good;
+  r.struct_size = 0;
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &r, &bytes), KVC_ERR_INVALID_ARGUMENT,
+              "request->struct_size");
+  struct Newer {
+    kvc_estimate_request known;
+    int32_t unknown_field;
+  } newer{good, 1};
+  newer.known.struct_size = sizeof newer;
+  KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &newer.known, &bytes), KVC_ERR_UNSUPPORTED,
+              "newer kvcache");
+  for (int32_t marks : {0, 1}) {
+    CAPTURE(marks);
+    r = good;
+    r.marks_prompt_end = marks;
+    r.prompt_tokens = -1;
+    KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &r, &bytes), KVC_ERR_INVALID_ARGUMENT,
+                "prompt_tokens");
+    r = good;
+    r.marks_prompt_end = marks;
+    r.new_tokens = INT32_MIN;
+    KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &r, &bytes), KVC_ERR_INVALID_ARGUMENT,
+                "new_tokens");
+    r = good;
+    r.marks_prompt_end = marks;
+    r.chunk_tokens = 0;
+    KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &r, &bytes), KVC_ERR_INVALID_ARGUMENT,
+                "chunk_tokens");
+    r = good;
+    r.marks_prompt_end = marks;
+    r.prompt_tokens = INT32_MAX;
+    r.new_tokens = INT32_MAX;
+    KVT_REFUSED(KVT_ON(c), kvc_cache_estimate(c, &r, &bytes), KVC_ERR_INVALID_ARGUMENT,
+                "2147483647");
+  }
+  CHECK(bytes == 12345);
+  // A smaller (older) request reads as unmarked.
+  size_t legacy = 0, older = 0;
+  KVT_REQUIRE_OK(kvc_cache_estimate_peak_bytes(c, 16, 4, 4, &legacy));
+  r = good;
+  r.marks_prompt_end = 1;
+  r.struct_size = offsetof(kvc_estimate_request, marks_prompt_end);
+  KVT_REQUIRE_OK(kvc_cache_estimate(c, &r, &older));
+  CHECK(older == legacy);
 }
 
 // Stores for the store cases: the host store, and test stores whose puts or gets fail.

@@ -274,7 +274,28 @@ kvc_status* kvc_cache_estimate_peak_bytes(const kvc_cache* cache, int32_t prompt
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(out_bytes != nullptr, "out_bytes is NULL");
-    *out_bytes = cache->impl->estimate_peak_bytes(prompt_tokens, chunk_tokens, new_tokens);
+    *out_bytes = cache->impl->estimate_peak_bytes(prompt_tokens, chunk_tokens, new_tokens, false);
+  });
+}
+
+void kvc_estimate_request_init(kvc_estimate_request* request, int32_t prompt_tokens,
+                               int32_t chunk_tokens, int32_t new_tokens) {
+  if (!request) return;
+  request->struct_size = sizeof(*request);
+  request->prompt_tokens = prompt_tokens;
+  request->chunk_tokens = chunk_tokens;
+  request->new_tokens = new_tokens;
+  request->marks_prompt_end = 0;
+}
+
+kvc_status* kvc_cache_estimate(const kvc_cache* cache, const kvc_estimate_request* request,
+                               size_t* out_bytes) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    kvc::require(out_bytes != nullptr, "out_bytes is NULL");
+    const kvc_estimate_request r = kvc::read_versioned(request, kvc_estimate_request{}, "request");
+    *out_bytes = cache->impl->estimate_peak_bytes(r.prompt_tokens, r.chunk_tokens, r.new_tokens,
+                                                  r.marks_prompt_end != 0);
   });
 }
 

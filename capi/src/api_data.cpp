@@ -34,6 +34,7 @@ void kvc_batch_init(kvc_batch* batch, int32_t n_seqs, const int32_t* seq_ids,
   batch->n_tokens = n_tokens;
   batch->positions = positions;
   batch->stream = nullptr;
+  batch->prompt_end = nullptr;
 }
 
 void kvc_attention_params_init(kvc_attention_params* params) {

@@ -253,6 +253,10 @@ Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const
       throw invalid("batch.n_tokens[" + std::to_string(i) + "] must be >= 1, got " +
                     std::to_string(batch.n_tokens[i]));
     }
+    if (batch.prompt_end && batch.prompt_end[i] != 0 && batch.prompt_end[i] != 1) {
+      throw invalid("batch.prompt_end[" + std::to_string(i) + "] must be 0 or 1, got " +
+                    std::to_string(batch.prompt_end[i]));
+    }
     resolved.sequences.push_back(&find(id));
     resolved.offsets.push_back(static_cast<int32_t>(total));
     total += batch.n_tokens[i];

@@ -72,9 +72,11 @@ class Cache {
   // Statistics of one (sequence, layer, KV head) computed by an engine's own attention.
   void report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_flags stat,
                     const float* values, int32_t n_values);
-  // Peak bytes one sequence holds for a prompt processed in chunks, then `new_tokens` decode
-  // steps, under the configured policy.
-  size_t estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, int32_t new_tokens) const;
+  // Peak bytes one sequence holds for a prompt processed in chunks (the last one marked as the
+  // prompt's end when `marks_prompt_end`), then `new_tokens` decode steps, under the configured
+  // policy.
+  size_t estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, int32_t new_tokens,
+                             bool marks_prompt_end) const;
 
   kvc_cache_stats stats() const;
 
@@ -87,6 +89,10 @@ class Cache {
   };
 
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
+  // Whether the engine marked sequence i's tokens of the batch as its prompt's last chunk.
+  static bool marks_prompt_end(const kvc_batch& batch, size_t i) {
+    return batch.prompt_end != nullptr && batch.prompt_end[i] != 0;
+  }
   // Refuses a store whose positions do not increase strictly within each sequence, from
   // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
   void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);

@@ -309,7 +309,8 @@ bool Cache::once_due(int32_t layer, const kvc_batch& batch) const {
   for (int32_t i = 0; i < batch.n_seqs; ++i) {
     const auto found = sequences_.find(batch.seq_ids[i]);
     if (found == sequences_.end() || batch.n_tokens[i] < 1) return false;
-    if (schedule_.before_store(found->second->triggers[static_cast<size_t>(layer)], batch.n_tokens[i])) {
+    if (schedule_.before_store(found->second->triggers[static_cast<size_t>(layer)],
+                               batch.n_tokens[i], marks_prompt_end(batch, static_cast<size_t>(i)))) {
       return true;
     }
   }
@@ -333,7 +334,10 @@ Cache::OnceCompression Cache::compress_before_append(int32_t layer, const kvc_ba
   std::vector<int32_t> ids;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
-    if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i])) continue;
+    if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i],
+                                marks_prompt_end(batch, i))) {
+      continue;
+    }
     once.sequences.push_back(&seq);
     ids.push_back(batch.seq_ids[i]);
   }
@@ -394,7 +398,10 @@ Cache::AfterAttend Cache::plan_after_attend(int32_t layer, const kvc_batch& batc
       return most;
     };
     plan.triggers.push_back(seq.triggers[static_cast<size_t>(layer)]);
-    if (!schedule_.after_attend(plan.triggers.back(), batch.n_tokens[i], excess)) continue;
+    if (!schedule_.after_attend(plan.triggers.back(), batch.n_tokens[i],
+                                marks_prompt_end(batch, i), excess)) {
+      continue;
+    }
     plan.due.push_back(&seq);
     plan.ids.push_back(batch.seq_ids[i]);
     for (int32_t h = 0; h < config_.kv_heads; ++h) {

@@ -66,7 +66,12 @@ class HeadModel {
   HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers)
       : schedule_(schedule), g_(g), layers_(layers) {}
 
-  // `count` stores of `tokens` each.
+  // One store of `tokens` that the engine marks as the prompt's last chunk.
+  void store_prompt_end(int32_t tokens) {
+    bump_modelled();
+    store(tokens, true);
+  }
+  // `count` unmarked stores of `tokens` each.
   void store_repeated(int32_t tokens, int64_t count) {
     CycleFinder cycle;
     while (count > 0) {
@@ -76,12 +81,8 @@ class HeadModel {
         count -= quiet;
         continue;
       }
-      if (++modelled_ > kMaxModelledStores) {
-        throw Error(KVC_ERR_INVALID_ARGUMENT,
-                    "the estimate needs more than " + std::to_string(kMaxModelledStores) +
-                        " compressions modelled one by one; ask for fewer tokens");
-      }
-      store(tokens);
+      bump_modelled();
+      store(tokens, false);
       --count;
       // A state that comes back repeats everything in between, peaks included.
       if (const int64_t period = cycle.period(state(), count)) {
@@ -96,17 +97,24 @@ class HeadModel {
   size_t peak_bytes() const { return peak_bytes_; }
 
  private:
-  void store(int32_t tokens) {
+  void bump_modelled() {
+    if (++modelled_ > kMaxModelledStores) {
+      throw Error(KVC_ERR_INVALID_ARGUMENT,
+                  "the estimate needs more than " + std::to_string(kMaxModelledStores) +
+                      " compressions modelled one by one; ask for fewer tokens");
+    }
+  }
+  void store(int32_t tokens, bool prompt_end) {
     const size_t before = held_bytes();
     size_t peak = 0;
-    if (schedule_.before_store(triggers_, tokens)) {
+    if (schedule_.before_store(triggers_, tokens, prompt_end)) {
       peak = compress();
       triggers_.prefill_pending = false;
     }
     peak = std::max(peak, grow(tokens));
     length_ += tokens;
     seen_ += tokens;
-    if (schedule_.after_attend(triggers_, tokens, [&] { return excess(); })) {
+    if (schedule_.after_attend(triggers_, tokens, prompt_end, [&] { return excess(); })) {
       peak = std::max(peak, compress());
     }
     const size_t after = held_bytes();
@@ -202,8 +210,8 @@ class HeadModel {
 
 }  // namespace
 
-size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
-                                  int32_t new_tokens) const {
+size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, int32_t new_tokens,
+                                  bool marks_prompt_end) const {
   if (prompt_tokens < 0 || new_tokens < 0) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "prompt_tokens and new_tokens must be >= 0");
   }
@@ -214,8 +222,18 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
                     std::to_string(int64_t{prompt_tokens} + new_tokens));
   }
   HeadModel head(schedule_, geometry_, config_.layers);
-  head.store_repeated(chunk_tokens, prompt_tokens / chunk_tokens);
-  if (const int32_t rest = prompt_tokens % chunk_tokens) head.store_repeated(rest, 1);
+  const int32_t rest = prompt_tokens % chunk_tokens;
+  const int64_t chunks = prompt_tokens / chunk_tokens;
+  if (!marks_prompt_end || prompt_tokens == 0) {
+    head.store_repeated(chunk_tokens, chunks);
+    if (rest) head.store_repeated(rest, 1);
+  } else if (rest) {
+    head.store_repeated(chunk_tokens, chunks);
+    head.store_prompt_end(rest);
+  } else {
+    head.store_repeated(chunk_tokens, chunks - 1);
+    head.store_prompt_end(chunk_tokens);
+  }
   head.store_repeated(1, new_tokens);
   size_t bytes = 0;
   if (__builtin_mul_overflow(head.peak_bytes(), static_cast<size_t>(config_.kv_heads), &bytes)) {

@@ -43,18 +43,21 @@ class Schedule {
   int32_t kept(int32_t n, int32_t budget) const;
 
   // ---- triggers
-  // Before storing n_tokens: whether the "once" compression runs now (the first decode token
-  // after a prompt). The caller clears prefill_pending once that compression succeeded.
-  bool before_store(const TriggerState& state, int32_t n_tokens) const;
-  // After attending n_tokens: whether to compress now; updates the state. `excess()` is the
-  // most tokens any head of the layer holds beyond its budget (asked only for decode_slack).
+  // Before storing n_tokens (`prompt_end`: marked as the prompt's last chunk): whether the
+  // "once" compression runs now (the first decode token after a prompt). The caller clears
+  // prefill_pending once that compression succeeded.
+  bool before_store(const TriggerState& state, int32_t n_tokens, bool prompt_end) const;
+  // After attending n_tokens (`prompt_end`: the engine marked them as its prompt's last
+  // chunk): whether to compress now; updates the state. `excess()` is the most tokens any head
+  // of the layer holds beyond its budget (asked only for decode_slack).
   template <class Excess>
-  bool after_attend(TriggerState& state, int32_t n_tokens, Excess&& excess) const {
+  bool after_attend(TriggerState& state, int32_t n_tokens, bool prompt_end, Excess&& excess) const {
     if (!policy_) return false;
     bool now = false;
-    if (n_tokens > 1) {
-      state.prefill_pending = policy_->prefill == PrefillCompression::once;
-      now = policy_->prefill == PrefillCompression::per_chunk;
+    if (n_tokens > 1 || prompt_end) {
+      const bool once = policy_->prefill == PrefillCompression::once;
+      state.prefill_pending = once && !prompt_end;
+      now = policy_->prefill == PrefillCompression::per_chunk || (once && prompt_end);
     } else {
       ++state.decode_steps;
       now = (policy_->decode_every > 0 && state.decode_steps >= policy_->decode_every) ||
@@ -64,7 +67,7 @@ class Schedule {
     return now;
   }
 
-  // How many of the next `limit` stores of n_tokens from `state` surely fire no trigger;
+  // How many of the next `limit` unmarked stores of n_tokens from `state` surely fire no trigger;
   // excess_after(j) is how many tokens the head holds beyond its budget after j more stores,
   // which must not decrease with j.
   template <class ExcessAfter>
@@ -72,7 +75,7 @@ class Schedule {
                                 ExcessAfter&& excess_after) const {
     if (!policy_) return limit;
     if (n_tokens > 1) return policy_->prefill == PrefillCompression::per_chunk ? 0 : limit;
-    if (before_store(state, n_tokens)) return 0;
+    if (before_store(state, n_tokens, false)) return 0;
     int64_t steps = limit;
     if (policy_->decode_every > 0) {
       steps = std::clamp<int64_t>(int64_t{policy_->decode_every} - 1 - state.decode_steps, 0, steps);
@@ -90,7 +93,8 @@ class Schedule {
     }
     return steps;
   }
-  // What after_attend does to the state over `steps` stores of n_tokens that fire nothing.
+  // What after_attend does to the state over `steps` unmarked stores of n_tokens that fire
+  // nothing.
   void skip_steps(TriggerState& state, int32_t n_tokens, int64_t steps) const;
   // Whether the budget depends on the tokens a head has seen (a ratio).
   bool budget_grows() const { return policy_ && policy_->budget_ratio > 0.0; }

@@ -81,6 +81,7 @@ int main(void) {
   FIELD(kvc_batch, n_tokens);
   FIELD(kvc_batch, positions);
   FIELD(kvc_batch, stream);
+  FIELD(kvc_batch, prompt_end);
   SIZE(kvc_attention_params);
   FIELD(kvc_attention_params, struct_size);
   FIELD(kvc_attention_params, scale);
@@ -95,6 +96,12 @@ int main(void) {
   FIELD(kvc_policy_info, budget_ratio);
   FIELD(kvc_policy_info, stats);
   FIELD(kvc_policy_info, observation_window);
+  SIZE(kvc_estimate_request);
+  FIELD(kvc_estimate_request, struct_size);
+  FIELD(kvc_estimate_request, prompt_tokens);
+  FIELD(kvc_estimate_request, chunk_tokens);
+  FIELD(kvc_estimate_request, new_tokens);
+  FIELD(kvc_estimate_request, marks_prompt_end);
   SIZE(kvc_prefix);
   FIELD(kvc_prefix, struct_size);
   FIELD(kvc_prefix, model);

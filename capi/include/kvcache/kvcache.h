@@ -402,9 +402,18 @@ typedef struct kvc_batch {
    * backend's default. Ignored by the CPU backend. Work on device memory may still be running
    * when the call returns; host outputs are complete. */
   void *stream;
+  /** [n_seqs] or NULL (none marked): a nonzero entry (1) marks sequence i's tokens in this
+   * batch as the last chunk of its prompt. With KVC_PREFILL_ONCE the attention over a marked
+   * chunk compresses that layer of the sequence right after it, instead of at its first decode
+   * token, so each layer is compressed as soon as its prompt is complete: over a prompt
+   * prefilled in one chunk, only the layer being processed ever holds the whole prompt. A
+   * marked chunk is a prompt chunk whatever its size (one token included). Entries other than
+   * 0 and 1 are INVALID_ARGUMENT. */
+  const int32_t *prompt_end;
 } kvc_batch;
 
-/** @brief Fills @p batch with the given arrays, a NULL stream, and sets struct_size. */
+/** @brief Fills @p batch with the given arrays, a NULL stream and prompt_end, and sets
+ * struct_size. */
 KVC_API void kvc_batch_init(kvc_batch *batch, int32_t n_seqs, const int32_t *seq_ids,
                             const int32_t *n_tokens, const int32_t *positions);
 
@@ -521,6 +530,30 @@ KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t l
 KVC_API kvc_status *kvc_cache_estimate_peak_bytes(const kvc_cache *cache, int32_t prompt_tokens,
                                                   int32_t chunk_tokens, int32_t new_tokens,
                                                   size_t *out_bytes);
+
+/** @brief A request for kvc_cache_estimate(). Fill with kvc_estimate_request_init() first. */
+typedef struct kvc_estimate_request {
+  uint32_t struct_size;   /**< sizeof(kvc_estimate_request), set by kvc_estimate_request_init() */
+  int32_t prompt_tokens;  /**< >= 0 */
+  int32_t chunk_tokens;   /**< >= 1: prompt tokens per prefill batch (the last chunk may be shorter) */
+  int32_t new_tokens;     /**< >= 0: tokens decoded one at a time after the prompt */
+  /** Nonzero: the engine marks the prompt's last chunk (kvc_batch::prompt_end). */
+  int32_t marks_prompt_end;
+} kvc_estimate_request;
+
+/** @brief Fills @p request with the given counts, no prompt_end mark, and sets struct_size. */
+KVC_API void kvc_estimate_request_init(kvc_estimate_request *request, int32_t prompt_tokens,
+                                       int32_t chunk_tokens, int32_t new_tokens);
+
+/**
+ * @brief Peak bytes one sequence holds for @p request, as kvc_cache_estimate_peak_bytes()
+ * computes them (which is this call without the prompt_end mark), the mark taken into account:
+ * with KVC_PREFILL_ONCE and a marked last chunk, a layer is compressed right after its last
+ * prompt chunk, so a prompt prefilled in one chunk needs about one layer holding the prompt
+ * and the others their budget.
+ */
+KVC_API kvc_status *kvc_cache_estimate(const kvc_cache *cache, const kvc_estimate_request *request,
+                                       size_t *out_bytes);
 
 /* ----------------------------------------------------------------- stores */
 
