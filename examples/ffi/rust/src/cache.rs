@@ -25,6 +25,18 @@ pub struct Shape {
     pub head_dim: i32,
 }
 
+/// The prompt and decode lengths of `Cache::estimate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EstimateRequest {
+    pub prompt_tokens: i32,
+    /// Prompt tokens per prefill batch (the last chunk may be shorter).
+    pub chunk_tokens: i32,
+    /// Tokens decoded one at a time after the prompt.
+    pub new_tokens: i32,
+    /// The engine marks the prompt's last chunk (`Batch::prompt_end`).
+    pub marks_prompt_end: bool,
+}
+
 /// A cache, borrowing the context it was created from (so it cannot outlive it).
 ///
 /// Threading, as kvcache.h states it: calls on disjoint sequences may run concurrently;
@@ -126,6 +138,27 @@ impl<'ctx> Cache<'ctx> {
                 &mut bytes,
             )
         })?;
+        Ok(bytes)
+    }
+
+    /// Peak bytes one sequence holds for `request`: `estimate_peak_bytes`, with the prompt's
+    /// last chunk marked or not.
+    pub fn estimate(&self, request: &EstimateRequest) -> Result<usize> {
+        let mut raw = MaybeUninit::<sys::kvc_estimate_request>::uninit();
+        // SAFETY: init writes every field.
+        let mut raw = unsafe {
+            sys::kvc_estimate_request_init(
+                raw.as_mut_ptr(),
+                request.prompt_tokens,
+                request.chunk_tokens,
+                request.new_tokens,
+            );
+            raw.assume_init()
+        };
+        raw.marks_prompt_end = request.marks_prompt_end.into();
+        let mut bytes = 0;
+        // SAFETY: as in estimate_peak_bytes; the request is read during the call only.
+        check(unsafe { sys::kvc_cache_estimate(self.handle.raw.as_ptr(), &raw, &mut bytes) })?;
         Ok(bytes)
     }
 

@@ -12,6 +12,8 @@ pub struct Batch {
     seq_ids: Vec<i32>,
     n_tokens: Vec<i32>,
     positions: Vec<i32>,
+    /// Per sequence, 1 where its tokens end its prompt (`kvc_batch::prompt_end`).
+    prompt_end: Vec<i32>,
 }
 
 impl Batch {
@@ -20,11 +22,23 @@ impl Batch {
     }
 
     /// Adds sequence `seq_id` with new tokens at `positions`.
-    pub fn seq(mut self, seq_id: i32, positions: impl IntoIterator<Item = i32>) -> Batch {
+    pub fn seq(self, seq_id: i32, positions: impl IntoIterator<Item = i32>) -> Batch {
+        self.push(seq_id, positions, false)
+    }
+
+    /// Adds sequence `seq_id` with the last chunk of its prompt at `positions`: with prefill
+    /// compression `once`, the attention over it compresses that layer of the sequence at once
+    /// instead of at its first decode token.
+    pub fn prompt_end(self, seq_id: i32, positions: impl IntoIterator<Item = i32>) -> Batch {
+        self.push(seq_id, positions, true)
+    }
+
+    fn push(mut self, seq_id: i32, positions: impl IntoIterator<Item = i32>, prompt_end: bool) -> Batch {
         let before = self.positions.len();
         self.positions.extend(positions);
         self.seq_ids.push(seq_id);
         self.n_tokens.push((self.positions.len() - before) as i32);
+        self.prompt_end.push(prompt_end.into());
         self
     }
 
@@ -61,7 +75,9 @@ impl Batch {
                 self.n_tokens.as_ptr(),
                 self.positions.as_ptr(),
             );
-            Ok(raw.assume_init())
+            let mut raw = raw.assume_init();
+            raw.prompt_end = self.prompt_end.as_ptr();
+            Ok(raw)
         }
     }
 }

@@ -46,7 +46,7 @@ mod stats;
 mod stores;
 mod strings;
 
-pub use cache::{Cache, Shape};
+pub use cache::{Cache, EstimateRequest, Shape};
 pub use context::{Context, PluginInfo, PluginKind};
 pub use data::{Attention, Batch};
 pub use error::{Code, Error, Result};

@@ -155,6 +155,7 @@ pub struct kvc_batch {
     pub n_tokens: *const i32,
     pub positions: *const i32,
     pub stream: *mut c_void,
+    pub prompt_end: *const i32,
 }
 
 #[repr(C)]
@@ -163,6 +164,15 @@ pub struct kvc_attention_params {
     pub scale: f32,
     pub sliding_window: i32,
     pub softcap: f32,
+}
+
+#[repr(C)]
+pub struct kvc_estimate_request {
+    pub struct_size: u32,
+    pub prompt_tokens: i32,
+    pub chunk_tokens: i32,
+    pub new_tokens: i32,
+    pub marks_prompt_end: i32,
 }
 
 #[repr(C)]
@@ -340,6 +350,17 @@ extern "C" {
         prompt_tokens: i32,
         chunk_tokens: i32,
         new_tokens: i32,
+        out_bytes: *mut usize,
+    ) -> *mut kvc_status;
+    pub fn kvc_estimate_request_init(
+        request: *mut kvc_estimate_request,
+        prompt_tokens: i32,
+        chunk_tokens: i32,
+        new_tokens: i32,
+    );
+    pub fn kvc_cache_estimate(
+        cache: *const kvc_cache,
+        request: *const kvc_estimate_request,
         out_bytes: *mut usize,
     ) -> *mut kvc_status;
 

@@ -31,12 +31,20 @@ fn struct_sizes_match_the_library() {
         init_size!(sys::kvc_attention_params, sys::kvc_attention_params_init),
         size_of::<sys::kvc_attention_params>()
     );
+    let mut request = MaybeUninit::<sys::kvc_estimate_request>::zeroed();
+    // SAFETY: kvc_estimate_request_init writes a struct of this type.
+    unsafe { sys::kvc_estimate_request_init(request.as_mut_ptr(), 0, 0, 0) };
+    let request = unsafe { request.assume_init() };
+    assert_eq!(request.struct_size as usize, size_of::<sys::kvc_estimate_request>());
+    assert_eq!(request.marks_prompt_end, 0);
     let mut batch = MaybeUninit::<sys::kvc_batch>::zeroed();
     // SAFETY: kvc_batch_init only stores the pointers.
     unsafe {
         sys::kvc_batch_init(batch.as_mut_ptr(), 0, std::ptr::null(), std::ptr::null(), std::ptr::null())
     };
-    assert_eq!(unsafe { batch.assume_init() }.struct_size as usize, size_of::<sys::kvc_batch>());
+    let batch = unsafe { batch.assume_init() };
+    assert_eq!(batch.struct_size as usize, size_of::<sys::kvc_batch>());
+    assert!(batch.prompt_end.is_null());
     let mut prefix = MaybeUninit::<sys::kvc_prefix>::zeroed();
     // SAFETY: kvc_prefix_init only stores the pointers.
     unsafe { sys::kvc_prefix_init(prefix.as_mut_ptr(), std::ptr::null(), std::ptr::null(), 0) };
