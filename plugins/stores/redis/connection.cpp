@@ -89,14 +89,13 @@ Reply Connection::receive() {
   errno = 0;
   if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
     if (context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      fail_io("timed out after " + decimal(static_cast<uint64_t>(settings_.timeout_ms)) +
-              " ms waiting for a reply");
+      fail_receive(errno);
     }
     if (context_->err == REDIS_ERR_OOM) {
       broken_ = true;
       throw std::bad_alloc();
     }
-    if (context_->err == REDIS_ERR_EOF) fail_io("the server closed the connection");
+    if (context_->err == REDIS_ERR_EOF) fail_receive(0);
     fail_io(context_->errstr[0] != '\0' ? context_->errstr : "no reply");
   }
   return Reply(static_cast<redisReply*>(raw));
@@ -107,6 +106,15 @@ Reply Connection::call(std::initializer_list<std::string_view> args) {
   batch.add(args);
   send(batch);
   return receive();
+}
+
+void Connection::fail_receive(int error) {
+  if (error == 0) fail_io("the server closed the connection");
+  if (error == EAGAIN || error == EWOULDBLOCK) {
+    fail_io("timed out after " + decimal(static_cast<uint64_t>(settings_.timeout_ms)) +
+            " ms waiting for a reply");
+  }
+  fail_io(std::strerror(error));
 }
 
 void Connection::fail_io(const std::string& what) {

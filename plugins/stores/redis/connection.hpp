@@ -40,14 +40,37 @@ class Connection {
   // send() of one command, then receive().
   Reply call(std::initializer_list<std::string_view> args);
 
-  // "<address>: <what went wrong>" for an IO error of this connection.
+  // "<address>: <what went wrong>" for an IO error of this connection; breaks it.
   [[noreturn]] void fail_io(const std::string& what);
+  // fail_io() for a failed read: `error` is errno, or 0 for the end of the stream.
+  [[noreturn]] void fail_receive(int error);
+
+  // For RawReader: the socket, and whether hiredis holds no bytes it has not parsed.
+  int fd() const { return context_->fd; }
+  bool reader_drained() const { return context_->reader->pos == context_->reader->len; }
 
  private:
   std::string address_;
   const Settings& settings_;
   redisContext* context_ = nullptr;
   bool broken_ = false;
+};
+
+// Breaks a connection unless finished(): a connection left with replies due, or with a WATCH
+// on it, would hand them to its next caller.
+class BrokenUnlessFinished {
+ public:
+  explicit BrokenUnlessFinished(Connection& connection) : connection_(connection) {}
+  ~BrokenUnlessFinished() {
+    if (!finished_) connection_.mark_broken();
+  }
+  BrokenUnlessFinished(const BrokenUnlessFinished&) = delete;
+  BrokenUnlessFinished& operator=(const BrokenUnlessFinished&) = delete;
+  void finished() { finished_ = true; }
+
+ private:
+  Connection& connection_;
+  bool finished_ = false;
 };
 
 }  // namespace kvc::plugin::redis

@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvcache_support/store_support.hpp"
 #include "reply.hpp"
 #include "router.hpp"
 #include "settings.hpp"
+#include "value_layout.hpp"
 
 namespace kvc::plugin::redis {
 
@@ -30,6 +32,16 @@ class RedisStore {
   void remove(const std::string& key);
 
  private:
+  // What read_parts() found wrong, beside what it threw for.
+  struct PartsRead {
+    std::optional<uint64_t> missing;        // the first part without a value
+    std::optional<std::string> wrong_size;  // the first part of the wrong length, described
+    void note_wrong_size(uint64_t i, const Manifest& m, size_t size);
+  };
+  // Reads the parts of `m` into `out` (m.size bytes).
+  PartsRead read_parts(Connection& connection, bool asking, const std::string& manifest,
+                       const Manifest& m, char* out, const std::string& doing);
+
   uint64_t new_generation();
   // Throws what an error reply means: Redirect for -MOVED/-ASK, else fail_on_error().
   void check(const redisReply& reply, const Connection& connection, const std::string& doing);

@@ -1,16 +1,17 @@
-// get and exists. A get reads the manifest, then pipelined the parts it names and the manifest
-// again. Parts are written once under their generation, so when the manifest did not change
-// the parts read are its own; when it did, the value was replaced meanwhile and is read
-// again. All this happens before the caller's memory is reserved, since that happens once;
-// then each part is copied once, from hiredis's reply into that memory, and the whole value's
-// checksum checked.
+// get and exists. A get reads the manifest, reserves the caller's memory, reads the parts it
+// names into that memory (pipelined; from the socket straight into the memory, RawReader)
+// and checks the whole value's checksum. Parts are written once under their generation, and
+// a put that replaces a value leaves the old parts for kOldPartsGraceMs (value_layout.hpp),
+// so a get that read the manifest just before finds them; a missing part is told from a
+// replaced value by reading the manifest again.
 #include <cstring>
 #include <optional>
 #include <vector>
-#include <tuple>
+#include <string>
 #include <utility>
 
 #include "exchange.hpp"
+#include "raw_reader.hpp"
 #include "redis_store.hpp"
 #include "value_layout.hpp"
 
@@ -40,86 +41,58 @@ bool RedisStore::exists(const std::string& key) {
 void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
   const std::string manifest = manifest_key(settings_.key_prefix, key);
   const std::string doing = "get of key " + quoted(key);
+  // Kept across redirections: the caller's memory is reserved once.
+  std::optional<uint64_t> reserved_size;
+  char* out = nullptr;
 
   router_.run(manifest, [&](Connection& connection, bool asking) {
-    // A reply of the pipeline below; a key whose slot is being migrated and that has moved
-    // already (-ASK) is read from the node it went to.
-    auto settled = [&](Reply reply, const std::string& key_read) {
+    auto read_manifest = [&]() {
+      Exchange head(connection, asking);
+      head.add({"GET", manifest});
+      head.send();
+      Reply reply = head.receive();
       Redirect redirect;
       if (is_error(*reply) && parse_redirect(text_of(*reply), redirect) && redirect.ask) {
-        reply = router_.ask(redirect.address, {"GET", key_read});
-        Redirect again;
-        if (is_error(*reply) && parse_redirect(text_of(*reply), again)) throw again;
-        if (is_error(*reply)) {
-          fail_on_error(text_of(*reply), redirect.address, settings_.user(), doing);
-        }
-        return reply;
+        reply = router_.ask(redirect.address, {"GET", manifest});
       }
       check(*reply, connection, doing);
-      return reply;
-    };
-    auto read_manifest = [&](const redisReply& reply) {
-      if (reply.type == REDIS_REPLY_NIL) {
+      if (reply->type == REDIS_REPLY_NIL) {
         fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
       }
       std::string problem = "is not a string";
-      std::optional<Manifest> m =
-          reply.type == REDIS_REPLY_STRING ? decode(text_of(reply), problem) : std::nullopt;
+      const std::optional<Manifest> m =
+          reply->type == REDIS_REPLY_STRING ? decode(text_of(*reply), problem) : std::nullopt;
       if (!m) {
         throw PluginError(KVC_ERR_IO, doing + ": the manifest " + quoted(manifest) + " at " +
                                           connection.address() + " " + problem);
       }
-      return std::make_pair(std::string(text_of(reply)), *m);
+      return *m;
     };
-    Exchange head(connection, asking);
-    head.add({"GET", manifest});
-    head.send();
-    auto [manifest_bytes, m] = read_manifest(*settled(head.receive(), manifest));
 
+    Manifest m = read_manifest();
     for (int attempt = 0; attempt < kReplacedTries; ++attempt) {
-      std::vector<std::string> keys;
-      keys.reserve(m.parts);
-      Exchange pipeline(connection, asking);
-      for (uint64_t i = 0; i < m.parts; ++i) {
-        keys.push_back(part_key(manifest, m.generation, i));
-        pipeline.add({"GET", keys.back()});
+      if (!reserved_size) {
+        out = static_cast<char*>(buffer.reserve(static_cast<size_t>(m.size)));
+        reserved_size = m.size;
+      } else if (*reserved_size != m.size) {
+        throw PluginError(KVC_ERR_IO, doing + ": the value was replaced by one of another size "
+                                          "while being read; read it again");
       }
-      if (m.parts > 0) pipeline.add({"GET", manifest});
-      pipeline.send();
-      std::vector<Reply> parts;
-      parts.reserve(m.parts);
-      for (uint64_t i = 0; i < m.parts; ++i) parts.push_back(pipeline.receive());
-      Reply now = m.parts > 0 ? pipeline.receive() : nullptr;
-      // Every reply is read: errors may now be thrown.
-      for (uint64_t i = 0; i < m.parts; ++i) parts[i] = settled(std::move(parts[i]), keys[i]);
-      if (now != nullptr) {
-        now = settled(std::move(now), manifest);
-        if (now->type != REDIS_REPLY_STRING || text_of(*now) != manifest_bytes) {
-          // Replaced (or removed) since the manifest was read: read what is there now.
-          std::tie(manifest_bytes, m) = read_manifest(*now);
+      const PartsRead parts = read_parts(connection, asking, manifest, m, out, doing);
+      if (parts.missing) {
+        // Removed, replaced (and its old parts expired), or damaged: the manifest tells.
+        const Manifest now = read_manifest();
+        if (now.generation != m.generation) {
+          m = now;
           continue;
         }
+        throw PluginError(KVC_ERR_IO, doing + ": incomplete value: part " +
+                                          decimal(*parts.missing) + " of " + decimal(m.parts) +
+                                          " missing at " + connection.address());
       }
-      // The manifest did not change: its generation's parts, written once, are all there
-      // unless the value is damaged.
-      for (uint64_t i = 0; i < m.parts; ++i) {
-        const redisReply& part = *parts[i];
-        if (part.type != REDIS_REPLY_STRING) {
-          throw PluginError(KVC_ERR_IO, doing + ": incomplete value: part " + decimal(i) +
-                                            " of " + decimal(m.parts) + " missing at " +
-                                            connection.address());
-        }
-        if (part.len != m.part_size(i)) {
-          throw PluginError(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
-                                            ": part " + decimal(i) + " of " + decimal(m.parts) +
-                                            " has " + decimal(part.len) +
-                                            " bytes, the manifest says " +
-                                            decimal(m.part_size(i)));
-        }
-      }
-      char* out = static_cast<char*>(buffer.reserve(static_cast<size_t>(m.size)));
-      for (uint64_t i = 0; i < m.parts; ++i) {
-        std::memcpy(out + i * m.part_bytes, parts[i]->str, parts[i]->len);
+      if (parts.wrong_size) {
+        throw PluginError(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
+                                          ": " + *parts.wrong_size);
       }
       if (value_checksum(out, static_cast<size_t>(m.size)) != m.checksum) {
         throw PluginError(KVC_ERR_IO, doing + ": checksum mismatch: the value at " +
@@ -131,6 +104,89 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
     throw PluginError(KVC_ERR_IO, doing + ": the value was replaced " +
                                       decimal(kReplacedTries) + " times while being read");
   });
+}
+
+RedisStore::PartsRead RedisStore::read_parts(Connection& connection, bool asking,
+                                             const std::string& manifest, const Manifest& m,
+                                             char* out, const std::string& doing) {
+  PartsRead result;
+  if (m.parts == 0) return result;
+  std::vector<std::string> keys;
+  keys.reserve(m.parts);
+  CommandBatch batch;
+  for (uint64_t i = 0; i < m.parts; ++i) {
+    keys.push_back(part_key(manifest, m.generation, i));
+    if (asking) batch.add({"ASKING"});
+    batch.add({"GET", keys.back()});
+  }
+  // Straight into `out` unless ASKING replies come between (a migrating slot: rare).
+  const bool raw = !asking && connection.reader_drained();
+  connection.send(batch);
+  BrokenUnlessFinished pending(connection);
+
+  std::optional<std::string> refused;      // the first error reply but -ASK
+  std::vector<std::pair<uint64_t, std::string>> moved_away;  // -ASK: part, node
+  std::optional<RawReader> reader;
+  if (raw) reader.emplace(connection);
+  for (uint64_t i = 0; i < m.parts; ++i) {
+    char* destination = out + i * m.part_bytes;
+    const size_t expected = m.part_size(i);
+    bool present = false, ok = false;
+    std::string error;
+    bool is_err = false;
+    if (raw) {
+      const RawReader::Reply reply = reader->next(destination, expected);
+      present = reply.kind == RawReader::Reply::kBulk;
+      ok = present && reply.size == expected;
+      if (present && !ok) result.note_wrong_size(i, m, reply.size);
+      is_err = reply.kind == RawReader::Reply::kError;
+      error = reply.text;
+    } else {
+      if (asking) connection.receive();  // ASKING's +OK
+      const Reply reply = connection.receive();
+      present = reply->type == REDIS_REPLY_STRING;
+      ok = present && reply->len == expected;
+      if (ok) std::memcpy(destination, reply->str, reply->len);
+      if (present && !ok) result.note_wrong_size(i, m, reply->len);
+      is_err = is_error(*reply);
+      if (is_err) error = std::string(text_of(*reply));
+    }
+    if (is_err) {
+      Redirect redirect;
+      if (parse_redirect(error, redirect) && redirect.ask) {
+        moved_away.emplace_back(i, redirect.address);
+      } else if (!refused) {
+        refused = error;
+      }
+    } else if (!present && !result.missing) {
+      result.missing = i;
+    }
+  }
+  pending.finished();
+  if (refused) {
+    Redirect redirect;
+    if (parse_redirect(*refused, redirect)) throw redirect;
+    fail_on_error(*refused, connection.address(), settings_.user(), doing);
+  }
+  // Parts of a slot being migrated that went ahead to the importing node.
+  for (const auto& [i, address] : moved_away) {
+    const Reply reply = router_.ask(address, {"GET", keys[i]});
+    if (is_error(*reply)) fail_on_error(text_of(*reply), address, settings_.user(), doing);
+    if (reply->type != REDIS_REPLY_STRING) {
+      if (!result.missing) result.missing = i;
+    } else if (reply->len != m.part_size(i)) {
+      result.note_wrong_size(i, m, reply->len);
+    } else {
+      std::memcpy(out + i * m.part_bytes, reply->str, reply->len);
+    }
+  }
+  return result;
+}
+
+void RedisStore::PartsRead::note_wrong_size(uint64_t i, const Manifest& m, size_t size) {
+  if (wrong_size) return;
+  wrong_size = "part " + decimal(i) + " of " + decimal(m.parts) + " has " + decimal(size) +
+               " bytes, the manifest says " + decimal(m.part_size(i));
 }
 
 }  // namespace kvc::plugin::redis

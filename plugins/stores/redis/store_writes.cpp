@@ -1,6 +1,7 @@
 // put and remove: transactions on a value's keys (MULTI/EXEC, pipelined), guarded by WATCH on
 // its manifest, so that a concurrent writer of the same key makes EXEC return nil (and the
-// call try again) instead of leaving parts no manifest names.
+// call try again) instead of leaving parts no manifest names. A put gives the parts it
+// replaces kOldPartsGraceMs to live, for gets that read the old manifest; remove deletes.
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -14,21 +15,6 @@ namespace {
 
 // Tries of a write whose EXEC found the manifest changed by another writer.
 constexpr int kWatchTries = 16;
-
-// Breaks the connection unless disarmed: a connection leaving with a WATCH still on it would
-// make someone else's EXEC fail.
-class WatchGuard {
- public:
-  explicit WatchGuard(Connection& connection) : connection_(connection) {}
-  ~WatchGuard() {
-    if (armed_) connection_.mark_broken();
-  }
-  void disarm() { armed_ = false; }
-
- private:
-  Connection& connection_;
-  bool armed_ = true;
-};
 
 std::vector<std::string> part_keys(const std::string& manifest, const Manifest& m) {
   std::vector<std::string> keys;
@@ -47,6 +33,7 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
   const std::string next_manifest = encode(next);
   const std::vector<std::string> next_parts = part_keys(manifest, next);
   const char* bytes = static_cast<const char*>(data);
+  const std::string grace = decimal(kOldPartsGraceMs);
 
   router_.run(manifest, [&](Connection& connection, bool asking) {
     for (int attempt = 0; attempt < kWatchTries; ++attempt) {
@@ -56,7 +43,7 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
       watch.send();
       const Reply watched = watch.receive();
       const Reply old = watch.receive();
-      WatchGuard guard(connection);
+      BrokenUnlessFinished watching(connection);
       check(*watched, connection, doing);
       check(*old, connection, doing);
       std::vector<std::string> old_parts;
@@ -76,13 +63,11 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
                         false);
       }
       transaction.add({"SET", manifest, next_manifest}, false);
-      if (!old_parts.empty()) {
-        std::vector<std::string_view> del{"DEL"};
-        for (const std::string& part : old_parts) del.push_back(part);
-        transaction.add(del, false);
+      for (const std::string& part : old_parts) {
+        transaction.add({"PEXPIRE", part, grace}, false);
       }
       transaction.add({"EXEC"}, false);
-      const size_t queued = next.parts + 1 + (old_parts.empty() ? 0 : 1);
+      const size_t queued = next.parts + 1 + old_parts.size();
       transaction.send();
       const Reply multi = transaction.receive();
       Reply first_refused;  // a command refused while queueing aborts EXEC; it says why
@@ -91,7 +76,7 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
         if (is_error(*reply) && first_refused == nullptr) first_refused = std::move(reply);
       }
       const Reply exec = transaction.receive();
-      guard.disarm();  // EXEC, run or refused, ended the WATCH
+      watching.finished();  // EXEC, run or refused, ended the WATCH
       check(*multi, connection, doing);
       Redirect redirect;
       if (first_refused != nullptr && old->type == REDIS_REPLY_STRING &&
@@ -134,12 +119,12 @@ void RedisStore::remove(const std::string& key) {
       watch.send();
       const Reply watched = watch.receive();
       const Reply old = watch.receive();
-      WatchGuard guard(connection);
+      BrokenUnlessFinished watching(connection);
       check(*watched, connection, doing);
       check(*old, connection, doing);
       if (old->type == REDIS_REPLY_NIL) {
         const Reply unwatched = connection.call({"UNWATCH"});
-        guard.disarm();
+        watching.finished();
         check(*unwatched, connection, doing);
         fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
       }
@@ -160,7 +145,7 @@ void RedisStore::remove(const std::string& key) {
       const Reply multi = transaction.receive();
       const Reply queued = transaction.receive();
       const Reply exec = transaction.receive();
-      guard.disarm();
+      watching.finished();
       check(*multi, connection, doing);
       check(*queued, connection, doing);
       check(*exec, connection, doing);

@@ -17,6 +17,10 @@
 
 namespace kvc::plugin::redis {
 
+// How long the parts of a replaced value stay (PEXPIRE), so that a get which read the old
+// manifest just before the put still finds them: it asks for them at once, so this is ample.
+constexpr uint64_t kOldPartsGraceMs = 10000;
+
 // Manifest bytes (little-endian): "KVCR", u32 version, u64 value size, u64 part bytes,
 // u64 part count, u64 generation, u64 XXH3-64 of the whole value.
 constexpr size_t kManifestBytes = 48;

@@ -82,7 +82,7 @@ Params with(Params params, const Params& extra) {
 
 TEST_SUITE("redis") {
   TEST_CASE("a value lies in ceil(size / part_bytes) parts and a manifest on one node; a "
-            "replace leaves the new parts only, a remove nothing") {
+            "replace gives the old parts 10 s to live, a remove deletes the value") {
     const std::string prefix = run_prefix("layout");
     const Params params = with(environment().fresh_params(),
                                {{"key_prefix", prefix}, {"part_bytes", "1000"}});
@@ -109,12 +109,28 @@ TEST_SUITE("redis") {
 
     const std::vector<unsigned char> smaller = random_bytes(2001, 22);
     REQUIRE(store.put("value", smaller).code == KVC_OK);
-    CHECK(total(keys_per_server(servers, prefix + "*")) == 1 + 3);
     ManifestFields replaced;
     CHECK(read_by_hand(*servers[holder], manifest, replaced) == smaller);
     CHECK(replaced.generation != fields.generation);
+    RedisClient& server = *servers[holder];
+    // The new parts stay; the old ones expire (for gets that read the old manifest just before).
+    auto ttl_ms = [&](const std::string& key) { return std::stol(server.text({"PTTL", key})); };
+    CHECK(total(keys_per_server(servers, prefix + "*")) == 1 + 3 + 11);
+    CHECK(ttl_ms(manifest) == -1);
+    for (uint64_t i = 0; i < 3; ++i) CHECK(ttl_ms(part_key_of(manifest, replaced, i)) == -1);
+    for (uint64_t i = 0; i < 11; ++i) {
+      const long ttl = ttl_ms(part_key_of(manifest, fields, i));
+      CHECK(ttl > 0);
+      CHECK(ttl <= 10000);
+    }
     REQUIRE(store.remove("value").code == KVC_OK);
-    CHECK(total(keys_per_server(servers, prefix + "*")) == 0);
+    CHECK(server.text({"EXISTS", manifest}) == "0");
+    for (uint64_t i = 0; i < 3; ++i) {
+      CHECK(server.text({"EXISTS", part_key_of(manifest, replaced, i)}) == "0");
+    }
+    for (uint64_t i = 0; i < 11; ++i) {  // not left to expire: this run's keys go now
+      CHECK(server.text({"DEL", part_key_of(manifest, fields, i)}) == "1");
+    }
   }
 
   TEST_CASE("keys holding braces and percent signs: each value's keys share one hash tag, and "
