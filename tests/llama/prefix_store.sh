@@ -2,9 +2,11 @@
 # prefix_store.sh KVC_LLAMA MODEL TOKENIZER disk|redis: `kvc-llama generate --prefix-store`
 # across processes. A first process prefills the prompt and saves its whole chunks to the
 # store; a second, a new process, must restore floor((n - 1) / 16) * 16 tokens of it (n: the
-# prompt's tokens; the last is always prefilled) and sample from logits equal bit for bit to a
-# run without the store, then print the same text. `disk` uses a temporary folder; `redis` the
-# server in KVC_TEST_REDIS (host:port) and exits 77 (skipped) without it.
+# prompt's tokens; the last is always prefilled, for its logits) and sample from logits equal
+# bit for bit to a run without the store, then print the same text. A prompt of 3 whole chunks
+# (48 ids) goes first; then one of 53 ids that starts with it, whose first process restores
+# the 48 tokens the other saved. `disk` uses a temporary folder; `redis` the server in
+# KVC_TEST_REDIS (host:port) and exits 77 (skipped) without it.
 set -eu
 kvl=$1 model=$2 tokenizer=$3 kind=$4
 work=$(mktemp -d)
@@ -22,30 +24,16 @@ case $kind in
 esac
 printf 'stores:\n  prefixes: { plugin: %s, params: %s }\n' "$kind" "$params" >"$work/config.yaml"
 
-# The run's own first words make every chunk key new, so that a server shared with earlier
-# runs holds none of them.
-prompt="Run $$ $(date +%s%N). Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
-run() { # run NAME [ARG...]: logits in $work/NAME.logits, text in NAME.out, stderr in NAME.err
-  name=$1
-  shift
-  "$kvl" generate --model "$model" --tokenizer "$tokenizer" --prompt "$prompt" --steps 16 \
-    --chunk 8 --dump-logits "$work/$name.logits" "$@" >"$work/$name.out" 2>"$work/$name.err" || {
-    echo "kvc-llama failed ($name):"
-    cat "$work/$name.err"
-    exit 1
-  }
+# Prompts of token ids unique to this run (so that a server shared with earlier runs holds
+# none of their chunks), BOS first.
+salt=$(( ($$ + $(date +%s)) % 100000 ))
+ids() { # ids N: N prompt ids
+  awk -v n="$1" -v salt="$salt" 'BEGIN {
+    printf "1"
+    for (i = 1; i < n; ++i) printf " %d", (salt * 7 + i * 31 + i * i) % 509 + 3
+    print ""
+  }'
 }
-value() { sed -n "s/^$1=//p" "$work/$2.err"; }
-with_store="--config $work/config.yaml --prefix-store prefixes --prefix-chunk 16"
-
-run plain
-# shellcheck disable=SC2086 # with_store is a list of arguments
-run first $with_store
-# shellcheck disable=SC2086
-run second $with_store
-
-n=$(sed -n 's/^prefill: \([0-9]*\) tokens.*/\1/p' "$work/plain.err")
-whole=$(((n - 1) / 16 * 16))
 status=0
 check() { # check DESCRIPTION GOT EXPECTED
   if [ "$2" = "$3" ]; then
@@ -55,22 +43,45 @@ check() { # check DESCRIPTION GOT EXPECTED
     status=1
   fi
 }
-[ "$whole" -ge 32 ] || { echo "FAIL: the prompt has $n tokens, too few for two chunks"; exit 1; }
-check "first process restores nothing" "$(value prefix_tokens_restored first)" 0
-check "first process saves the prompt's whole chunks" "$(value prefix_tokens_saved first)" \
-  $((n / 16 * 16))
-check "second process restores the chunks before the last token" \
-  "$(value prefix_tokens_restored second)" "$whole"
-for name in first second; do
-  if cmp "$work/plain.logits" "$work/$name.logits"; then
-    echo "ok: $name process's first-token logits equal the run without the store"
-  else
-    echo "FAIL: $name process's first-token logits differ from the run without the store"
-    status=1
-  fi
-  cmp -s "$work/plain.out" "$work/$name.out" || {
-    echo "FAIL: $name process's text differs from the run without the store"
-    status=1
+prompt_case() { # prompt_case N RESTORED: the three processes on a prompt of N ids; the first
+  # must restore RESTORED tokens
+  n=$1 restored_first=$2
+  ids "$n" >"$work/prompt$n.ids"
+  run() { # run NAME [ARG...]: logits in $work/NAME.logits, text in NAME.out, stderr in NAME.err
+    name=$1
+    shift
+    "$kvl" generate --model "$model" --tokenizer "$tokenizer" --token-ids "$work/prompt$n.ids" \
+      --steps 16 --chunk 8 --dump-logits "$work/$name.logits" "$@" >"$work/$name.out" \
+      2>"$work/$name.err" || {
+      echo "kvc-llama failed ($name, $n tokens):"
+      cat "$work/$name.err"
+      exit 1
+    }
   }
-done
+  value() { sed -n "s/^$1=//p" "$work/$2.err"; }
+  run plain
+  run first --config "$work/config.yaml" --prefix-store prefixes --prefix-chunk 16
+  run second --config "$work/config.yaml" --prefix-store prefixes --prefix-chunk 16
+  check "$n tokens: first process's restored tokens" "$(value prefix_tokens_restored first)" \
+    "$restored_first"
+  check "$n tokens: first process saves the prompt's whole chunks" \
+    "$(value prefix_tokens_saved first)" $((n / 16 * 16))
+  check "$n tokens: second process restores the chunks before the last token" \
+    "$(value prefix_tokens_restored second)" $(((n - 1) / 16 * 16))
+  for name in first second; do
+    if cmp "$work/plain.logits" "$work/$name.logits"; then
+      echo "ok: $n tokens: $name process's first-token logits equal the run without the store"
+    else
+      echo "FAIL: $n tokens: $name process's first-token logits differ from the run without" \
+        "the store"
+      status=1
+    fi
+    cmp -s "$work/plain.out" "$work/$name.out" || {
+      echo "FAIL: $n tokens: $name process's text differs from the run without the store"
+      status=1
+    }
+  done
+}
+prompt_case 48 0
+prompt_case 53 48
 exit $status
