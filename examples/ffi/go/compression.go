@@ -88,3 +88,27 @@ func (cache *Cache) EstimatePeakBytes(promptTokens, chunkTokens, newTokens int32
 	})
 	return uint64(n), err
 }
+
+// EstimateRequest is what Estimate models: a prompt of PromptTokens arriving in chunks of
+// ChunkTokens (the last may be shorter), then NewTokens decoded one at a time.
+// MarksPromptEnd says the engine marks the prompt's last chunk (Batch.PromptEnd).
+type EstimateRequest struct {
+	PromptTokens, ChunkTokens, NewTokens int32
+	MarksPromptEnd                       bool
+}
+
+// Estimate is EstimatePeakBytes with the prompt's last chunk marked or not: with PrefillOnce
+// and a marked chunk each layer is compressed right after it, so a prompt prefilled in one
+// chunk needs about one layer holding the prompt and the others their budget.
+func (cache *Cache) Estimate(r EstimateRequest) (uint64, error) {
+	var c C.kvc_estimate_request
+	C.kvc_estimate_request_init(&c, C.int32_t(r.PromptTokens), C.int32_t(r.ChunkTokens), C.int32_t(r.NewTokens))
+	if r.MarksPromptEnd {
+		c.marks_prompt_end = 1
+	}
+	var n C.size_t
+	err := cache.shared(func() error {
+		return statusError("kvc_cache_estimate", C.kvc_cache_estimate(cache.c, &c, &n))
+	})
+	return uint64(n), err
+}

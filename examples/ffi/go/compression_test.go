@@ -101,3 +101,117 @@ func TestPolicyErrors(t *testing.T) {
 	// The context and its other cache are unaffected.
 	must(t, plain.CreateSeq(0))
 }
+
+// storedPositions is what each (layer, KV head) of sequence 0 holds, layer by layer.
+func storedPositions(t *testing.T, cache *kvcache.Cache) [][]int32 {
+	t.Helper()
+	var heads [][]int32
+	for layer := int32(0); layer < 2; layer++ {
+		for head := int32(0); head < kvHeads; head++ {
+			segments, err := cache.View(0, layer, head)
+			must(t, err)
+			var pos []int32
+			for _, s := range segments {
+				pos = append(pos, s.Positions...)
+			}
+			heads = append(heads, pos)
+		}
+	}
+	return heads
+}
+
+func TestOnceWithAMarkedLastPromptChunkCompressesEachLayerRightAfterIt(t *testing.T) {
+	ctx, _ := open(t, "", "")
+	p := gqaParams()
+	p.Policy, p.Budget, p.Prefill = "tova", 12, kvcache.PrefillOnce
+	marked, unmarked := newCache(t, ctx, p), newCache(t, ctx, p)
+	must(t, marked.CreateSeq(0))
+	must(t, unmarked.CreateSeq(0))
+	rng := rand.New(rand.NewSource(16))
+	// Both caches get the same q, k and v for the same call.
+	attend := func(layer int32, first, n int32, end bool) {
+		t.Helper()
+		b := kvcache.Batch{SeqIDs: []int32{0}, NTokens: []int32{n}, Positions: make([]int32, n)}
+		for i := range b.Positions {
+			b.Positions[i] = first + int32(i)
+		}
+		q := kvcache.F32Tensor(random(rng, int(n)*qHeads*headDim))
+		k := kvcache.F32Tensor(random(rng, int(n)*kvHeads*headDim))
+		v := kvcache.F32Tensor(random(rng, int(n)*kvHeads*headDim))
+		out := make([]float32, int(n)*qHeads*headDim)
+		must(t, unmarked.AppendAttend(layer, b, q, k, v, kvcache.AttentionParams{}, out))
+		if end {
+			b.PromptEnd = []bool{true}
+		}
+		must(t, marked.AppendAttend(layer, b, q, k, v, kvcache.AttentionParams{}, out))
+	}
+	length := func(cache *kvcache.Cache, layer, head int32) int32 {
+		t.Helper()
+		n, err := cache.Len(0, layer, head)
+		must(t, err)
+		return n
+	}
+
+	two := kvcache.Batch{SeqIDs: []int32{0}, NTokens: []int32{1}, Positions: []int32{0}, PromptEnd: []bool{true, false}}
+	kv := kvcache.F32Tensor(make([]float32, kvHeads*headDim))
+	mustFail(t, marked.Append(0, two, kv, kv), kvcache.ErrInvalidArgument, "2 PromptEnd entries for 1 SeqIDs")
+	for layer := int32(0); layer < 2; layer++ {
+		attend(layer, 0, 20, false)
+	}
+	for layer := int32(0); layer < 2; layer++ {
+		attend(layer, 20, 20, true)
+		for head := int32(0); head < kvHeads; head++ {
+			if m, u := length(marked, layer, head), length(unmarked, layer, head); m != 12 || u != 40 {
+				t.Fatalf("layer %d head %d after the last chunk: marked %d tokens, unmarked %d; want 12 and 40", layer, head, m, u)
+			}
+			if n := length(marked, 1, head); layer == 0 && n != 20 {
+				t.Fatalf("layer 1 holds %d tokens before its last chunk, want 20", n)
+			}
+		}
+	}
+	// The unmarked cache compresses the same statistics at the first decode token, so both
+	// keep the same tokens; the marked one does not compress again.
+	for layer := int32(0); layer < 2; layer++ {
+		attend(layer, 40, 1, false)
+	}
+	kept := storedPositions(t, marked)
+	if want := storedPositions(t, unmarked); !reflect.DeepEqual(kept, want) {
+		t.Fatalf("marked cache keeps %v, unmarked %v", kept, want)
+	}
+	for _, pos := range kept {
+		if len(pos) != 13 {
+			t.Fatalf("after one decode token a head holds %v, want 13 tokens", pos)
+		}
+	}
+}
+
+func TestEstimateFollowsAMarkedWholePromptPrefill(t *testing.T) {
+	const prompt, budget = 2048, 512
+	ctx, _ := open(t, "", "")
+	p := gqaParams()
+	p.DType, p.Layout, p.BlockTokens = kvcache.F16, kvcache.Paged, 16
+	p.Policy, p.Budget, p.Prefill = "knorm", budget, kvcache.PrefillOnce
+	cache := newCache(t, ctx, p)
+
+	r := kvcache.EstimateRequest{PromptTokens: prompt, ChunkTokens: prompt, NewTokens: 4}
+	unmarked, err := cache.Estimate(r)
+	must(t, err)
+	legacy, err := cache.EstimatePeakBytes(prompt, prompt, 4)
+	must(t, err)
+	r.MarksPromptEnd = true
+	marked, err := cache.Estimate(r)
+	must(t, err)
+	// f16 K and V and an int32 position per token; marked, one layer holds the whole prompt
+	// while the other holds its budget.
+	const tokenBytes = 2*headDim*2 + 4
+	if want := uint64((prompt + (2-1)*budget) * tokenBytes * kvHeads); marked != want {
+		t.Fatalf("marked estimate %d, want %d", marked, want)
+	}
+	if want := uint64(2 * prompt * tokenBytes * kvHeads); unmarked != legacy || unmarked != want {
+		t.Fatalf("unmarked estimate %d, EstimatePeakBytes %d, want %d", unmarked, legacy, want)
+	}
+
+	r.ChunkTokens = 0
+	_, err = cache.Estimate(r)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "chunk_tokens")
+}

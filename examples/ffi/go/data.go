@@ -12,35 +12,40 @@ package kvcache
 //
 // static kvc_status *go_kvc_append(kvc_cache *cache, int32_t layer, int32_t n_seqs,
 //                                  const int32_t *seq_ids, const int32_t *n_tokens,
-//                                  const int32_t *positions, const void *k, kvc_dtype k_dtype,
-//                                  const void *v, kvc_dtype v_dtype) {
+//                                  const int32_t *positions, const int32_t *prompt_end,
+//                                  const void *k, kvc_dtype k_dtype, const void *v,
+//                                  kvc_dtype v_dtype) {
 //   kvc_batch batch;
 //   kvc_tensor tk = go_kvc_in(k, k_dtype), tv = go_kvc_in(v, v_dtype);
 //   kvc_batch_init(&batch, n_seqs, seq_ids, n_tokens, positions);
+//   batch.prompt_end = prompt_end;
 //   return kvc_append(cache, layer, &batch, &tk, &tv);
 // }
 //
 // static kvc_status *go_kvc_attend(kvc_cache *cache, int32_t layer, int32_t n_seqs,
 //                                  const int32_t *seq_ids, const int32_t *n_tokens,
-//                                  const int32_t *positions, const void *q, kvc_dtype q_dtype,
+//                                  const int32_t *positions, const int32_t *prompt_end,
+//                                  const void *q, kvc_dtype q_dtype,
 //                                  const kvc_attention_params *params, float *out) {
 //   kvc_batch batch;
 //   kvc_tensor tq = go_kvc_in(q, q_dtype);
 //   kvc_tensor_mut tout = {out, KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
 //   kvc_batch_init(&batch, n_seqs, seq_ids, n_tokens, positions);
+//   batch.prompt_end = prompt_end;
 //   return kvc_attend(cache, layer, &batch, &tq, params, &tout);
 // }
 //
 // static kvc_status *go_kvc_append_attend(kvc_cache *cache, int32_t layer, int32_t n_seqs,
 //                                         const int32_t *seq_ids, const int32_t *n_tokens,
-//                                         const int32_t *positions, const void *q,
-//                                         kvc_dtype q_dtype, const void *k, kvc_dtype k_dtype,
-//                                         const void *v, kvc_dtype v_dtype,
+//                                         const int32_t *positions, const int32_t *prompt_end,
+//                                         const void *q, kvc_dtype q_dtype, const void *k,
+//                                         kvc_dtype k_dtype, const void *v, kvc_dtype v_dtype,
 //                                         const kvc_attention_params *params, float *out) {
 //   kvc_batch batch;
 //   kvc_tensor tq = go_kvc_in(q, q_dtype), tk = go_kvc_in(k, k_dtype), tv = go_kvc_in(v, v_dtype);
 //   kvc_tensor_mut tout = {out, KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
 //   kvc_batch_init(&batch, n_seqs, seq_ids, n_tokens, positions);
+//   batch.prompt_end = prompt_end;
 //   return kvc_append_attend(cache, layer, &batch, &tq, &tk, &tv, params, &tout);
 // }
 import "C"
@@ -83,11 +88,15 @@ func (t Tensor) ptr() unsafe.Pointer {
 
 // Batch names the sequences of one call and their new tokens: sequence SeqIDs[i]
 // contributes NTokens[i] rows, concatenated in order, whose absolute positions are
-// Positions (sum of NTokens entries).
+// Positions (sum of NTokens entries). PromptEnd is nil or one entry per sequence: true
+// marks sequence i's tokens as its prompt's last chunk, so that with PrefillOnce the
+// attention over them compresses that layer of the sequence at once instead of at its first
+// decode token.
 type Batch struct {
 	SeqIDs    []int32
 	NTokens   []int32
 	Positions []int32
+	PromptEnd []bool
 }
 
 // AttentionParams are the attention options; the zero value is the library's default
@@ -111,7 +120,7 @@ func (cache *Cache) Append(layer int32, b Batch, k, v Tensor) error {
 			return err
 		}
 		return statusError(op, C.go_kvc_append(cache.c, C.int32_t(layer), C.int32_t(len(b.SeqIDs)),
-			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions),
+			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions), b.promptEnd(),
 			k.ptr(), C.kvc_dtype(k.dtype), v.ptr(), C.kvc_dtype(v.dtype)))
 	})
 }
@@ -132,7 +141,7 @@ func (cache *Cache) Attend(layer int32, b Batch, q Tensor, params AttentionParam
 		}
 		attn := params.toC()
 		return statusError(op, C.go_kvc_attend(cache.c, C.int32_t(layer), C.int32_t(len(b.SeqIDs)),
-			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions),
+			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions), b.promptEnd(),
 			q.ptr(), C.kvc_dtype(q.dtype), &attn, (*C.float)(unsafe.Pointer(&out[0]))))
 	})
 }
@@ -150,7 +159,7 @@ func (cache *Cache) AppendAttend(layer int32, b Batch, q, k, v Tensor, params At
 		}
 		attn := params.toC()
 		return statusError(op, C.go_kvc_append_attend(cache.c, C.int32_t(layer), C.int32_t(len(b.SeqIDs)),
-			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions),
+			int32s(b.SeqIDs), int32s(b.NTokens), int32s(b.Positions), b.promptEnd(),
 			q.ptr(), C.kvc_dtype(q.dtype), k.ptr(), C.kvc_dtype(k.dtype), v.ptr(), C.kvc_dtype(v.dtype),
 			&attn, (*C.float)(unsafe.Pointer(&out[0]))))
 	})
@@ -172,6 +181,9 @@ func (b Batch) check(op string) (int, error) {
 		return 0, invalid(op, fmt.Sprintf("batch has %d SeqIDs and %d NTokens; it needs one or more of each, as many of both",
 			len(b.SeqIDs), len(b.NTokens)))
 	}
+	if b.PromptEnd != nil && len(b.PromptEnd) != len(b.SeqIDs) {
+		return 0, invalid(op, fmt.Sprintf("batch has %d PromptEnd entries for %d SeqIDs", len(b.PromptEnd), len(b.SeqIDs)))
+	}
 	total := 0
 	for i, n := range b.NTokens {
 		if n < 1 {
@@ -183,6 +195,20 @@ func (b Batch) check(op string) (int, error) {
 		return 0, invalid(op, fmt.Sprintf("batch has %d Positions for %d tokens", len(b.Positions), total))
 	}
 	return total, nil
+}
+
+// promptEnd is PromptEnd as the 0/1 flags C reads, in Go memory for the call; NULL when nil.
+func (b Batch) promptEnd() *C.int32_t {
+	if b.PromptEnd == nil {
+		return nil
+	}
+	flags := make([]int32, len(b.PromptEnd))
+	for i, end := range b.PromptEnd {
+		if end {
+			flags[i] = 1
+		}
+	}
+	return int32s(flags)
 }
 
 // checkTensors checks the length of each given tensor against the shape it must have.
