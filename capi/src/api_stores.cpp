@@ -121,10 +121,9 @@ kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,
     const int32_t n_chunks = p.n_tokens / p.chunk_tokens;
     const kvc::SequenceImage image = cache->impl->export_sequence(seq_id);
     kvc::check_prefix_heads(image, seq_id, n_chunks * p.chunk_tokens);
-    const std::vector<std::string> keys =
-        kvc::prefix_chunk_keys(identity_of(*cache->impl, p), p.token_ids, n_chunks);
+    kvc::PrefixKeys keys(identity_of(*cache->impl, p), p.token_ids);
     for (int32_t c = 0; c < n_chunks; ++c) {
-      const std::string& key = keys[static_cast<size_t>(c)];
+      const std::string key = keys.next();
       if (target.exists(key)) continue;
       const std::vector<uint8_t> bytes = kvc::encode(kvc::prefix_chunk(image, c, p.chunk_tokens));
       target.put(key, bytes.data(), bytes.size());
@@ -143,11 +142,11 @@ kvc_status* kvc_prefix_load(kvc_cache* cache, int32_t seq_id, const char* store,
     const kvc::Store& source = cache->impl->context().store(store);
     cache->impl->check_new_sequence_id(seq_id);
     const kvc::PrefixIdentity identity = identity_of(*cache->impl, p);
-    const std::vector<std::string> keys =
-        kvc::prefix_chunk_keys(identity, p.token_ids, p.n_tokens / p.chunk_tokens);
+    kvc::PrefixKeys keys(identity, p.token_ids);
     kvc::SequenceImage joined;
     int32_t found = 0;
-    for (const std::string& key : keys) {
+    while (found < p.n_tokens / p.chunk_tokens) {
+      const std::string key = keys.next();
       std::vector<uint8_t> bytes;
       try {
         bytes = source.get(key);

@@ -55,34 +55,42 @@ std::string hex_digest_of_copy(const EVP_MD_CTX* context) {
 
 }  // namespace
 
-std::vector<std::string> prefix_chunk_keys(const PrefixIdentity& identity,
-                                           const int32_t* token_ids, int32_t n_chunks) {
+struct PrefixKeys::State {
   Sha256 context = new_context();
-  if (EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) crypto_failed("init");
-  feed(context.get(), kVersionTag, sizeof kVersionTag);
-  feed_le<uint64_t>(context.get(), identity.model.size());
-  feed(context.get(), identity.model.data(), identity.model.size());
-  for (int32_t field : {identity.layers, identity.kv_heads, identity.q_heads, identity.head_dim}) {
-    feed_le<uint32_t>(context.get(), static_cast<uint32_t>(field));
-  }
-  feed_le<uint32_t>(context.get(), static_cast<uint32_t>(identity.dtype));
-  feed_le<uint32_t>(context.get(), identity.stats);
-  feed_le<uint32_t>(context.get(), static_cast<uint32_t>(identity.chunk_tokens));
+  const int32_t* next_ids;
+  size_t chunk_tokens;
+  std::vector<uint8_t> bytes;  // one chunk's ids, little-endian
+};
 
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<size_t>(n_chunks));
-  const size_t chunk = static_cast<size_t>(identity.chunk_tokens);
-  std::vector<uint8_t> bytes(chunk * 4);
-  for (int32_t c = 0; c < n_chunks; ++c) {
-    const int32_t* ids = token_ids + static_cast<size_t>(c) * chunk;
-    for (size_t i = 0; i < chunk; ++i) {
-      const auto id = static_cast<uint32_t>(ids[i]);
-      for (size_t b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<uint8_t>(id >> (8 * b));
-    }
-    feed(context.get(), bytes.data(), bytes.size());
-    keys.push_back(hex_digest_of_copy(context.get()));
+PrefixKeys::PrefixKeys(const PrefixIdentity& identity, const int32_t* token_ids)
+    : state_(std::make_unique<State>()) {
+  EVP_MD_CTX* context = state_->context.get();
+  if (EVP_DigestInit_ex(context, EVP_sha256(), nullptr) != 1) crypto_failed("init");
+  feed(context, kVersionTag, sizeof kVersionTag);
+  feed_le<uint64_t>(context, identity.model.size());
+  feed(context, identity.model.data(), identity.model.size());
+  for (int32_t field : {identity.layers, identity.kv_heads, identity.q_heads, identity.head_dim}) {
+    feed_le<uint32_t>(context, static_cast<uint32_t>(field));
   }
-  return keys;
+  feed_le<uint32_t>(context, static_cast<uint32_t>(identity.dtype));
+  feed_le<uint32_t>(context, identity.stats);
+  feed_le<uint32_t>(context, static_cast<uint32_t>(identity.chunk_tokens));
+  state_->next_ids = token_ids;
+  state_->chunk_tokens = static_cast<size_t>(identity.chunk_tokens);
+  state_->bytes.resize(state_->chunk_tokens * 4);
+}
+
+PrefixKeys::~PrefixKeys() = default;
+
+std::string PrefixKeys::next() {
+  State& s = *state_;
+  for (size_t i = 0; i < s.chunk_tokens; ++i) {
+    const auto id = static_cast<uint32_t>(s.next_ids[i]);
+    for (size_t b = 0; b < 4; ++b) s.bytes[4 * i + b] = static_cast<uint8_t>(id >> (8 * b));
+  }
+  s.next_ids += s.chunk_tokens;
+  feed(s.context.get(), s.bytes.data(), s.bytes.size());
+  return hex_digest_of_copy(s.context.get());
 }
 
 }  // namespace kvc

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,22 @@ struct PrefixIdentity {
   int32_t chunk_tokens;
 };
 
-// The keys of chunks 0 .. n_chunks-1 ("kvc-prefix-" and 64 lowercase hex digits), hashing
-// each token once: token_ids holds at least n_chunks * chunk_tokens ids.
-std::vector<std::string> prefix_chunk_keys(const PrefixIdentity& identity,
-                                           const int32_t* token_ids, int32_t n_chunks);
+// The keys of chunks 0, 1, ... in turn ("kvc-prefix-" and 64 lowercase hex digits): one
+// SHA-256 state carried forward, so each token is hashed once, and only as far as asked.
+class PrefixKeys {
+ public:
+  // token_ids must hold chunk_tokens ids for every chunk whose key is asked for.
+  PrefixKeys(const PrefixIdentity& identity, const int32_t* token_ids);
+  ~PrefixKeys();
+  PrefixKeys(const PrefixKeys&) = delete;
+  PrefixKeys& operator=(const PrefixKeys&) = delete;
+
+  // The key of the next chunk.
+  std::string next();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kvc

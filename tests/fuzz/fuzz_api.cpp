@@ -1,13 +1,20 @@
 // The input as a program of C API calls on one small cache: its first bytes choose the shape,
 // storage, memory limit and policy, the rest is a list of calls (sequence operations, append,
-// attend, append_attend, compress, report_stats, export/import, queries) whose arguments come
-// from the input, bad ones included. After every call: an error changed neither
-// kvc_cache_stats nor any sequence's lengths, bytes_used is within the limit, and the cache
-// holds the sequences the calls created, their lengths summing to tokens_stored; at the end,
-// with every sequence removed, it holds nothing.
+// attend, append_attend, compress, report_stats, export/import, queries, and the store calls:
+// offload, restore, drop, prefix save and load) whose arguments come from the input, bad ones
+// included. After every call: an error changed neither kvc_cache_stats nor any sequence's
+// lengths, bytes_used is within the limit, and the cache holds the sequences the calls
+// created, their lengths summing to tokens_stored; at the end, with every sequence removed, it
+// holds nothing. Each program has its own context and host stores ("big", never full, whose
+// contents the program models exactly, and "tiny", which refuses most values), so a run does
+// not depend on the inputs before it.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "fuzz_support.hpp"
 
@@ -23,6 +30,29 @@ constexpr double kGrowthFactors[] = {2.0, 1.01, 1.5, 16.0};
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
 constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
 constexpr int kMaxCalls = 200;
+constexpr int kOps = 21;
+
+constexpr const char* kStoresYaml =
+    "threads: 1\n"
+    "stores:\n"
+    "  big: { plugin: host, params: { capacity: 64MiB } }\n"
+    "  tiny: { plugin: host, params: { capacity: 2KiB } }\n";
+constexpr const char* kStoreNames[] = {"big", "big", "tiny", "missing", "", nullptr};
+constexpr const char* kKeys[] = {"k0", "k1", "k2", "k0", "", nullptr};
+constexpr int32_t kChunkTokens[] = {1, 2, 4, 8, 3, 0, -1, 65537};
+
+kvc_status_code code_of(kvc_status* status) {
+  const kvc_status_code code = kvc_status_get_code(status);
+  kvf::ok(status);
+  return code;
+}
+
+// A prompt prefix the program saved into the "big" store, whose chunks are all there.
+struct SavedPrefix {
+  std::string model;
+  int32_t chunk_tokens;
+  std::vector<int32_t> tokens;  // the saved tokens only
+};
 
 struct Snapshot {
   kvc_cache_stats stats;
@@ -74,16 +104,21 @@ class Program {
   explicit Program(kvf::Input& in) : in_(in) {}
 
   void run() {
-    if (!create_cache()) return;
-    for (int calls = 0; calls < kMaxCalls && !in_.empty(); ++calls) step();
-    for (int32_t id : std::set<int32_t>(live_)) {
-      kvf::require_ok(kvc_seq_remove(cache_, id), "kvc_seq_remove");
+    kvf::shared_context();  // keeps the plugin libraries loaded between programs
+    kvf::require_ok(kvc_context_create(kStoresYaml, &context_), "kvc_context_create");
+    kvc_context_set_logger(context_, kvf::discard_log, nullptr, KVC_LOG_OFF);
+    if (create_cache()) {
+      for (int calls = 0; calls < kMaxCalls && !in_.empty(); ++calls) step();
+      for (int32_t id : std::set<int32_t>(live_)) {
+        kvf::require_ok(kvc_seq_remove(cache_, id), "kvc_seq_remove");
+      }
+      const kvc_cache_stats s = kvf::stats_of(cache_);
+      kvf::check(s.bytes_used == 0 && s.tokens_stored == 0 && s.blocks_used == 0 &&
+                     s.bytes_shared == 0 && s.sequences == 0,
+                 "with every sequence removed the cache still holds something");
+      kvc_cache_destroy(cache_);
     }
-    const kvc_cache_stats s = kvf::stats_of(cache_);
-    kvf::check(s.bytes_used == 0 && s.tokens_stored == 0 && s.blocks_used == 0 &&
-                   s.bytes_shared == 0 && s.sequences == 0,
-               "with every sequence removed the cache still holds something");
-    kvc_cache_destroy(cache_);
+    kvc_context_destroy(context_);
   }
 
  private:
@@ -115,7 +150,7 @@ class Program {
       p.decode_every = (triggers >> 2) % 4;
       p.decode_slack = (triggers >> 4) % 4;
     }
-    return kvf::ok(kvc_cache_create(kvf::shared_context(), &p, &cache_));
+    return kvf::ok(kvc_cache_create(context_, &p, &cache_));
   }
 
   // ---------------------------------------------------------------- arguments
@@ -236,14 +271,14 @@ class Program {
   void step() {
     const Snapshot before = snapshot();
     const uint8_t op = in_.u8();
-    const bool succeeded = call(op % 16);
+    const bool succeeded = call(op % kOps);
     const Snapshot after = snapshot();
     if (!succeeded) {
       kvf::check(kvf::same_stats(before.stats, after.stats),
-                 "call " + std::to_string(op % 16) + " failed and changed kvc_cache_stats from " +
+                 "call " + std::to_string(op % kOps) + " failed and changed kvc_cache_stats from " +
                      kvf::describe(before.stats) + " to " + kvf::describe(after.stats));
       kvf::check(before.lengths == after.lengths,
-                 "call " + std::to_string(op % 16) + " failed and changed sequence lengths");
+                 "call " + std::to_string(op % kOps) + " failed and changed sequence lengths");
     }
     uint64_t stored = 0;
     for (const std::vector<int32_t>& lengths : after.lengths) {
@@ -332,9 +367,165 @@ class Program {
         kvf::check(kvf::export_of(cache_, dst) == bytes, "an import exports other bytes");
         return true;
       }
+      case 16:
+        return offload();
+      case 17:
+        return restore();
+      case 18:
+        return drop();
+      case 19:
+        return prefix_save();
+      case 20:
+        return prefix_load();
       default:
         return query();
     }
+  }
+
+  // ---------------------------------------------------------------- stores
+  const char* store_name() { return kStoreNames[in_.pick(std::size(kStoreNames))]; }
+  const char* key() {
+    static const std::string long_key(1025, 'k');
+    const uint32_t k = in_.pick(std::size(kKeys) + 1);
+    return k < std::size(kKeys) ? kKeys[k] : long_key.c_str();
+  }
+  static bool is_big(const char* store) { return store && std::strcmp(store, "big") == 0; }
+  static bool valid_key(const char* key) { return key && *key && std::strlen(key) <= 1024; }
+
+  bool offload() {
+    const int32_t id = seq_id();
+    const char* store = store_name();
+    const char* k = key();
+    const std::vector<uint8_t> bytes = kvf::export_of(cache_, id);
+    if (!kvf::ok(kvc_seq_offload(cache_, id, store, k))) return false;
+    kvf::check(!bytes.empty(), "kvc_seq_offload offloaded a sequence that cannot be exported");
+    live_.erase(id);
+    kvf::check(lengths(id).empty(), "an offloaded sequence still has lengths");
+    if (is_big(store)) big_[k] = {bytes, next_position(id)};
+    return true;
+  }
+
+  bool restore() {
+    const int32_t id = seq_id();
+    const char* store = store_name();
+    const char* k = key();
+    const bool existed = live_.count(id) != 0;
+    const kvc_status_code code = code_of(kvc_seq_restore(cache_, id, store, k));
+    if (is_big(store) && valid_key(k) && !existed && id >= 0) {
+      const bool modelled = big_.count(k) != 0;
+      kvf::check(modelled || code == KVC_ERR_NOT_FOUND,
+                 "kvc_seq_restore of a key never offloaded did not report NOT_FOUND");
+      kvf::check(!modelled || code != KVC_ERR_NOT_FOUND,
+                 "kvc_seq_restore did not find a value the program offloaded");
+    }
+    if (code != KVC_OK) return false;
+    const auto it = big_.find(k);
+    if (is_big(store)) {
+      kvf::check(kvf::export_of(cache_, id) == it->second.first,
+                 "a restored sequence exports other bytes than it was offloaded with");
+    }
+    live_.insert(id);
+    next_[id] = is_big(store) ? it->second.second : max_length(id);
+    return true;
+  }
+
+  bool drop() {
+    const char* store = store_name();
+    const char* k = key();
+    const kvc_status_code code = code_of(kvc_store_drop(context_, store, k));
+    if (is_big(store) && valid_key(k)) {
+      kvf::check((code == KVC_OK) == (big_.erase(k) == 1),
+                 "kvc_store_drop disagrees with what the program stored");
+    }
+    return code == KVC_OK;
+  }
+
+  // A prefix of tokens 0..2 (so that prompts share prefixes often), filled in place: `prefix`
+  // points into the other members.
+  struct Prefix {
+    std::vector<int32_t> tokens;
+    kvc_prefix prefix;
+    std::string model;
+    bool valid;
+  };
+  void read_prefix(Prefix& p) {
+    const uint8_t b = in_.u8();
+    const int32_t n = b < 250 ? b % 25 : -1;
+    for (int32_t i = 0; i < std::max(n, 0); ++i) p.tokens.push_back(in_.u8() % 3);
+    p.model = (b >> 5) % 4 == 3 ? "" : ((b >> 5) % 2 ? "model-b" : "model-a");
+    const int32_t chunk = kChunkTokens[in_.pick(std::size(kChunkTokens))];
+    kvc_prefix_init(&p.prefix, p.model.c_str(), p.tokens.data(), n);
+    if (chunk != 3) p.prefix.chunk_tokens = chunk;  // 3 keeps the default, 256
+    p.valid = n >= 0 && !p.model.empty() && p.prefix.chunk_tokens >= 1 &&
+              p.prefix.chunk_tokens <= 65536;
+  }
+
+  bool prefix_save() {
+    const int32_t id = seq_id();
+    const char* store = store_name();
+    Prefix p;
+    read_prefix(p);
+    int32_t saved = -12345;
+    const bool ok = kvf::ok(kvc_prefix_save(cache_, id, store, &p.prefix, &saved));
+    if (!ok) {
+      kvf::check(saved == -12345, "a failed kvc_prefix_save set out_tokens_saved");
+      return false;
+    }
+    kvf::check(p.valid && saved == p.prefix.n_tokens / p.prefix.chunk_tokens * p.prefix.chunk_tokens,
+               "kvc_prefix_save reports " + std::to_string(saved) + " tokens saved");
+    if (is_big(store) && saved > 0) {
+      saved_.push_back({p.model, p.prefix.chunk_tokens,
+                        std::vector<int32_t>(p.tokens.begin(), p.tokens.begin() + saved)});
+    }
+    return true;
+  }
+
+  // The tokens a load of `p` from "big" must restore: the longest whole-chunk prefix it
+  // shares with a saved one of the same model and chunk size.
+  int32_t expected_restored(const Prefix& p) const {
+    const int32_t chunk = p.prefix.chunk_tokens;
+    const int32_t whole = p.prefix.n_tokens / chunk * chunk;
+    int32_t best = 0;
+    for (const SavedPrefix& s : saved_) {
+      if (s.model != p.model || s.chunk_tokens != chunk) continue;
+      const int32_t limit = std::min(whole, static_cast<int32_t>(s.tokens.size()));
+      int32_t same = 0;
+      while (same < limit && s.tokens[same] == p.tokens[same]) ++same;
+      best = std::max(best, same / chunk * chunk);
+    }
+    return best;
+  }
+
+  bool prefix_load() {
+    const int32_t id = seq_id();
+    const char* store = store_name();
+    Prefix p;
+    read_prefix(p);
+    int32_t restored = -12345;
+    if (!kvf::ok(kvc_prefix_load(cache_, id, store, &p.prefix, &restored))) {
+      kvf::check(restored == -12345, "a failed kvc_prefix_load set out_tokens_restored");
+      return false;
+    }
+    kvf::check(p.valid && restored >= 0 && restored % p.prefix.chunk_tokens == 0 &&
+                   restored <= p.prefix.n_tokens,
+               "kvc_prefix_load reports " + std::to_string(restored) + " tokens restored");
+    if (is_big(store)) {
+      kvf::check(restored == expected_restored(p),
+                 "kvc_prefix_load restored " + std::to_string(restored) + " tokens, " +
+                     std::to_string(expected_restored(p)) + " were saved");
+    }
+    live_.insert(id);
+    for (int32_t n : lengths(id)) {
+      kvf::check(n == restored, "a loaded prefix holds other than the restored tokens");
+    }
+    next_[id] = restored;
+    return true;
+  }
+
+  int32_t max_length(int32_t id) const {
+    int32_t longest = 0;
+    for (int32_t n : lengths(id)) longest = std::max(longest, n);
+    return longest;
   }
 
   int32_t layer_or_all() {  // kvc_compress: -1 is every layer
@@ -451,11 +642,15 @@ class Program {
   }
 
   kvf::Input& in_;
+  kvc_context* context_ = nullptr;
   kvc_cache* cache_ = nullptr;
   int32_t layers_ = 0, kv_heads_ = 0, q_heads_ = 0, head_dim_ = 0;
   kvc_dtype dtype_ = KVC_DTYPE_F32;
   std::set<int32_t> live_;
   std::map<int32_t, int32_t> next_;
+  // The "big" store's values: the export image and the next position of each offloaded key.
+  std::map<std::string, std::pair<std::vector<uint8_t>, int32_t>> big_;
+  std::vector<SavedPrefix> saved_;
 };
 
 }  // namespace

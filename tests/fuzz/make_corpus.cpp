@@ -95,7 +95,8 @@ void images(const std::string& dir) {
 // fuzz_api's encoding (tests/fuzz/fuzz_api.cpp): six bytes of cache setup, then calls, each
 // an opcode byte and its argument bytes.
 enum Op : uint8_t { kCreate = 0, kRemove, kFork, kTruncate, kRemoveRange, kReserve, kAppend,
-                    kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery };
+                    kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery,
+                    kOffload = 16, kRestore, kDrop, kPrefixSave, kPrefixLoad };
 
 std::vector<uint8_t> program(std::vector<uint8_t> setup, const std::vector<uint8_t>& calls) {
   setup.insert(setup.end(), calls.begin(), calls.end());
@@ -141,6 +142,29 @@ void programs(const std::string& dir) {
   };
   write(dir + "/two_sequences_h2o", program({0x0B, 0x00, 0x12, 0x08, 0x00, 0x00}, batch_of_two));
   write(dir + "/two_sequences_knorm", program({0x03, 0x02, 0x26, 0x05, 0x08, 0x00}, batch_of_two));
+  // Stores: 16 tokens of seq 0 (one layer, one KV head), its prefix saved in chunks of 4, an
+  // offload and restore through the "big" store, prefix loads sharing 2 and 4 chunks, drops,
+  // and an offload to the "tiny" store. Store byte: 0 big, 2 tiny; key byte: 0 k0, 1 k1.
+  // A prefix: n_tokens and model byte (16: 16 tokens, model-a), the ids, the chunk size byte
+  // (2: 4 tokens).
+  const std::vector<uint8_t> ids = {0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0};
+  std::vector<uint8_t> other = ids;
+  other[9] = 2;
+  std::vector<uint8_t> stores = {
+      kCreate, 0,
+      kAppendAttend, 0, /*batch*/ 0, 0, 135, 0, /*q k v*/ 0, 1, 0, 2, 0, 3, /*params, out*/ 1, 1,
+      kAppendAttend, 0, 0, 0, 135, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+      kPrefixSave, 0, 0, 16};
+  const auto add = [&stores](std::initializer_list<std::vector<uint8_t>> parts) {
+    for (const std::vector<uint8_t>& part : parts) stores.insert(stores.end(), part.begin(), part.end());
+  };
+  add({ids, {2},
+       {kOffload, 0, 0, 0, kRestore, 1, 0, 0},
+       {kPrefixLoad, 2, 0, 16}, other, {2},
+       {kPrefixLoad, 3, 0, 16}, ids, {2},
+       {kDrop, 0, 0, kDrop, 0, 0, kOffload, 1, 2, 1, kRestore, 2, 2, 1, kRemove, 3}});
+  write(dir + "/stores_paged_f32", program({0x08, 0x18, 0x03, 0x00, 0x00, 0x00}, stores));
+  write(dir + "/stores_contiguous_f16_h2o", program({0x08, 0x1C, 0x13, 0x20, 0x00, 0x00}, stores));
 }
 
 }  // namespace
