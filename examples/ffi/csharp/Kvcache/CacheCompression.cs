@@ -45,5 +45,20 @@ namespace Kvcache
                 return bytes.ToUInt64();
             });
         }
+
+        /// <summary>
+        /// EstimatePeakBytes for <paramref name="request"/>, whose prompt's last chunk may be marked:
+        /// with PrefillCompression.Once each layer is then compressed right after it, so a prompt
+        /// prefilled in one chunk needs about one layer holding the prompt and the others their budget.
+        /// </summary>
+        public ulong Estimate(EstimateRequest request)
+        {
+            EstimateRequest r = request.Versioned();
+            return Shared(() => {
+                UIntPtr bytes;
+                KvcacheException.Check(NativeMethods.kvc_cache_estimate(handle, ref r, out bytes));
+                return bytes.ToUInt64();
+            });
+        }
     }
 }

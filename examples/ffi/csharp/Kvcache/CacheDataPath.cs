@@ -63,10 +63,12 @@ namespace Kvcache
 
         static void WithBatch(Batch batch, BatchCall call)
         {
-            fixed (int* ids = batch.SeqIds) fixed (int* n = batch.NTokens) fixed (int* pos = batch.Positions) {
+            fixed (int* ids = batch.SeqIds) fixed (int* n = batch.NTokens) fixed (int* pos = batch.Positions)
+            fixed (int* ends = batch.PromptEnd) {
                 var b = new NativeBatch {
                     StructSize = (uint)System.Runtime.InteropServices.Marshal.SizeOf(typeof(NativeBatch)),
                     NSeqs = batch.SeqIds.Length, SeqIds = (IntPtr)ids, NTokens = (IntPtr)n, Positions = (IntPtr)pos,
+                    PromptEnd = (IntPtr)ends,
                 };
                 KvcacheException.Check(call(ref b));
             }

@@ -111,6 +111,8 @@ namespace Kvcache
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_cache_estimate_peak_bytes(CacheHandle cache, int promptTokens, int chunkTokens,
                                                                           int newTokens, out UIntPtr bytes);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_cache_estimate(CacheHandle cache, ref EstimateRequest request, out UIntPtr bytes);
 
         // stores
         [DllImport(Lib)]
@@ -140,6 +142,8 @@ namespace Kvcache
         internal static extern void kvc_batch_init(IntPtr buffer, int nSeqs, IntPtr seqIds, IntPtr nTokens, IntPtr positions);
         [DllImport(Lib)]
         internal static extern void kvc_prefix_init(IntPtr buffer, IntPtr model, IntPtr tokenIds, int nTokens);
+        [DllImport(Lib)]
+        internal static extern void kvc_estimate_request_init(IntPtr buffer, int promptTokens, int chunkTokens, int newTokens);
 
         /// <summary>A NUL-terminated UTF-8 string the library owns, copied.</summary>
         internal static string String(IntPtr utf8)

@@ -98,5 +98,6 @@ namespace Kvcache
         public IntPtr NTokens;
         public IntPtr Positions;
         public IntPtr Stream;
+        public IntPtr PromptEnd;
     }
 }

@@ -68,8 +68,17 @@ namespace Kvcache.Tests
             Assert.Equal(SizeOf<CacheStats>(), StructSize(b => NativeMethods.kvc_cache_stats_init(b)), "sizeof(kvc_cache_stats)");
             Assert.Equal(SizeOf<NativePolicyInfo>(), StructSize(b => NativeMethods.kvc_policy_info_init(b)), "sizeof(kvc_policy_info)");
             Assert.Equal(SizeOf<AttentionParams>(), StructSize(b => NativeMethods.kvc_attention_params_init(b)), "sizeof(kvc_attention_params)");
-            Assert.Equal(SizeOf<NativeBatch>(), StructSize(b => NativeMethods.kvc_batch_init(b, 0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero)),
-                         "sizeof(kvc_batch)");
+            NativeBatch batch = FromInit<NativeBatch>(b => NativeMethods.kvc_batch_init(b, 0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero));
+            Assert.Equal(SizeOf<NativeBatch>(), batch.StructSize, "sizeof(kvc_batch)");
+            Assert.Equal(IntPtr.Zero, batch.PromptEnd, "prompt_end");
+            EstimateRequest request = FromInit<EstimateRequest>(b => NativeMethods.kvc_estimate_request_init(b, 7, 3, 5));
+            Assert.Equal(SizeOf<EstimateRequest>(), StructSize(b => NativeMethods.kvc_estimate_request_init(b, 7, 3, 5)),
+                         "sizeof(kvc_estimate_request)");
+            EstimateRequest constructed = new EstimateRequest(7, 3, 5);
+            Assert.Equal(request.PromptTokens, constructed.PromptTokens, "prompt_tokens");
+            Assert.Equal(request.ChunkTokens, constructed.ChunkTokens, "chunk_tokens");
+            Assert.Equal(request.NewTokens, constructed.NewTokens, "new_tokens");
+            Assert.Equal(request.MarksPromptEnd, constructed.MarksPromptEnd, "marks_prompt_end");
             NativePrefix prefix = FromInit<NativePrefix>(b => NativeMethods.kvc_prefix_init(b, IntPtr.Zero, IntPtr.Zero, 0));
             Assert.Equal(SizeOf<NativePrefix>(), prefix.StructSize, "sizeof(kvc_prefix)");
             Assert.Equal(prefix.ChunkTokens, new Prefix("model", new int[0]).ChunkTokens, "chunk_tokens");

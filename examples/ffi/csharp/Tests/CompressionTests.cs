@@ -1,3 +1,4 @@
+using System;
 using System.Collections.Generic;
 
 namespace Kvcache.Tests
@@ -59,6 +60,81 @@ namespace Kvcache.Tests
                 ulong small = cache.EstimatePeakBytes(8, 8, 0), large = cache.EstimatePeakBytes(64, 16, 8);
                 Assert.True(small > 0, "a peak for 8 tokens");
                 Assert.True(large > small, "a longer prompt needs more");
+            }
+        }
+
+        static CacheParams TovaOnce()
+        {
+            return new CacheParams {
+                Layers = Fixture.Layers, KvHeads = Fixture.KvHeads, QHeads = Fixture.QHeads, HeadDim = Fixture.HeadDim,
+                DType = DType.F32, MemoryLimit = 1 << 20, Policy = "tova", Budget = 12, Prefill = PrefillCompression.Once,
+            };
+        }
+
+        [Test]
+        public static void OnceWithAMarkedLastPromptChunkCompressesEachLayerRightAfterIt()
+        {
+            const int QRow = Fixture.QHeads * Fixture.HeadDim, KvRow = Fixture.KvHeads * Fixture.HeadDim;
+            using (var context = new Context())
+            using (Cache marked = context.CreateCache(TovaOnce()))
+            using (Cache unmarked = context.CreateCache(TovaOnce())) {
+                marked.CreateSequence(0);
+                unmarked.CreateSequence(0);
+                // Both caches get the same q, k and v for the same call.
+                Action<int, int, int, bool, int> attend = (layer, first, count, end, seed) => {
+                    float[] q = Fixture.Random(count * QRow, seed), k = Fixture.Random(count * KvRow, seed + 1),
+                            v = Fixture.Random(count * KvRow, seed + 2), output = new float[count * QRow];
+                    marked.AppendAttend(layer, Batch.Run(0, first, count, end), q, k, v, output);
+                    unmarked.AppendAttend(layer, Batch.Run(0, first, count), q, k, v, output);
+                };
+                for (int layer = 0; layer < Fixture.Layers; layer++) attend(layer, 0, 20, false, 10 * layer);
+                for (int layer = 0; layer < Fixture.Layers; layer++) {
+                    attend(layer, 20, 20, true, 100 + 10 * layer);
+                    for (int head = 0; head < Fixture.KvHeads; head++) {
+                        string where = "layer " + layer + " head " + head;
+                        Assert.Equal(12, marked.Length(0, layer, head), where + ", marked: compressed at once");
+                        Assert.Equal(40, unmarked.Length(0, layer, head), where + ", unmarked");
+                        if (layer + 1 < Fixture.Layers)
+                            Assert.Equal(20, marked.Length(0, layer + 1, head), "the next layer before its last chunk");
+                    }
+                }
+                // The unmarked cache compresses the same statistics at the first decode token, so
+                // both keep the same tokens; the marked one does not compress again.
+                for (int layer = 0; layer < Fixture.Layers; layer++) attend(layer, 40, 1, false, 200 + 10 * layer);
+                for (int layer = 0; layer < Fixture.Layers; layer++)
+                    for (int head = 0; head < Fixture.KvHeads; head++) {
+                        int[] kept = Fixture.Positions(marked, 0, layer, head);
+                        Assert.Equal(13, kept.Length, "tokens after one decode token");
+                        Assert.Sequence(Fixture.Positions(unmarked, 0, layer, head), kept, "kept positions of layer " + layer + " head " + head);
+                    }
+                Assert.Throws<ArgumentException>(() => new Batch(new[] { 0 }, new[] { 1 }, new[] { 0 }, new[] { true, false }),
+                                                 "a promptEnd entry per sequence");
+            }
+        }
+
+        [Test]
+        public static void TheEstimateFollowsAMarkedWholePromptPrefill()
+        {
+            const int Prompt = 2048, Budget = 512;
+            var parameters = new CacheParams {
+                Layers = Fixture.Layers, KvHeads = Fixture.KvHeads, HeadDim = Fixture.HeadDim, DType = DType.F16,
+                Layout = Layout.Paged, BlockTokens = 16, Policy = "knorm", Budget = Budget, Prefill = PrefillCompression.Once,
+            };
+            using (var context = new Context())
+            using (Cache cache = context.CreateCache(parameters)) {
+                var request = new EstimateRequest(Prompt, Prompt, 4);
+                ulong unmarked = cache.Estimate(request);
+                request.MarksPromptEnd = true;
+                ulong marked = cache.Estimate(request);
+                Assert.Equal(cache.EstimatePeakBytes(Prompt, Prompt, 4), unmarked, "unmarked: EstimatePeakBytes");
+                // f16 K and V and an int32 position per token; marked, one layer holds the whole
+                // prompt while the others hold their budget.
+                const ulong TokenBytes = 2 * Fixture.HeadDim * 2 + 4;
+                Assert.Equal((Prompt + (Fixture.Layers - 1) * Budget) * TokenBytes * Fixture.KvHeads, marked, "marked");
+                Assert.Equal(Fixture.Layers * Prompt * TokenBytes * Fixture.KvHeads, unmarked, "unmarked");
+                request.ChunkTokens = 0;
+                KvcacheException e = Assert.Fails(StatusCode.InvalidArgument, () => cache.Estimate(request), "chunk_tokens 0");
+                Assert.Contains("chunk_tokens", e.Message, "the message names the field");
             }
         }
 
