@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -615,5 +616,69 @@ TEST_CASE("stores: store plugins are listed as kind 3; an older ABI or a missing
   Status lacking{kvc_context_load_plugin(ctx.get(), KVC_TEST_STORE_NO_EXISTS_PLUGIN)};
   CHECK(lacking.code() == KVC_ERR_PLUGIN);
   CHECK(kvt::contains(lacking.message(), "'no_exists_store' lacks required function 'exists'"));
+  Status short_vtable{kvc_context_load_plugin(ctx.get(), KVC_TEST_STORE_SHORT_PLUGIN)};
+  CHECK(short_vtable.code() == KVC_ERR_PLUGIN);
+  CHECK(kvt::contains(short_vtable.message(), "the vtable of plugin 'short_store' of 48 bytes is "
+                                              "smaller than ABI 1.2's 56"));
   CHECK(kvc_context_plugin_count(ctx.get()) == count);
+}
+
+TEST_CASE("stores: prefix saves and drops run concurrently with decoding on other sequences") {
+  // kvcache.h: calls naming disjoint sequences may run concurrently (creating and removing
+  // sequences needs exclusive access, so restores and loads are checked afterwards).
+  kvt::ContextPtr ctx = store_context("  host: { plugin: host }\n");
+  kvt::CachePtr cache = make_cache(ctx.get(), Shape{});
+  constexpr int kThreads = 4, kRounds = 10;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int t = 0; t < kThreads; ++t) {
+    prompts.push_back(prompt(2 * kChunk + kRounds, 30 + t));
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), t));
+    feed_ids(cache.get(), t, prompts.back(), 0, 2 * kChunk);
+    KVT_REQUIRE_OK(kvc_seq_fork(cache.get(), t, 10 + t));
+    KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 10 + t, "host", ("thread-" + std::to_string(t)).c_str()));
+  }
+  std::vector<std::string> failures(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::string& failure = failures[static_cast<size_t>(t)];
+      const std::vector<int32_t>& ids = prompts[static_cast<size_t>(t)];
+      kvc_prefix p = prefix_of(ids);
+      p.n_tokens = 2 * kChunk;
+      for (int round = 0; round < kRounds && failure.empty(); ++round) {
+        int32_t saved = -1;
+        Status save{kvc_prefix_save(cache.get(), t, "host", &p, &saved)};
+        if (!save.ok() || saved != 2 * kChunk) failure = "save: " + save.describe();
+        // A decode step of this sequence between saves (the positions the saves skip).
+        const int32_t at = 2 * kChunk + round;
+        const std::vector<int32_t> step(ids.begin() + at, ids.begin() + at + 1);
+        const Tokens tokens = tokens_for(step, at);
+        const int32_t seq = t, one = 1;
+        kvc_batch batch;
+        kvc_batch_init(&batch, 1, &seq, &one, tokens.pos.data());
+        const kvc_tensor k = kvt::tensor(tokens.k.data(), KVC_DTYPE_F32);
+        const kvc_tensor v = kvt::tensor(tokens.v.data(), KVC_DTYPE_F32);
+        for (int32_t layer = 0; layer < kLayers && failure.empty(); ++layer) {
+          Status append{kvc_append(cache.get(), layer, &batch, &k, &v)};
+          if (!append.ok()) failure = "append: " + append.describe();
+        }
+      }
+      const std::string key = "thread-" + std::to_string(t);
+      Status drop{kvc_store_drop(ctx.get(), "host", key.c_str())};
+      if (!drop.ok()) failure = "drop: " + drop.describe();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CAPTURE(t);
+    CHECK(failures[static_cast<size_t>(t)] == "");
+    KVT_CHECK_ERR(kvc_seq_restore(cache.get(), 10 + t, "host", ("thread-" + std::to_string(t)).c_str()),
+                  KVC_ERR_NOT_FOUND);
+    kvc_prefix p = prefix_of(prompts[static_cast<size_t>(t)]);
+    int32_t restored = -1;
+    KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 20 + t, "host", &p, &restored));
+    CHECK(restored == 2 * kChunk);
+    KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), t, 2 * kChunk));
+    CHECK(stored(cache.get(), 20 + t, KVC_DTYPE_F16) == stored(cache.get(), t, KVC_DTYPE_F16));
+  }
 }

@@ -26,16 +26,17 @@ std::string abi_text(uint32_t abi) {
 }
 
 // Reads a plugin-written struct of its declared struct_size into a zeroed host-sized one.
-// Smaller than ABI 1.0's: refused. Larger than the host's: accepted only when the bytes the
+// Smaller than the ABI that introduced it requires (`minimum` bytes, ABI `minimum_abi`): refused. Larger than the host's: accepted only when the bytes the
 // host does not know are all zero (no entry this host cannot honour).
 template <typename Struct>
 Struct read_plugin_struct(const std::string& path, const std::string& what, const void* data,
-                          size_t size_1_0, uint32_t plugin_abi) {
+                          size_t minimum, const char* minimum_abi, uint32_t plugin_abi) {
   if (!data) throw plugin_error(path, what + " is missing");
   const uint32_t declared = *static_cast<const uint32_t*>(data);
-  if (declared < size_1_0) {
+  if (declared < minimum) {
     throw plugin_error(path, what + " of " + std::to_string(declared) +
-                                 " bytes is smaller than ABI 1.0's " + std::to_string(size_1_0));
+                                 " bytes is smaller than ABI " + minimum_abi + "'s " +
+                                 std::to_string(minimum));
   }
   const auto* bytes = static_cast<const unsigned char*>(data);
   for (size_t i = sizeof(Struct); i < declared; ++i) {
@@ -122,7 +123,8 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
                                    abi_text(KVC_PLUGIN_ABI_VERSION) + " (major must match)");
     }
     const auto descriptor = read_plugin_struct<kvc_plugin_descriptor>(
-        path, "descriptor " + std::to_string(i), d, sizeof(kvc_plugin_descriptor), d->abi_version);
+        path, "descriptor " + std::to_string(i), d, sizeof(kvc_plugin_descriptor), "1.0",
+        d->abi_version);
     if (!descriptor.name || !*descriptor.name) throw plugin_error(path, "a descriptor has no name");
     if (!enum_in(descriptor.kind, KVC_PLUGIN_POLICY, KVC_PLUGIN_STORE)) {
       throw plugin_error(path, "plugin " + quote(descriptor.name) + " has unknown kind " +
@@ -133,7 +135,7 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
     const std::string vtable = "the vtable of plugin " + quote(plugin.name);
     if (descriptor.kind == KVC_PLUGIN_BACKEND) {
       plugin.backend = read_plugin_struct<kvc_backend_vtable>(
-          path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens),
+          path, vtable, descriptor.vtable, offsetof(kvc_backend_vtable, read_tokens), "1.0",
           descriptor.abi_version);
       check_backend(path, plugin.name, plugin.backend);
     } else if (descriptor.kind == KVC_PLUGIN_STORE) {
@@ -146,11 +148,13 @@ std::vector<LoadedPlugin> PluginRegistry::read_descriptors(
                                      abi_text(KVC_PLUGIN_ABI_VERSION) + ")");
       }
       plugin.store = read_plugin_struct<kvc_store_vtable>(
-          path, vtable, descriptor.vtable, sizeof(kvc_store_vtable), descriptor.abi_version);
+          path, vtable, descriptor.vtable, sizeof(kvc_store_vtable), abi_text(kStoreAbi).c_str(),
+          descriptor.abi_version);
       check_store(path, plugin.name, plugin.store);
     } else {
       plugin.policy = read_plugin_struct<kvc_policy_vtable>(
-          path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), descriptor.abi_version);
+          path, vtable, descriptor.vtable, sizeof(kvc_policy_vtable), "1.0",
+          descriptor.abi_version);
       check_policy(path, plugin.name, plugin.policy);
     }
     for (size_t j = 0; j < result.size(); ++j) {

@@ -38,9 +38,50 @@ struct kvl_engine {
   double *inv_freq; /* [head_dim / 2] theta^(-2i / head_dim) */
 };
 
-static void *alloc_floats(size_t rows, size_t cols, size_t element) {
-  if (cols != 0 && rows > SIZE_MAX / element / cols) return NULL;
-  return malloc(rows * cols * element);
+/* The activation buffers, sized in one place for kvl_engine_create and
+ * kvl_engine_activation_bytes. */
+enum { BUF_X, BUF_XB, BUF_Q, BUF_K, BUF_V, BUF_ATT, BUF_HB, BUF_HB2, BUF_ROPE, BUF_INV_FREQ, BUF_COUNT };
+
+/* a * b * c, or 0 when it overflows size_t. */
+static size_t product(size_t a, size_t b, size_t c) {
+  if (b != 0 && a > SIZE_MAX / b) return 0;
+  if (c != 0 && a * b > SIZE_MAX / c) return 0;
+  return a * b * c;
+}
+
+/* Bytes of each buffer for steps of `tokens` tokens; 0 when one overflows size_t. */
+static int buffer_bytes(const kvl_model *m, size_t tokens, size_t bytes[BUF_COUNT]) {
+  const size_t dim = (size_t)m->config.dim, kv_dim = (size_t)m->kv_dim;
+  const size_t hidden = (size_t)m->config.hidden_dim, half = (size_t)(m->head_dim / 2);
+  int i;
+  bytes[BUF_X] = product(tokens, dim, sizeof(float));
+  bytes[BUF_XB] = bytes[BUF_X];
+  bytes[BUF_Q] = bytes[BUF_X];
+  bytes[BUF_K] = product(tokens, kv_dim, sizeof(float));
+  bytes[BUF_V] = bytes[BUF_K];
+  bytes[BUF_ATT] = bytes[BUF_X];
+  bytes[BUF_HB] = product(tokens, hidden, sizeof(float));
+  bytes[BUF_HB2] = bytes[BUF_HB];
+  bytes[BUF_ROPE] = product(2, half, sizeof(float));
+  bytes[BUF_INV_FREQ] = product(1, half, sizeof(double));
+  for (i = 0; i < BUF_COUNT; ++i) {
+    if (bytes[i] == 0) return 0;
+  }
+  return 1;
+}
+
+size_t kvl_engine_activation_bytes(const kvl_model *model, int32_t max_batch_tokens) {
+  size_t bytes[BUF_COUNT], total = 0;
+  int i;
+  if (model == NULL || max_batch_tokens < 1 ||
+      !buffer_bytes(model, (size_t)max_batch_tokens, bytes)) {
+    return 0;
+  }
+  for (i = 0; i < BUF_COUNT; ++i) {
+    if (total > SIZE_MAX - bytes[i]) return 0;
+    total += bytes[i];
+  }
+  return total;
 }
 
 void kvl_engine_free(kvl_engine *e) {
@@ -62,8 +103,8 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
                       kvl_engine **out_engine, char *error, size_t error_size) {
   kvc_cache_params p;
   kvl_engine *e;
-  size_t n, dim, kv_dim, hidden;
-  int32_t i, half;
+  size_t bytes[BUF_COUNT];
+  int32_t i;
   if (model == NULL || cache == NULL || out_engine == NULL) {
     return kvl_fail(error, error_size,
                     "kvl_engine_create: model, cache and out_engine must not be NULL");
@@ -93,21 +134,18 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
   e->model = model;
   e->cache = cache;
   e->max_tokens = max_batch_tokens;
-  n = (size_t)max_batch_tokens;
-  dim = (size_t)model->config.dim;
-  kv_dim = (size_t)model->kv_dim;
-  hidden = (size_t)model->config.hidden_dim;
-  half = model->head_dim / 2;
-  e->x = (float *)alloc_floats(n, dim, sizeof(float));
-  e->xb = (float *)alloc_floats(n, dim, sizeof(float));
-  e->q = (float *)alloc_floats(n, dim, sizeof(float));
-  e->k = (float *)alloc_floats(n, kv_dim, sizeof(float));
-  e->v = (float *)alloc_floats(n, kv_dim, sizeof(float));
-  e->att = (float *)alloc_floats(n, dim, sizeof(float));
-  e->hb = (float *)alloc_floats(n, hidden, sizeof(float));
-  e->hb2 = (float *)alloc_floats(n, hidden, sizeof(float));
-  e->rope = (float *)alloc_floats(2, (size_t)half, sizeof(float));
-  e->inv_freq = (double *)alloc_floats(1, (size_t)half, sizeof(double));
+  if (buffer_bytes(model, (size_t)max_batch_tokens, bytes)) {
+    e->x = (float *)malloc(bytes[BUF_X]);
+    e->xb = (float *)malloc(bytes[BUF_XB]);
+    e->q = (float *)malloc(bytes[BUF_Q]);
+    e->k = (float *)malloc(bytes[BUF_K]);
+    e->v = (float *)malloc(bytes[BUF_V]);
+    e->att = (float *)malloc(bytes[BUF_ATT]);
+    e->hb = (float *)malloc(bytes[BUF_HB]);
+    e->hb2 = (float *)malloc(bytes[BUF_HB2]);
+    e->rope = (float *)malloc(bytes[BUF_ROPE]);
+    e->inv_freq = (double *)malloc(bytes[BUF_INV_FREQ]);
+  }
   if (!e->x || !e->xb || !e->q || !e->k || !e->v || !e->att || !e->hb || !e->hb2 || !e->rope ||
       !e->inv_freq) {
     kvl_engine_free(e);
@@ -115,7 +153,7 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
                     "kvl_engine_create: out of host memory for %d tokens of activations",
                     (int)max_batch_tokens);
   }
-  for (i = 0; i < half; ++i) {
+  for (i = 0; i < model->head_dim / 2; ++i) {
     e->inv_freq[i] = pow((double)model->config.rope_theta, -(double)(2 * i) / model->head_dim);
   }
   *out_engine = e;
@@ -177,6 +215,14 @@ static void apply_rope(kvl_engine *e, int32_t total, const int32_t *positions) {
 int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
                        const int32_t *n_tokens, const int32_t *tokens, const int32_t *positions,
                        int all_logits, float *logits, char *error, size_t error_size) {
+  return kvl_engine_forward_marked(e, n_seqs, seq_ids, n_tokens, tokens, positions, NULL,
+                                   all_logits, logits, error, error_size);
+}
+
+int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
+                              const int32_t *n_tokens, const int32_t *tokens,
+                              const int32_t *positions, const int32_t *prompt_end, int all_logits,
+                              float *logits, char *error, size_t error_size) {
   const kvl_model *m;
   const kvl_config *c;
   int64_t total64 = 0;
@@ -241,6 +287,7 @@ int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
            dim * sizeof(float));
   }
   kvc_batch_init(&batch, n_seqs, seq_ids, n_tokens, positions);
+  batch.prompt_end = prompt_end;
   kvc_attention_params_init(&attention);
   memset(&tq, 0, sizeof tq);
   tq.data = e->q;

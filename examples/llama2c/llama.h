@@ -63,6 +63,11 @@ typedef struct kvl_engine kvl_engine;
 int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batch_tokens,
                       kvl_engine **out_engine, char *error, size_t error_size);
 void kvl_engine_free(kvl_engine *engine);
+/** Bytes of the activation buffers kvl_engine_create allocates for max_batch_tokens (all the
+ * engine holds besides the model, the cache and the caller's logits), so that a caller can
+ * budget them with the cache's memory; 0 for a NULL model, max_batch_tokens < 1 or a size past
+ * SIZE_MAX. */
+size_t kvl_engine_activation_bytes(const kvl_model *model, int32_t max_batch_tokens);
 
 /**
  * One batched step. Sequence i (already created in the cache) contributes n_tokens[i] tokens
@@ -73,6 +78,18 @@ void kvl_engine_free(kvl_engine *engine);
 int kvl_engine_forward(kvl_engine *engine, int32_t n_seqs, const int32_t *seq_ids,
                        const int32_t *n_tokens, const int32_t *tokens, const int32_t *positions,
                        int all_logits, float *logits, char *error, size_t error_size);
+/**
+ * kvl_engine_forward, with prompt_end ([n_seqs] or NULL: none marked) passed as
+ * kvc_batch::prompt_end to every layer: an entry 1 marks sequence i's tokens as its prompt's
+ * last chunk, so under a cache with prefill `once` each layer is compressed right after its
+ * attention over them rather than at the first decode token (over a prompt prefilled in one
+ * chunk only the layer being processed then holds the whole prompt, NVIDIA kvpress's way).
+ * kvl_engine_forward is this call with NULL.
+ */
+int kvl_engine_forward_marked(kvl_engine *engine, int32_t n_seqs, const int32_t *seq_ids,
+                              const int32_t *n_tokens, const int32_t *tokens,
+                              const int32_t *positions, const int32_t *prompt_end, int all_logits,
+                              float *logits, char *error, size_t error_size);
 
 typedef struct kvl_tokenizer kvl_tokenizer;
 

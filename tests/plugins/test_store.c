@@ -2,8 +2,10 @@
  * created with the same `space` parameter (so two contexts in one process share values), and a
  * fault switch: `fail: put|get|exists|remove` makes that operation return KVC_ERR_IO after
  * `fail_after` successful calls (default 0) of this instance.
- * TEST_STORE_VARIANT 1 claims plugin ABI 1.1 (before stores), 2 lacks `exists`: both refused. */
+ * Refused variants: TEST_STORE_VARIANT 1 claims plugin ABI 1.1 (before stores), 2 lacks `exists`,
+ * 3 declares a vtable without its last entry. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +244,9 @@ static int32_t store_remove(void *opaque, const char *key, kvc_plugin_error *err
   return KVC_OK;
 }
 
-static const kvc_store_vtable vtable = {sizeof(kvc_store_vtable),
+static const kvc_store_vtable vtable = {TEST_STORE_VARIANT == 3
+                                            ? offsetof(kvc_store_vtable, remove)
+                                            : sizeof(kvc_store_vtable),
                                         store_create,
                                         store_destroy,
                                         store_put,
@@ -256,7 +260,8 @@ static const kvc_plugin_descriptor descriptor = {
     KVC_PLUGIN_STORE,
     TEST_STORE_VARIANT == 0   ? "test_store"
     : TEST_STORE_VARIANT == 1 ? "old_abi_store"
-                              : "no_exists_store",
+    : TEST_STORE_VARIANT == 2 ? "no_exists_store"
+                              : "short_store",
     1,
     &vtable};
 
