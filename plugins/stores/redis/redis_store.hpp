@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kvcache_support/store_support.hpp"
 #include "reply.hpp"
@@ -41,6 +43,23 @@ class RedisStore {
   // Reads the parts of `m` into `out` (m.size bytes).
   PartsRead read_parts(Connection& connection, bool asking, const std::string& manifest,
                        const Manifest& m, char* out, const std::string& doing);
+
+  // The manifest now (nil when none), and whether it is on this node (not on the one a
+  // migrating slot's -ASK named).
+  struct Seen {
+    Reply reply;
+    bool here;
+  };
+  Seen current_manifest(Connection& connection, bool asking, const std::string& manifest,
+                        const std::string& doing);
+  // MULTI, `commands`, EXEC; EXEC's array. A command refused while queueing is thrown.
+  Reply transaction(Connection& connection, bool asking,
+                    const std::vector<std::vector<std::string_view>>& commands,
+                    bool old_value_here, const std::string& doing);
+  // `command` (with `argument` unless empty) on each of `keys`, pipelined.
+  void on_each(Connection& connection, bool asking, std::string_view command,
+               const std::vector<std::string>& keys, const std::string& argument,
+               const std::string& doing);
 
   uint64_t new_generation();
   // Throws what an error reply means: Redirect for -MOVED/-ASK, else fail_on_error().

@@ -1,9 +1,12 @@
-// put and remove: transactions on a value's keys (MULTI/EXEC, pipelined), guarded by WATCH on
-// its manifest, so that a concurrent writer of the same key makes EXEC return nil (and the
-// call try again) instead of leaving parts no manifest names. A put gives the parts it
-// replaces kOldPartsGraceMs to live, for gets that read the old manifest; remove deletes.
-#include <cstring>
+// put and remove: one transaction on a value's keys (MULTI/EXEC, pipelined) that swaps or
+// deletes its manifest and returns the one it replaced (SET ... GET, GETDEL), so each call
+// knows exactly which parts it made unreachable, with no WATCH to conflict on. The call reads
+// the manifest first and deals with those parts in the same transaction; when another writer
+// got in between (the manifest returned is not the one read), it deals with the parts
+// actually replaced right after. A put gives the parts it replaces kOldPartsGraceMs to live,
+// for gets that read the old manifest just before; remove deletes them.
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "exchange.hpp"
@@ -13,17 +16,94 @@
 namespace kvc::plugin::redis {
 namespace {
 
-// Tries of a write whose EXEC found the manifest changed by another writer.
-constexpr int kWatchTries = 16;
-
-std::vector<std::string> part_keys(const std::string& manifest, const Manifest& m) {
+// The parts a manifest reply names: none for nil or for what is no manifest (it is replaced
+// or deleted alone).
+std::vector<std::string> parts_named(const std::string& manifest, const redisReply& reply) {
   std::vector<std::string> keys;
-  keys.reserve(m.parts);
-  for (uint64_t i = 0; i < m.parts; ++i) keys.push_back(part_key(manifest, m.generation, i));
+  if (reply.type != REDIS_REPLY_STRING) return keys;
+  std::string problem;
+  const std::optional<Manifest> m = decode(text_of(reply), problem);
+  if (!m) return keys;
+  keys.reserve(m->parts);
+  for (uint64_t i = 0; i < m->parts; ++i) keys.push_back(part_key(manifest, m->generation, i));
   return keys;
 }
 
+bool same_bytes(const redisReply& a, const redisReply& b) {
+  return a.type == b.type && (a.type != REDIS_REPLY_STRING || text_of(a) == text_of(b));
+}
+
 }  // namespace
+
+RedisStore::Seen RedisStore::current_manifest(Connection& connection, bool asking,
+                                              const std::string& manifest,
+                                              const std::string& doing) {
+  Exchange head(connection, asking);
+  head.add({"GET", manifest});
+  head.send();
+  Seen seen{head.receive(), true};
+  Redirect redirect;
+  if (is_error(*seen.reply) && parse_redirect(text_of(*seen.reply), redirect) && redirect.ask) {
+    seen.reply = router_.ask(redirect.address, {"GET", manifest});
+    seen.here = false;
+  }
+  check(*seen.reply, connection, doing);
+  return seen;
+}
+
+Reply RedisStore::transaction(Connection& connection, bool asking,
+                              const std::vector<std::vector<std::string_view>>& commands,
+                              bool old_value_here, const std::string& doing) {
+  Exchange exchange(connection, asking);
+  exchange.add({"MULTI"});
+  for (const auto& command : commands) exchange.add(command, false);
+  exchange.add({"EXEC"}, false);
+  exchange.send();
+  const Reply multi = exchange.receive();
+  Reply first_refused;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    Reply reply = exchange.receive();
+    if (is_error(*reply) && first_refused == nullptr) first_refused = std::move(reply);
+  }
+  Reply exec = exchange.receive();
+  check(*multi, connection, doing);
+  Redirect redirect;
+  if (first_refused != nullptr && old_value_here &&
+      parse_redirect(text_of(*first_refused), redirect) && redirect.ask) {
+    // The slot is moving and the old value is still here: the new one cannot be written
+    // beside it in one transaction on either node.
+    throw PluginError(KVC_ERR_IO, doing + ": its hash slot " +
+                                      decimal(static_cast<uint64_t>(redirect.slot)) +
+                                      " is being migrated from " + connection.address() + " to " +
+                                      redirect.address + " with the old value still on " +
+                                      connection.address() + "; try again after it");
+  }
+  if (first_refused != nullptr) check(*first_refused, connection, doing);
+  check(*exec, connection, doing);
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != commands.size()) {
+    throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
+                                      " answered EXEC with an unexpected reply");
+  }
+  return exec;
+}
+
+void RedisStore::on_each(Connection& connection, bool asking, std::string_view command,
+                         const std::vector<std::string>& keys, const std::string& argument,
+                         const std::string& doing) {
+  if (keys.empty()) return;
+  Exchange exchange(connection, asking);
+  for (const std::string& key : keys) {
+    if (argument.empty()) {
+      exchange.add({command, key});
+    } else {
+      exchange.add({command, key, argument});
+    }
+  }
+  exchange.send();
+  std::vector<Reply> replies;
+  for (size_t i = 0; i < keys.size(); ++i) replies.push_back(exchange.receive());
+  for (const Reply& reply : replies) check(*reply, connection, doing);
+}
 
 void RedisStore::put(const std::string& key, const void* data, size_t size) {
   const std::string manifest = manifest_key(settings_.key_prefix, key);
@@ -31,79 +111,32 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
   const Manifest next = make_manifest(size, settings_.part_bytes, new_generation(),
                                       value_checksum(data, size));
   const std::string next_manifest = encode(next);
-  const std::vector<std::string> next_parts = part_keys(manifest, next);
+  std::vector<std::string> next_parts;
+  next_parts.reserve(next.parts);
+  for (uint64_t i = 0; i < next.parts; ++i) {
+    next_parts.push_back(part_key(manifest, next.generation, i));
+  }
   const char* bytes = static_cast<const char*>(data);
   const std::string grace = decimal(kOldPartsGraceMs);
 
   router_.run(manifest, [&](Connection& connection, bool asking) {
-    for (int attempt = 0; attempt < kWatchTries; ++attempt) {
-      Exchange watch(connection, asking);
-      watch.add({"WATCH", manifest});
-      watch.add({"GET", manifest});
-      watch.send();
-      const Reply watched = watch.receive();
-      const Reply old = watch.receive();
-      BrokenUnlessFinished watching(connection);
-      check(*watched, connection, doing);
-      check(*old, connection, doing);
-      std::vector<std::string> old_parts;
-      if (old->type == REDIS_REPLY_STRING) {
-        std::string problem;
-        // An unreadable old manifest names no parts: it is replaced, nothing else deleted.
-        if (const std::optional<Manifest> previous = decode(text_of(*old), problem)) {
-          if (previous->generation != next.generation) old_parts = part_keys(manifest, *previous);
-        }
-      }
-
-      Exchange transaction(connection, asking);
-      transaction.add({"MULTI"});
-      for (uint64_t i = 0; i < next.parts; ++i) {
-        transaction.add({"SET", next_parts[i],
-                         std::string_view(bytes + i * next.part_bytes, next.part_size(i))},
-                        false);
-      }
-      transaction.add({"SET", manifest, next_manifest}, false);
-      for (const std::string& part : old_parts) {
-        transaction.add({"PEXPIRE", part, grace}, false);
-      }
-      transaction.add({"EXEC"}, false);
-      const size_t queued = next.parts + 1 + old_parts.size();
-      transaction.send();
-      const Reply multi = transaction.receive();
-      Reply first_refused;  // a command refused while queueing aborts EXEC; it says why
-      for (size_t i = 0; i < queued; ++i) {
-        Reply reply = transaction.receive();
-        if (is_error(*reply) && first_refused == nullptr) first_refused = std::move(reply);
-      }
-      const Reply exec = transaction.receive();
-      watching.finished();  // EXEC, run or refused, ended the WATCH
-      check(*multi, connection, doing);
-      Redirect redirect;
-      if (first_refused != nullptr && old->type == REDIS_REPLY_STRING &&
-          parse_redirect(text_of(*first_refused), redirect) && redirect.ask) {
-        // The slot is moving and the old value is still here: the new one cannot be written
-        // beside it in one transaction on either node.
-        throw PluginError(KVC_ERR_IO, doing + ": its hash slot " +
-                                          decimal(static_cast<uint64_t>(redirect.slot)) +
-                                          " is being migrated from " + connection.address() +
-                                          " to " + redirect.address +
-                                          " with the old value still on " +
-                                          connection.address() + "; try again after it");
-      }
-      if (first_refused != nullptr) check(*first_refused, connection, doing);
-      check(*exec, connection, doing);
-      if (exec->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i < exec->elements; ++i) check(*exec->element[i], connection, doing);
-        return;
-      }
-      if (exec->type != REDIS_REPLY_NIL) {
-        throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
-                                          " answered EXEC with neither results nor nil");
-      }
-      // nil: another writer changed the manifest since WATCH; nothing of ours was written.
+    const Seen seen = current_manifest(connection, asking, manifest, doing);
+    const std::vector<std::string> seen_parts = parts_named(manifest, *seen.reply);
+    std::vector<std::vector<std::string_view>> commands;
+    for (uint64_t i = 0; i < next.parts; ++i) {
+      commands.push_back({"SET", next_parts[i],
+                          std::string_view(bytes + i * next.part_bytes, next.part_size(i))});
     }
-    throw PluginError(KVC_ERR_IO, doing + ": other writers of the key replaced it " +
-                                      decimal(kWatchTries) + " times during this put");
+    commands.push_back({"SET", manifest, next_manifest, "GET"});
+    for (const std::string& part : seen_parts) commands.push_back({"PEXPIRE", part, grace});
+    const Reply results = transaction(connection, asking, commands,
+                                      seen.here && seen.reply->type == REDIS_REPLY_STRING, doing);
+    for (size_t i = 0; i < results->elements; ++i) check(*results->element[i], connection, doing);
+    const redisReply& replaced = *results->element[next.parts];
+    if (!same_bytes(replaced, *seen.reply)) {
+      // Another put got in between: the parts this one made unreachable are that one's.
+      on_each(connection, asking, "PEXPIRE", parts_named(manifest, replaced), grace, doing);
+    }
   });
 }
 
@@ -112,48 +145,25 @@ void RedisStore::remove(const std::string& key) {
   const std::string doing = "remove of key " + quoted(key);
 
   router_.run(manifest, [&](Connection& connection, bool asking) {
-    for (int attempt = 0; attempt < kWatchTries; ++attempt) {
-      Exchange watch(connection, asking);
-      watch.add({"WATCH", manifest});
-      watch.add({"GET", manifest});
-      watch.send();
-      const Reply watched = watch.receive();
-      const Reply old = watch.receive();
-      BrokenUnlessFinished watching(connection);
-      check(*watched, connection, doing);
-      check(*old, connection, doing);
-      if (old->type == REDIS_REPLY_NIL) {
-        const Reply unwatched = connection.call({"UNWATCH"});
-        watching.finished();
-        check(*unwatched, connection, doing);
-        fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
-      }
-      std::vector<std::string> parts;
-      std::string problem;
-      if (old->type == REDIS_REPLY_STRING) {
-        if (const std::optional<Manifest> previous = decode(text_of(*old), problem)) {
-          parts = part_keys(manifest, *previous);
-        }
-      }
-      std::vector<std::string_view> del{"DEL", manifest};
-      for (const std::string& part : parts) del.push_back(part);
-      Exchange transaction(connection, asking);
-      transaction.add({"MULTI"});
-      transaction.add(del, false);
-      transaction.add({"EXEC"}, false);
-      transaction.send();
-      const Reply multi = transaction.receive();
-      const Reply queued = transaction.receive();
-      const Reply exec = transaction.receive();
-      watching.finished();
-      check(*multi, connection, doing);
-      check(*queued, connection, doing);
-      check(*exec, connection, doing);
-      if (exec->type == REDIS_REPLY_ARRAY) return;
-      // nil: replaced meanwhile; remove what is there now.
+    const Seen seen = current_manifest(connection, asking, manifest, doing);
+    if (seen.reply->type == REDIS_REPLY_NIL) {
+      fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
     }
-    throw PluginError(KVC_ERR_IO, doing + ": other writers of the key replaced it " +
-                                      decimal(kWatchTries) + " times during this remove");
+    const std::vector<std::string> seen_parts = parts_named(manifest, *seen.reply);
+    std::vector<std::vector<std::string_view>> commands{{"GETDEL", manifest}};
+    if (!seen_parts.empty()) {
+      commands.emplace_back(std::vector<std::string_view>{"DEL"});
+      for (const std::string& part : seen_parts) commands.back().push_back(part);
+    }
+    const Reply results = transaction(connection, asking, commands, seen.here, doing);
+    for (size_t i = 0; i < results->elements; ++i) check(*results->element[i], connection, doing);
+    const redisReply& removed = *results->element[0];
+    if (removed.type == REDIS_REPLY_NIL) {
+      fail(KVC_ERR_NOT_FOUND, "no value under key %s", quoted(key).c_str());
+    }
+    if (!same_bytes(removed, *seen.reply)) {
+      on_each(connection, asking, "DEL", parts_named(manifest, removed), "", doing);
+    }
   });
 }
 
