@@ -40,7 +40,9 @@ struct kvl_engine {
 
 /* The activation buffers, sized in one place for kvl_engine_create and
  * kvl_engine_activation_bytes. */
-enum { BUF_X, BUF_XB, BUF_Q, BUF_K, BUF_V, BUF_ATT, BUF_HB, BUF_HB2, BUF_ROPE, BUF_INV_FREQ, BUF_COUNT };
+enum {
+  BUF_X, BUF_XB, BUF_Q, BUF_K, BUF_V, BUF_ATT, BUF_HB, BUF_HB2, BUF_ROPE, BUF_INV_FREQ, BUF_COUNT
+};
 
 /* a * b * c, or 0 when it overflows size_t. */
 static size_t product(size_t a, size_t b, size_t c) {

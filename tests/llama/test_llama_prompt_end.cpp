@@ -98,8 +98,8 @@ class Run {
     p.prefill = KVC_PREFILL_ONCE;
     KVL_REQUIRE_OK(kvc_cache_create(context_, &p, &cache_));
     char error[512] = "";
-    REQUIRE_MESSAGE(kvl_engine_create(model, cache_, max_tokens, &engine_, error, sizeof error) == 0,
-                    error);
+    const int rc = kvl_engine_create(model, cache_, max_tokens, &engine_, error, sizeof error);
+    REQUIRE_MESSAGE(rc == 0, error);
   }
   ~Run() {
     kvl_engine_free(engine_);
@@ -167,7 +167,7 @@ int32_t argmax(const float* row, int32_t n) {
 
 TEST_SUITE_BEGIN("shared");
 
-TEST_CASE("llama prompt_end: a marked whole-prompt prefill gives the unmarked logits, peaking lower") {
+TEST_CASE("llama prompt_end: a marked whole-prompt prefill gives the same logits, peaking lower") {
   kvl_model* raw = nullptr;
   char error[512] = "";
   REQUIRE_MESSAGE(kvl_model_load(kModelPath.c_str(), &raw, error, sizeof error) == 0, error);
@@ -242,7 +242,8 @@ TEST_CASE("llama engine: activation bytes are the buffers of its steps") {
   };
   for (int32_t tokens : {1, 7, 256}) {
     CAPTURE(tokens);
-    CHECK(kvl_engine_activation_bytes(model.get(), tokens) == expected(static_cast<size_t>(tokens)));
+    CHECK(kvl_engine_activation_bytes(model.get(), tokens) ==
+          expected(static_cast<size_t>(tokens)));
   }
   CHECK(kvl_engine_activation_bytes(model.get(), 0) == 0);
   CHECK(kvl_engine_activation_bytes(nullptr, 16) == 0);
