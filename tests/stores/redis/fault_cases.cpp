@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -103,6 +104,89 @@ TEST_SUITE("redis_faults") {
     bool found = false;
     CHECK(store.exists("k", found).code == KVC_ERR_IO);
     CHECK(store.remove("k").code == KVC_ERR_IO);
+  }
+
+  TEST_CASE("idle connections the server closed are replaced without an error") {
+    RedisServer server;
+    Store store(redis_plugin(), params_for(server, {{"pool", "3"}}));
+    require_created(store);
+    std::vector<std::thread> threads;  // three connections in the pool
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&, t] {
+        CHECK(store.put("k" + std::to_string(t), bytes_of(1000, 20 + t)).code == KVC_OK);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    RedisClient admin("127.0.0.1", server.port());
+    REQUIRE(std::stoi(admin.text({"CLIENT", "KILL", "TYPE", "normal"})) >= 1);
+    for (int t = 0; t < 3; ++t) {
+      const GetResult got = store.get("k" + std::to_string(t));
+      INFO("get: " << got.outcome.message);
+      REQUIRE(got.outcome.code == KVC_OK);
+      CHECK(got.value == bytes_of(1000, 20 + t));
+    }
+  }
+
+  TEST_CASE("a server that stops answering: IO 'timed out' after timeout_ms") {
+    RedisServer server;
+    Store store(redis_plugin(), params_for(server, {{"timeout_ms", "300"}}));
+    require_created(store);
+    REQUIRE(store.put("k", bytes_of(1000, 23)).code == KVC_OK);
+    server.pause();
+    const GetResult got = store.get("k");
+    INFO("get: " << got.outcome.message);
+    CHECK(got.outcome.code == KVC_ERR_IO);
+    CHECK(contains(got.outcome.message, "timed out after 300 ms"));
+    CHECK(contains(got.outcome.message, server.address()));
+  }
+
+  TEST_CASE("16 threads share a pool of 2 connections") {
+    RedisServer server;
+    Store store(redis_plugin(), params_for(server, {{"pool", "2"}, {"part_bytes", "10000"}}));
+    require_created(store);
+    std::vector<std::thread> threads;
+    std::vector<int> failures(16, 0);
+    for (int t = 0; t < 16; ++t) {
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 10; ++round) {
+          const std::vector<unsigned char> value = bytes_of(50000 + t, 100 * t + round);
+          const std::string key = "t" + std::to_string(t);
+          if (store.put(key, value).code != KVC_OK) ++failures[t];
+          const GetResult got = store.get(key);
+          if (got.outcome.code != KVC_OK || got.value != value) ++failures[t];
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < 16; ++t) CHECK(failures[t] == 0);
+    RedisClient admin("127.0.0.1", server.port());
+    // The store's connections and this one.
+    const std::string clients = admin.text({"CLIENT", "LIST"});
+    CHECK(std::count(clients.begin(), clients.end(), '\n') <= 3);
+  }
+
+  TEST_CASE("a unix socket, and db selecting a database") {
+    RedisServer server({"--unixsocket", "redis.sock", "--unixsocketperm", "700"});
+    const std::string socket = server.folder() + "/redis.sock";
+    Store by_socket(redis_plugin(), {{"unix_socket", socket}, {"db", "3"}});
+    require_created(by_socket);
+    const std::vector<unsigned char> value = bytes_of(3000, 24);
+    const Outcome put = by_socket.put("k", value);
+    INFO("put: " << put.message);
+    REQUIRE(put.code == KVC_OK);
+    Store by_tcp(redis_plugin(), params_for(server, {{"db", "3"}}));
+    CHECK(by_tcp.get("k").value == value);
+    Store other_db(redis_plugin(), params_for(server));
+    CHECK(other_db.get("k").outcome.code == KVC_ERR_NOT_FOUND);
+    RedisClient admin("127.0.0.1", server.port());
+    REQUIRE(admin.text({"SELECT", "3"}) == "OK");
+    CHECK(admin.text({"EXISTS", manifest_key_of("kvc:", "k")}) == "1");
+
+    Store out_of_range(redis_plugin(), params_for(server, {{"db", "100"}}));
+    const Outcome refused = out_of_range.put("k", value);
+    INFO("put to db 100: " << refused.message);
+    CHECK(refused.code == KVC_ERR_CONFIG);
+    CHECK(contains(refused.message, "params.db"));
   }
 
   TEST_CASE("a part deleted underneath: get is IO 'incomplete' naming the part") {

@@ -24,6 +24,8 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   int port() const { return port_; }
+  // Its working folder (--dir): where a relative --unixsocket lies.
+  const std::string& folder() const { return folder_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   void pause();    // SIGSTOP: connections are accepted by the kernel, nothing is answered
