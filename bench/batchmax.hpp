@@ -35,12 +35,15 @@ Requests text_requests(const void* tokenizer, const std::string& text_path, int3
 
 /// What one mode measured.
 struct ModeResult {
-  std::string mode;            ///< full, once, per_chunk
+  std::string mode;            ///< full, once, once_layerwise, per_chunk
   std::string policy;          ///< "-" for full
   std::string prefill;         ///< none, once, per_chunk
-  size_t estimate_bytes = 0;   ///< kvc_cache_estimate_peak_bytes per sequence
-  int32_t max_batch = 0;       ///< floor(limit / estimate), capped at the request count
+  int32_t chunk_tokens = 0;    ///< prompt tokens per prefill call and sequence
+  size_t estimate_bytes = 0;   ///< kvc_cache_estimate per sequence
+  /// The largest batch whose estimates and activations fit the limit, at most the requests.
+  int32_t max_batch = 0;
   int32_t waves = 0;
+  size_t activation_bytes = 0; ///< the engine's buffers for max_batch x chunk_tokens tokens
   size_t bytes_peak = 0;       ///< stats.bytes_peak of the cache over the whole mode
   uint64_t tokens_evicted = 0; ///< stats.tokens_evicted at the end
   double prefill_s = 0;        ///< time in prefill forward calls
@@ -53,6 +56,8 @@ struct ModeResult {
   bool has_nll = false;
   double nll = 0;              ///< mean NLL (nats/token) of the teacher-forced continuations
 
+  /// Peak memory: the cache's K/V and the engine's activation buffers.
+  size_t peak_bytes() const { return bytes_peak + activation_bytes; }
   double decode_tokens_per_s() const { return decode_s > 0 ? generated / decode_s : 0; }
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   double end_to_end_tokens_per_s() const { return total_s > 0 ? generated / total_s : 0; }
@@ -67,11 +72,12 @@ void print_table(const std::vector<ModeResult>& results, size_t memory_limit);
 void write_csv(const std::string& path, const std::vector<ModeResult>& results,
                size_t memory_limit);
 
-/// Writes a gnuplot script next to @p png_path (same name, ".gp") that plots @p csv_path,
-/// and runs `gnuplot` on it. Returns "" on success, otherwise a note saying why no PNG was
-/// drawn (gnuplot missing or failing is not an error of the benchmark).
+/// Writes a gnuplot script next to @p png_path (same name, ".gp") that plots @p csv_path
+/// (with a line at @p memory_limit on the memory panel), and runs `gnuplot` on it. Returns ""
+/// on success, otherwise a note saying why no PNG was drawn (gnuplot missing or failing is not
+/// an error of the benchmark).
 std::string plot_png(const std::string& csv_path, const std::string& png_path,
-                     const std::string& title);
+                     const std::string& title, size_t memory_limit);
 
 }  // namespace batchmax
 }  // namespace kvc_bench

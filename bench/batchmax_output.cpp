@@ -69,18 +69,20 @@ int run_gnuplot(const std::string& script) {
 void print_table(const std::vector<ModeResult>& results, size_t memory_limit) {
   bool nll = false;
   for (const ModeResult& r : results) nll = nll || r.has_nll;
-  std::printf("\nKV memory limit %.2f MiB (%zu bytes), the same for every mode\n\n",
+  std::printf("\nMemory limit %.2f MiB (%zu bytes) for K/V and the engine's activations, the "
+              "same for every mode\n\n",
               mib(memory_limit), memory_limit);
-  std::printf("%-10s %-7s %-10s %9s %6s %13s %12s %10s %10s %13s %13s", "mode", "policy",
-              "prefill", "max_batch", "waves", "est_seq_MiB", "peak_kv_MiB", "prefill_s",
-              "decode_s", "decode_tok/s", "e2e_tok/s");
+  std::printf("%-14s %-7s %-9s %5s %9s %5s %11s %11s %8s %8s %9s %8s %13s %10s", "mode",
+              "policy", "prefill", "chunk", "max_batch", "waves", "est_seq_MiB", "peak_kv_MiB",
+              "act_MiB", "peak_MiB", "prefill_s", "decode_s", "decode_tok/s", "e2e_tok/s");
   if (nll) std::printf(" %9s", "nll");
   std::printf("\n");
   for (const ModeResult& r : results) {
-    std::printf("%-10s %-7s %-10s %9d %6d %13.2f %12.2f %10.2f %10.2f %13.1f %13.2f",
-                r.mode.c_str(), r.policy.c_str(), r.prefill.c_str(), r.max_batch, r.waves,
-                mib(r.estimate_bytes), mib(r.bytes_peak), r.prefill_s, r.decode_s,
-                r.decode_tokens_per_s(), r.end_to_end_tokens_per_s());
+    std::printf("%-14s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f %10.2f",
+                r.mode.c_str(), r.policy.c_str(), r.prefill.c_str(), r.chunk_tokens, r.max_batch,
+                r.waves, mib(r.estimate_bytes), mib(r.bytes_peak), mib(r.activation_bytes),
+                mib(r.peak_bytes()), r.prefill_s, r.decode_s, r.decode_tokens_per_s(),
+                r.end_to_end_tokens_per_s());
     if (nll) {
       if (r.has_nll) {
         std::printf(" %9.4f", r.nll);
@@ -100,7 +102,8 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
   if (!out) throw Error("cannot write the CSV file '" + path + "'");
   out << "mode,policy,prefill,max_batch,waves,estimate_seq_bytes,peak_kv_bytes,limit_bytes,"
          "prefill_s,decode_s,total_s,prefill_tokens_per_s,decode_tokens_per_s,"
-         "end_to_end_tokens_per_s,tokens_evicted,nll,prefill_cpu_s,decode_cpu_s\n";
+         "end_to_end_tokens_per_s,tokens_evicted,nll,prefill_cpu_s,decode_cpu_s,chunk_tokens,"
+         "activation_bytes,peak_bytes\n";
   char line[512];
   for (const ModeResult& r : results) {
     std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.3f,%.3f,%llu,",
@@ -113,7 +116,8 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
       std::snprintf(line, sizeof line, "%.6f", r.nll);
       out << line;
     }
-    std::snprintf(line, sizeof line, ",%.6f,%.6f\n", r.prefill_cpu_s, r.decode_cpu_s);
+    std::snprintf(line, sizeof line, ",%.6f,%.6f,%d,%zu,%zu\n", r.prefill_cpu_s, r.decode_cpu_s,
+                  r.chunk_tokens, r.activation_bytes, r.peak_bytes());
     out << line;
   }
   out.close();
@@ -121,7 +125,7 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
 }
 
 std::string plot_png(const std::string& csv_path, const std::string& png_path,
-                     const std::string& title) {
+                     const std::string& title, size_t memory_limit) {
   if (!on_path("gnuplot")) {
     return "gnuplot not found on PATH: no PNG drawn (install Debian's gnuplot-nox)";
   }
@@ -133,9 +137,12 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
 
   std::ofstream gp(script, std::ios::trunc);
   if (!gp) return "cannot write the gnuplot script '" + script + "': no PNG drawn";
-  // Columns of the CSV: 1 mode, 4 max_batch, 13 decode tokens/s, 14 end-to-end tokens/s.
+  // Columns of the CSV: 1 mode, 4 max_batch, 7 peak K/V bytes, 13 decode tokens/s,
+  // 14 end-to-end tokens/s, 20 activation bytes, 21 peak bytes.
+  char limit_mib[32];
+  std::snprintf(limit_mib, sizeof limit_mib, "%.3f", mib(memory_limit));
   gp << "# Written by `kvc-bench batchmax`; redraw with: gnuplot " << script << "\n"
-     << "set terminal pngcairo size 1200,520 font 'sans,11'\n"
+     << "set terminal pngcairo size 1650,560 font 'sans,11'\n"
      << "set termoption noenhanced\n"
      << "set output " << gp_quote(png_path) << "\n"
      << "set datafile separator ','\n"
@@ -146,12 +153,32 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
      << "set yrange [0:*]\n"
      << "set offsets 0, 0, graph 0.12, 0\n"
      << "set key top left\n"
-     << "set multiplot layout 1,2 title " << gp_quote(title) << "\n"
-     << "set title 'max batch under the KV memory limit'\n"
+     << "set xtics rotate by -20\n"
+     << "set multiplot layout 1,3 title " << gp_quote(title) << "\n"
+     << "set title 'max batch under the memory limit'\n"
      << "set ylabel 'sequences'\n"
      << "plot " << gp_quote(csv_path)
      << " skip 1 using 4:xtic(1) title 'max batch' lc rgb '#4472c4', \\\n"
      << "     '' skip 1 using 0:4:(sprintf('%d', $4)) with labels offset 0,0.8 notitle\n"
+     << "set title 'peak memory: K/V + activations'\n"
+     << "set ylabel 'MiB'\n"
+     << "set style histogram rowstacked\n"
+     << "set boxwidth 0.6 relative\n"
+     << "set yrange [0:" << limit_mib << " * 1.2]\n"
+     << "set arrow 1 from graph 0, first " << limit_mib << " to graph 1, first " << limit_mib
+     << " nohead dt 2 lw 2 lc rgb '#c00000'\n"
+     << "set label 1 'limit " << limit_mib << " MiB' at graph 0.02, first " << limit_mib
+     << " offset 0,0.7 tc rgb '#c00000'\n"
+     << "plot " << gp_quote(csv_path)
+     << " skip 1 using ($7/1048576):xtic(1) title 'K/V (bytes_peak)' lc rgb '#5b9bd5', \\\n"
+     << "     '' skip 1 using ($20/1048576) title 'activations' lc rgb '#a5a5a5', \\\n"
+     << "     '' skip 1 using 0:($21/1048576):(sprintf('%.2f', $21/1048576)) with labels "
+        "offset 0,0.8 notitle\n"
+     << "unset arrow 1\n"
+     << "unset label 1\n"
+     << "set yrange [0:*]\n"
+     << "unset boxwidth\n"
+     << "set style histogram clustered gap 1\n"
      << "set title 'generated tokens/s'\n"
      << "set ylabel 'tokens/s'\n"
      << "plot " << gp_quote(csv_path)

@@ -37,8 +37,8 @@ const Subcommand kSubcommands[] = {
      " redis-benchmark",
      kStoreHelp, run_store},
     {"batchmax",
-     "main demo: one KV memory limit; max batch and tokens/s of full cache, compress once,"
-     " compress per prefill chunk",
+     "main demo: one memory limit (K/V + activations); max batch, peak memory and tokens/s of"
+     " full cache, compress once (chunked or layer-wise), compress per prefill chunk",
      kBatchmaxHelp, run_batchmax},
 };
 

@@ -15,9 +15,11 @@ using RunFn = int (*)(Options& opts);
 int run_growth(Options& opts);
 extern const char* const kGrowthHelp;
 
-/// batchmax: under one KV memory limit, serve long-prompt requests with the llama2c example
-/// engine in three modes (full cache, compress once after prefill, compress per prefill
-/// chunk): the largest batch each fits and its tokens/s (Batch-Max, arXiv 2412.05693).
+/// batchmax: under one memory limit for K/V and the engine's activations, serve long-prompt
+/// requests with the llama2c example engine in four modes (full cache, compress once after a
+/// chunked prefill, once layer by layer over a whole-prompt prefill, compress per prefill
+/// chunk): the largest batch each fits, its peak memory and its tokens/s (Batch-Max, arXiv
+/// 2412.05693).
 int run_batchmax(Options& opts);
 extern const char* const kBatchmaxHelp;
 
