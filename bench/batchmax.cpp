@@ -44,6 +44,7 @@
 
 #include "batchmax.hpp"
 #include "common.hpp"
+#include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
 #include "timer.hpp"
@@ -708,6 +709,7 @@ void report_vs_best_other(const std::vector<ModeResult>& results, const ModeResu
 int run_batchmax(Options& opts) {
   Config cfg = read_config(opts);
   Progress progress(cfg.progress);
+  report_machine();  // the load as the run starts: throughput figures move with it
 
   // The model: random weights of the configured shape, or a llama2.c checkpoint.
   char err[1024] = {0};
