@@ -214,7 +214,7 @@ class Program {
   }
 
   struct Batch {
-    std::vector<int32_t> ids, counts, positions;
+    std::vector<int32_t> ids, counts, positions, prompt_end;
     kvc_batch batch;
     size_t rows = 0;
   };
@@ -234,6 +234,14 @@ class Program {
     }
     b.rows = b.positions.size();
     kvc_batch_init(&b.batch, n_seqs, b.ids.data(), b.counts.data(), b.positions.data());
+    // prompt_end, from the same byte: none, the last sequence's chunk marked, every one
+    // marked, or an entry that is not 0 or 1.
+    const int marks = n < 240 ? (n / 3) % 4 : 0;
+    if (marks > 0 && n_seqs > 0) {
+      b.prompt_end.assign(static_cast<size_t>(n_seqs), marks == 2 ? 1 : 0);
+      b.prompt_end.back() = marks == 3 ? 2 : 1;
+      b.batch.prompt_end = b.prompt_end.data();
+    }
     return b;
   }
   // After a successful append: the next positions the program proposes.
@@ -623,7 +631,22 @@ class Program {
       case 3: {
         size_t bytes = 0;
         const int32_t prompt = amount(), chunk = amount(), fresh = amount();
-        return kvf::ok(kvc_cache_estimate_peak_bytes(cache_, prompt, chunk, fresh, &bytes));
+        const uint8_t how = in_.u8();
+        if (how % 3 == 0) {
+          return kvf::ok(kvc_cache_estimate_peak_bytes(cache_, prompt, chunk, fresh, &bytes));
+        }
+        kvc_estimate_request request;
+        kvc_estimate_request_init(&request, prompt, chunk, fresh);
+        request.marks_prompt_end = how % 3 == 2 ? 1 : 0;
+        if (!kvf::ok(kvc_cache_estimate(cache_, &request, &bytes))) return false;
+        if (request.marks_prompt_end == 0) {
+          size_t legacy = 0;
+          kvf::require_ok(kvc_cache_estimate_peak_bytes(cache_, prompt, chunk, fresh, &legacy),
+                          "kvc_cache_estimate_peak_bytes");
+          kvf::check(legacy == bytes, "an unmarked kvc_cache_estimate differs from "
+                                      "kvc_cache_estimate_peak_bytes");
+        }
+        return true;
       }
       default: {
         size_t size = 0;
