@@ -5,8 +5,10 @@
 # prompt's tokens; the last is always prefilled, for its logits) and sample from logits equal
 # bit for bit to a run without the store, then print the same text. A prompt of 3 whole chunks
 # (48 ids) goes first; then one of 53 ids that starts with it, whose first process restores
-# the 48 tokens the other saved. `disk` uses a temporary folder; `redis` the server in
-# KVC_TEST_REDIS (host:port) and exits 77 (skipped) without it.
+# the 48 tokens the other saved. Last, a process prefilling in steps of 5 (not dividing 16,
+# so no equal logits to keep) restores all 48 tokens of the first prompt but its last.
+# `disk` uses a temporary folder; `redis` the server in KVC_TEST_REDIS (host:port) and exits 77
+# (skipped) without it.
 set -eu
 kvl=$1 model=$2 tokenizer=$3 kind=$4
 work=$(mktemp -d)
@@ -43,30 +45,35 @@ check() { # check DESCRIPTION GOT EXPECTED
     status=1
   fi
 }
+run() { # run NAME N [ARG...]: the prompt of N ids in steps of 8 (unless ARGs say otherwise);
+  # logits in $work/NAME.logits, text in NAME.out, stderr in NAME.err
+  name=$1 ids_n=$2
+  shift 2
+  "$kvl" generate --model "$model" --tokenizer "$tokenizer" --token-ids "$work/prompt$ids_n.ids" \
+    --steps 16 --chunk 8 --dump-logits "$work/$name.logits" "$@" >"$work/$name.out" \
+    2>"$work/$name.err" || {
+    echo "kvc-llama failed ($name, $ids_n tokens):"
+    cat "$work/$name.err"
+    exit 1
+  }
+}
+value() { sed -n "s/^$1=//p" "$work/$2.err"; }
+store="--config $work/config.yaml --prefix-store prefixes --prefix-chunk 16"
+
 prompt_case() { # prompt_case N RESTORED: the three processes on a prompt of N ids; the first
   # must restore RESTORED tokens
   n=$1 restored_first=$2
   ids "$n" >"$work/prompt$n.ids"
-  run() { # run NAME [ARG...]: logits in $work/NAME.logits, text in NAME.out, stderr in NAME.err
-    name=$1
-    shift
-    "$kvl" generate --model "$model" --tokenizer "$tokenizer" --token-ids "$work/prompt$n.ids" \
-      --steps 16 --chunk 8 --dump-logits "$work/$name.logits" "$@" >"$work/$name.out" \
-      2>"$work/$name.err" || {
-      echo "kvc-llama failed ($name, $n tokens):"
-      cat "$work/$name.err"
-      exit 1
-    }
-  }
-  value() { sed -n "s/^$1=//p" "$work/$2.err"; }
-  run plain
-  run first --config "$work/config.yaml" --prefix-store prefixes --prefix-chunk 16
-  run second --config "$work/config.yaml" --prefix-store prefixes --prefix-chunk 16
+  run plain "$n"
+  # shellcheck disable=SC2086 # $store is a list of arguments
+  run first "$n" $store
+  # shellcheck disable=SC2086
+  run second "$n" $store
   check "$n tokens: first process's restored tokens" "$(value prefix_tokens_restored first)" \
     "$restored_first"
   check "$n tokens: first process saves the prompt's whole chunks" \
     "$(value prefix_tokens_saved first)" $((n / 16 * 16))
-  check "$n tokens: second process restores the chunks before the last token" \
+  check "$n tokens: second process restores the chunks before the last token's" \
     "$(value prefix_tokens_restored second)" $(((n - 1) / 16 * 16))
   for name in first second; do
     if cmp "$work/plain.logits" "$work/$name.logits"; then
@@ -84,4 +91,9 @@ prompt_case() { # prompt_case N RESTORED: the three processes on a prompt of N i
 }
 prompt_case 48 0
 prompt_case 53 48
+# Prefill steps of 5 do not divide the chunks of 16, so equal logits cannot be had: every whole
+# chunk is restored and only the last token computed.
+# shellcheck disable=SC2086
+run steps5 48 $store --chunk 5
+check "48 tokens, prefill steps of 5: restored tokens" "$(value prefix_tokens_restored steps5)" 47
 exit $status

@@ -116,11 +116,15 @@ typedef struct kvl_cli_prefix_store {
 /** The model file's fingerprint: its size and an XXH3-128 of its first and last MiB (the
  * header included), as text. Returns 0, or -1 after printing an error. */
 int kvl_cli_model_fingerprint(const char *path, char *out, size_t out_size);
-/** Creates sequence `seq` holding the longest prefix of tokens[0, n_tokens - 1) whose chunks
- * the store has (kvc_prefix_load; the last token is left to prefill, for its logits) and sets
- * *out_restored to its length. Returns 0, or -1 after printing the error. */
+/** Creates sequence `seq` holding the longest prefix of the prompt tokens[0, n_tokens) whose
+ * chunks the store has (kvc_prefix_load), less what must be prefilled again, and sets
+ * *out_restored to the tokens it holds: when prefill_chunk (the prefill's step) divides the
+ * store's chunk, the prefix stops before the chunk of the last token, so that the steps after
+ * it are those of a prefill from 0 and the logits equal its bit for bit; otherwise it stops
+ * before the last token only. Returns 0, or -1 after printing the error (no sequence then). */
 int kvl_cli_prefix_load(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_store *store,
-                        const int32_t *tokens, int32_t n_tokens, int32_t *out_restored);
+                        const int32_t *tokens, int32_t n_tokens, int32_t prefill_chunk,
+                        int32_t *out_restored);
 /** Saves the whole chunks of tokens[0, n_tokens) that sequence `seq` holds (kvc_prefix_save,
  * skipping chunks the store has) and sets *out_saved to the tokens they cover. Returns 0, or
  * -1 after printing the error. */

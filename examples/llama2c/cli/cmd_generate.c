@@ -43,23 +43,27 @@ static const char usage[] =
     "                     sample is printed after a line \"--- sample i (seed S+i) ---\"\n"
     "  --prefix-store NAME  share the prompt's K/V through store NAME of the --config file's\n"
     "                     `stores:` section (docs/stores.md). Before the prefill, the\n"
-    "                     longest run of whole chunks of the prompt (its last token left\n"
-    "                     out: its logits are needed) that the store holds is restored\n"
-    "                     (kvc_prefix_load) and only the tokens after it are prefilled, at\n"
-    "                     their positions; after the prefill the prompt's whole chunks are\n"
-    "                     saved (kvc_prefix_save, skipping those already there). Chunks are\n"
-    "                     keyed by a fingerprint of the model file, computed once at start:\n"
-    "                     its size and an XXH3-128 hash of its first and last MiB (the\n"
-    "                     header included). Prints prefix_tokens_restored=N,\n"
-    "                     prefix_tokens_saved=N and prefix_load_ms=T, the restore's part\n"
-    "                     of time_to_first_token_ms (stderr)\n"
+    "                     longest run of whole chunks of the prompt that the store holds is\n"
+    "                     restored (kvc_prefix_load), less what is computed again: the last\n"
+    "                     token (its logits are needed) and, when --chunk divides\n"
+    "                     --prefix-chunk, the rest of the last token's chunk, so that the\n"
+    "                     steps after the prefix are those of a run without the store and\n"
+    "                     the logits equal its bit for bit. Only the tokens after the prefix\n"
+    "                     are prefilled, at their positions; after the prefill the prompt's\n"
+    "                     whole chunks are saved (kvc_prefix_save, skipping those already\n"
+    "                     there). Chunks are keyed by a fingerprint of the model file,\n"
+    "                     computed once at start: its size and an XXH3-128 hash of its\n"
+    "                     first and last MiB (the header included). Prints\n"
+    "                     prefix_tokens_restored=N, prefix_tokens_saved=N and\n"
+    "                     prefix_load_ms=T, the restore's part of time_to_first_token_ms\n"
+    "                     (stderr)\n"
     "  --prefix-chunk N   tokens per stored chunk (default 256)\n"
     "  --dump-logits FILE  writes the logits the first token is sampled from: vocab f32\n"
     "                     values, raw bytes in this machine's order. A run that restores\n"
     "                     its prefix writes the same bytes (compare with cmp) as a run\n"
     "                     without the store given the same --chunk, when that divides\n"
-    "                     --prefix-chunk: the steps after the prefix are then the same\n"
-    "                     (with other step sizes BLAS may round differently)\n";
+    "                     --prefix-chunk (with steps of other sizes BLAS may round the\n"
+    "                     same rows differently)\n";
 
 static uint64_t next_random(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -308,7 +312,7 @@ int kvl_cmd_generate(int argc, char **argv) {
   fflush(stdout);
   t_start = kvl_cli_now();
   if (store.name != NULL) {
-    if (kvl_cli_prefix_load(s.cache, seq, &store, tokens, n_prompt, &restored) != 0) {
+    if (kvl_cli_prefix_load(s.cache, seq, &store, tokens, n_prompt, chunk, &restored) != 0) {
       rc = KVL_EXIT_FAILURE;
       goto done;
     }

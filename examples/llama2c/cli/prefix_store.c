@@ -76,14 +76,29 @@ static int store_failure(const char *call, const char *store, kvc_status *status
 }
 
 int kvl_cli_prefix_load(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_store *store,
-                        const int32_t *tokens, int32_t n_tokens, int32_t *out_restored) {
+                        const int32_t *tokens, int32_t n_tokens, int32_t prefill_chunk,
+                        int32_t *out_restored) {
+  /* The first token is sampled from the last prompt token's logits, so that token is always
+   * computed. Logits equal to a plain run's need the steps after the prefix to be the plain
+   * run's, which end at multiples of prefill_chunk: possible when that divides the store's
+   * chunks, by stopping the prefix before the chunk holding the last token. Otherwise every
+   * whole chunk is restored and only the last token computed. */
+  const int exact = store->chunk_tokens % prefill_chunk == 0;
   kvc_prefix prefix;
   kvc_status *status;
-  /* The last token's logits are needed to sample from, so it is always prefilled. */
-  kvc_prefix_init(&prefix, store->model_fingerprint, tokens, n_tokens - 1);
+  kvc_prefix_init(&prefix, store->model_fingerprint, tokens, exact ? n_tokens - 1 : n_tokens);
   prefix.chunk_tokens = store->chunk_tokens;
   status = kvc_prefix_load(cache, seq, store->name, &prefix, out_restored);
-  return status == NULL ? 0 : store_failure("kvc_prefix_load", store->name, status);
+  if (status != NULL) return store_failure("kvc_prefix_load", store->name, status);
+  if (*out_restored == n_tokens) {
+    status = kvc_seq_truncate(cache, seq, n_tokens - 1);
+    if (status != NULL) {
+      kvc_status_free(kvc_seq_remove(cache, seq));
+      return store_failure("kvc_seq_truncate", store->name, status);
+    }
+    *out_restored = n_tokens - 1;
+  }
+  return 0;
 }
 
 int kvl_cli_prefix_save(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_store *store,
