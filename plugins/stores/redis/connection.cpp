@@ -25,21 +25,18 @@ Connection::Connection(const std::string& address, const Settings& settings)
     : address_(address), settings_(settings) {
   const timeval timeout = to_timeval(settings.timeout_ms);
   if (settings.unix_socket) {
-    context_ = redisConnectUnixWithTimeout(address.c_str(), timeout);
+    context_.reset(redisConnectUnixWithTimeout(address.c_str(), timeout));
   } else {
     std::string host;
     int port = 0;
     split_address(address, host, port);
-    context_ = redisConnectWithTimeout(host.c_str(), port, timeout);
+    context_.reset(redisConnectWithTimeout(host.c_str(), port, timeout));
   }
   if (context_ == nullptr) throw std::bad_alloc();
   if (context_->err != 0) {
-    const std::string why = context_->errstr;
-    redisFree(context_);
-    context_ = nullptr;
-    throw PluginError(KVC_ERR_IO, address_ + ": cannot connect: " + why);
+    throw PluginError(KVC_ERR_IO, address_ + ": cannot connect: " + context_->errstr);
   }
-  if (redisSetTimeout(context_, timeout) != REDIS_OK) fail_io("cannot set the timeout");
+  if (redisSetTimeout(context_.get(), timeout) != REDIS_OK) fail_io("cannot set the timeout");
   if (settings.password) {
     Reply reply = settings.username ? call({"AUTH", *settings.username, *settings.password})
                                     : call({"AUTH", *settings.password});
@@ -64,10 +61,6 @@ Connection::Connection(const std::string& address, const Settings& settings)
   }
 }
 
-Connection::~Connection() {
-  if (context_ != nullptr) redisFree(context_);
-}
-
 bool Connection::alive_when_idle() const {
   pollfd p{context_->fd, POLLIN, 0};
   // An idle connection has nothing to read: readable means end of file or an error.
@@ -87,7 +80,7 @@ void Connection::send(CommandBatch& batch) {
 Reply Connection::receive() {
   void* raw = nullptr;
   errno = 0;
-  if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+  if (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr) {
     if (context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       fail_receive(errno);
     }

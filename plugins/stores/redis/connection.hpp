@@ -21,7 +21,6 @@ class Connection {
   // and SELECT as the settings say. Throws IO (unreachable, timeout) or CONFIG (refused
   // credentials, a db out of range).
   Connection(const std::string& address, const Settings& settings);
-  ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -50,9 +49,14 @@ class Connection {
   bool reader_drained() const { return context_->reader->pos == context_->reader->len; }
 
  private:
+  struct ContextDeleter {
+    void operator()(redisContext* context) const noexcept { redisFree(context); }
+  };
+
   std::string address_;
   const Settings& settings_;
-  redisContext* context_ = nullptr;
+  // Freed however the constructor ends.
+  std::unique_ptr<redisContext, ContextDeleter> context_;
   bool broken_ = false;
 };
 
