@@ -1,30 +1,38 @@
 #!/bin/sh
-# prefix_store.sh KVC_LLAMA MODEL TOKENIZER disk|redis: `kvc-llama generate --prefix-store`
-# across processes. A first process prefills the prompt and saves its whole chunks to the
-# store; a second, a new process, must restore floor((n - 1) / 16) * 16 tokens of it (n: the
-# prompt's tokens; the last is always prefilled, for its logits) and sample from logits equal
-# bit for bit to a run without the store, then print the same text. A prompt of 3 whole chunks
+# prefix_store.sh KVC_LLAMA MODEL TOKENIZER disk|redis|redis_cluster: `kvc-llama generate
+# --prefix-store` across processes. A first process prefills the prompt and saves its whole
+# chunks to the store; a second, a new process, must restore floor((n - 1) / 16) * 16 tokens of
+# it (n: the prompt's tokens; the last chunk is prefilled again, for the last token's logits)
+# and sample from logits equal bit for bit to a run without the store, then print the same
+# text. A prompt of 3 whole chunks
 # (48 ids) goes first; then one of 53 ids that starts with it, whose first process restores
 # the 48 tokens the other saved. Last, a process prefilling in steps of 5 (not dividing 16,
 # so no equal logits to keep) restores all 48 tokens of the first prompt but its last.
-# `disk` uses a temporary folder; `redis` the server in KVC_TEST_REDIS (host:port) and exits 77
-# (skipped) without it.
+# `disk` uses a temporary folder; `redis` the server in KVC_TEST_REDIS (host:port) and
+# `redis_cluster` the Redis Cluster whose nodes KVC_TEST_REDIS_CLUSTER lists (host:port,...),
+# each exiting 77 (skipped) without its variable.
 set -eu
 kvl=$1 model=$2 tokenizer=$3 kind=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 case $kind in
-  disk) params="{ path: \"$work/store\" }" ;;
+  disk) plugin=disk params="{ path: \"$work/store\" }" ;;
   redis)
     if [ -z "${KVC_TEST_REDIS:-}" ]; then
       echo "skipped: KVC_TEST_REDIS (host:port of a Redis server) is not set"
       exit 77
     fi
-    params="{ host: \"${KVC_TEST_REDIS%:*}\", port: ${KVC_TEST_REDIS##*:} }" ;;
+    plugin=redis params="{ host: \"${KVC_TEST_REDIS%:*}\", port: ${KVC_TEST_REDIS##*:} }" ;;
+  redis_cluster)
+    if [ -z "${KVC_TEST_REDIS_CLUSTER:-}" ]; then
+      echo "skipped: KVC_TEST_REDIS_CLUSTER (host:port,... of a Redis Cluster) is not set"
+      exit 77
+    fi
+    plugin=redis params="{ nodes: \"$KVC_TEST_REDIS_CLUSTER\" }" ;;
   *) echo "prefix_store.sh: unknown store kind '$kind'" >&2; exit 2 ;;
 esac
-printf 'stores:\n  prefixes: { plugin: %s, params: %s }\n' "$kind" "$params" >"$work/config.yaml"
+printf 'stores:\n  prefixes: { plugin: %s, params: %s }\n' "$plugin" "$params" >"$work/config.yaml"
 
 # Prompts of token ids unique to this run (so that a server shared with earlier runs holds
 # none of their chunks), BOS first.
