@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -19,21 +20,30 @@
 namespace kvc::store_tests {
 namespace {
 
-// A loopback port nothing was bound to a moment ago.
-int free_port() {
+// Binds a loopback port (0: any) and returns it, or 0 when it is taken.
+int bind_port(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket failed");
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t length = sizeof address;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot bind a loopback port");
-  }
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   close(fd);
-  return ntohs(address.sin_port);
+  return bound ? ntohs(address.sin_port) : 0;
+}
+
+// A loopback port nothing was bound to a moment ago; for a cluster node, one whose bus port
+// (10000 above) is free too.
+int free_port(bool cluster) {
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = bind_port(0);
+    if (port == 0) break;
+    if (!cluster || (port + 10000 <= 65535 && bind_port(port + 10000) != 0)) return port;
+  }
+  throw std::runtime_error("cannot find a free loopback port");
 }
 
 bool answers_ping(int port) {
@@ -77,7 +87,8 @@ RedisServer::RedisServer(std::vector<std::string> options) : options_(std::move(
   folder_ = base;
   // Another process may take the port between free_port() and the server's bind: try again.
   for (int attempt = 0; attempt < 5 && pid_ < 0; ++attempt) {
-    port_ = free_port();
+    port_ = free_port(std::find(options_.begin(), options_.end(), "--cluster-enabled") !=
+                      options_.end());
     launch();
     try {
       wait_until_ready();
