@@ -7,7 +7,8 @@
 # text. A prompt of 3 whole chunks
 # (48 ids) goes first; then one of 53 ids that starts with it, whose first process restores
 # the 48 tokens the other saved. Last, a process prefilling in steps of 5 (not dividing 16,
-# so no equal logits to keep) restores all 48 tokens of the first prompt but its last.
+# so no equal logits to keep) restores all 48 tokens of the first prompt but its last; a copy
+# of the model file restores 32 of them, and a copy with its last byte changed none.
 # `disk` uses a temporary folder; `redis` the server in KVC_TEST_REDIS (host:port) and
 # `redis_cluster` the Redis Cluster whose nodes KVC_TEST_REDIS_CLUSTER lists (host:port,...),
 # each exiting 77 (skipped) without its variable.
@@ -104,4 +105,21 @@ prompt_case 53 48
 # shellcheck disable=SC2086
 run steps5 48 $store --chunk 5
 check "48 tokens, prefill steps of 5: restored tokens" "$(value prefix_tokens_restored steps5)" 47
+# The chunks are keyed by the model file's bytes, not its name: a copy restores them, a copy
+# with its last byte changed (another model) restores nothing.
+cp "$model" "$work/copy.bin"
+cp "$model" "$work/changed.bin"
+size=$(wc -c <"$model")
+printf '\001' | dd of="$work/changed.bin" bs=1 seek=$((size - 1)) conv=notrunc 2>/dev/null
+cmp -s "$model" "$work/changed.bin" && { echo "FAIL: could not change the model's copy"; exit 1; }
+model_used=$model
+for copy in copy changed; do
+  model=$work/$copy.bin
+  # shellcheck disable=SC2086
+  run "$copy" 48 $store
+done
+model=$model_used
+check "48 tokens, a copy of the model: restored tokens" "$(value prefix_tokens_restored copy)" 32
+check "48 tokens, a changed copy of the model: restored tokens" \
+  "$(value prefix_tokens_restored changed)" 0
 exit $status
