@@ -87,6 +87,28 @@ TEST_SUITE("redis_faults") {
     CHECK(store.get("big").outcome.code == KVC_ERR_NOT_FOUND);
   }
 
+  TEST_CASE("a put whose connection goes before EXEC ran leaves the old value whole") {
+    RedisServer server;
+    Store store(redis_plugin(), params_for(server, {{"timeout_ms", "300"}}));
+    require_created(store);
+    const std::vector<unsigned char> old_value = bytes_of(size_t{3} << 20, 25);
+    REQUIRE(store.put("k", old_value).code == KVC_OK);
+    RedisClient admin("127.0.0.1", server.port());
+    // Reads go on, writes wait: the put reads the old manifest, then its transaction stops at
+    // the first SET until the store gives up on it and drops the connection.
+    REQUIRE(admin.text({"CLIENT", "PAUSE", "60000", "WRITE"}) == "OK");
+    const Outcome put = store.put("k", bytes_of(kBig, 26));
+    INFO("put: " << put.message);
+    CHECK(put.code == KVC_ERR_IO);
+    CHECK(contains(put.message, "timed out after 300 ms"));
+    REQUIRE(admin.text({"CLIENT", "UNPAUSE"}) == "OK");
+    CHECK(admin.keys("kvc:*").size() == 2);  // the old manifest and its one part
+    const GetResult got = store.get("k");
+    INFO("get: " << got.outcome.message);
+    REQUIRE(got.outcome.code == KVC_OK);
+    CHECK(got.value == old_value);
+  }
+
   TEST_CASE("an unreachable server: create succeeds; every call is IO naming the address") {
     std::string address;
     Params params;
