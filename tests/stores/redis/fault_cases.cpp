@@ -320,6 +320,47 @@ TEST_SUITE("redis_faults") {
     unsetenv("KVC_REDIS_FAULT_ALICE");
   }
 
+  TEST_CASE("an ACL user with the commands docs/stores.md lists can do everything; one "
+            "without DEL is CONFIG 'lacks a permission' on remove") {
+    RedisServer server;
+    RedisClient admin("127.0.0.1", server.port());
+    REQUIRE(admin.text({"ACL", "SETUSER", "kvc", "on", ">kvc-password", "~kvc:*", "+get", "+set",
+                        "+pexpire", "+getdel", "+del", "+exists", "+multi", "+exec", "+select",
+                        "+cluster|slots", "+asking"}) == "OK");
+    REQUIRE(admin.text({"ACL", "SETUSER", "nodel", "on", ">kvc-password", "~kvc:*", "+get",
+                        "+set", "+pexpire", "+getdel", "+exists", "+multi", "+exec"}) == "OK");
+    setenv("KVC_REDIS_FAULT_PASSWORD", "kvc-password", 1);
+    Store store(redis_plugin(), params_for(server, {{"username", "kvc"},
+                                                    {"password_env", "KVC_REDIS_FAULT_PASSWORD"},
+                                                    {"db", "2"}, {"part_bytes", "1000"}}));
+    require_created(store);
+    const std::vector<unsigned char> first = bytes_of(5000, 27), second = bytes_of(3000, 28);
+    Outcome outcome = store.put("k", first);
+    INFO("put: " << outcome.message);
+    REQUIRE(outcome.code == KVC_OK);
+    outcome = store.put("k", second);  // replaces: PEXPIRE of the old parts
+    INFO("put again: " << outcome.message);
+    REQUIRE(outcome.code == KVC_OK);
+    CHECK(store.get("k").value == second);
+    bool found = false;
+    CHECK(store.exists("k", found).code == KVC_OK);
+    CHECK(found);
+    outcome = store.remove("k");
+    INFO("remove: " << outcome.message);
+    CHECK(outcome.code == KVC_OK);
+
+    Store no_del(redis_plugin(),
+                 params_for(server, {{"username", "nodel"},
+                                     {"password_env", "KVC_REDIS_FAULT_PASSWORD"}}));
+    REQUIRE(no_del.put("k", first).code == KVC_OK);
+    const Outcome refused = no_del.remove("k");
+    INFO("remove without DEL: " << refused.message);
+    CHECK(refused.code == KVC_ERR_CONFIG);
+    CHECK(contains(refused.message, "user 'nodel' lacks a permission"));
+    CHECK(no_del.get("k").value == first);  // the refused transaction changed nothing
+    unsetenv("KVC_REDIS_FAULT_PASSWORD");
+  }
+
   TEST_CASE("a full server (maxmemory, noeviction): a 64 MiB put is OUT_OF_MEMORY and the "
             "value it would replace stays whole") {
     RedisServer server({"--maxmemory", "16mb", "--maxmemory-policy", "noeviction"});
