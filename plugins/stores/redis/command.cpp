@@ -18,13 +18,11 @@ constexpr size_t kInlineLimit = 16 * 1024;
 void CommandBatch::add(std::initializer_list<std::string_view> args) {
   argument_count(args.size());
   for (std::string_view arg : args) argument(arg);
-  ++commands_;
 }
 
 void CommandBatch::add(const std::vector<std::string_view>& args) {
   argument_count(args.size());
   for (std::string_view arg : args) argument(arg);
-  ++commands_;
 }
 
 void CommandBatch::argument_count(size_t count) {
@@ -81,7 +79,6 @@ int CommandBatch::write_to(int fd) {
   }
   runs_.clear();
   framing_.clear();
-  commands_ = 0;
   return 0;
 }
 

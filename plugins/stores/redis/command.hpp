@@ -18,7 +18,6 @@ class CommandBatch {
   void add(std::initializer_list<std::string_view> args);
   void add(const std::vector<std::string_view>& args);
   bool empty() const { return runs_.empty(); }
-  size_t commands() const { return commands_; }
 
   // Writes every queued command to the socket `fd`, blocking (the socket's send timeout
   // applies); returns 0, or the errno of the failed write (EAGAIN: the timeout expired).
@@ -37,7 +36,6 @@ class CommandBatch {
 
   std::string framing_;
   std::vector<Run> runs_;
-  size_t commands_ = 0;
 };
 
 }  // namespace kvc::plugin::redis

@@ -46,7 +46,6 @@ class Exchange {
       if (!is_asking) return reply;
     }
   }
-  Connection& connection() { return connection_; }
 
  private:
   void asking_first(bool keyed) {

@@ -69,6 +69,7 @@ void Router::refresh() {
 }
 
 Reply Router::ask(const std::string& address, std::initializer_list<std::string_view> command) {
+  if (!settings_.cluster) cluster_node_as_single();
   NodePool::Lease lease = pool(address).acquire();
   CommandBatch batch;
   batch.add({"ASKING"});
@@ -93,6 +94,11 @@ void Router::moved(const Redirect& redirect) {
 void Router::forget_map() {
   std::lock_guard<std::mutex> lock(map_mutex_);
   map_stale_ = true;
+}
+
+void Router::cluster_node_as_single() {
+  throw PluginError(KVC_ERR_CONFIG, settings_.nodes.front() +
+                                        " is a Redis Cluster node: give it in params.nodes");
 }
 
 void Router::too_many(const Redirect& last) {

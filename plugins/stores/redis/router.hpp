@@ -38,6 +38,8 @@ class Router {
   void moved(const Redirect& redirect);
   void forget_map();
   [[noreturn]] void too_many(const Redirect& last);
+  // A redirection from the one node of a store without params.nodes: CONFIG.
+  [[noreturn]] void cluster_node_as_single();
 
   const Settings& settings_;
   std::mutex pools_mutex_;
@@ -57,8 +59,7 @@ auto Router::run(const std::string& key, Op&& op)
     try {
       return op(*lease, false);
     } catch (const Redirect&) {
-      throw PluginError(KVC_ERR_CONFIG, node.address() +
-                                            " is a Redis Cluster node: give it in params.nodes");
+      cluster_node_as_single();
     }
   }
   const int slot = key_slot(key);

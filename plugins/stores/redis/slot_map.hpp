@@ -29,7 +29,6 @@ class SlotMap {
   const std::string& node(int slot) const { return nodes_[owner_[slot]]; }
   void set(int slot, const std::string& address);
   const std::vector<std::string>& nodes() const { return nodes_; }
-  bool empty() const { return nodes_.size() <= 1; }
 
  private:
   uint16_t index_of(const std::string& address);
