@@ -1,5 +1,5 @@
 // get and exists. A get reads the manifest, reserves the caller's memory, reads the parts it
-// names into that memory (pipelined; from the socket straight into the memory, RawReader)
+// names into that memory (pipelined, from the socket straight into the memory: RawReader)
 // and checks the whole value's checksum. Parts are written once under their generation, and
 // a put that replaces a value leaves the old parts for kOldPartsGraceMs (value_layout.hpp),
 // so a get that read the manifest just before finds them; a missing part is told from a
@@ -119,46 +119,29 @@ RedisStore::PartsRead RedisStore::read_parts(Connection& connection, bool asking
     if (asking) batch.add({"ASKING"});
     batch.add({"GET", keys.back()});
   }
-  // Straight into `out` unless ASKING replies come between (a migrating slot: rare).
-  const bool raw = !asking && connection.reader_drained();
+  // Every reply due is to this batch, so RawReader may read the socket itself.
+  if (!connection.reader_drained()) {
+    fail(KVC_ERR_INTERNAL, "hiredis holds unread bytes of %s", connection.address().c_str());
+  }
   connection.send(batch);
   BrokenUnlessFinished pending(connection);
 
-  std::optional<std::string> refused;      // the first error reply but -ASK
+  std::optional<std::string> refused;                        // the first error but -ASK
   std::vector<std::pair<uint64_t, std::string>> moved_away;  // -ASK: part, node
-  std::optional<RawReader> reader;
-  if (raw) reader.emplace(connection);
+  RawReader reader(connection);
   for (uint64_t i = 0; i < m.parts; ++i) {
-    char* destination = out + i * m.part_bytes;
-    const size_t expected = m.part_size(i);
-    bool present = false, ok = false;
-    std::string error;
-    bool is_err = false;
-    if (raw) {
-      const RawReader::Reply reply = reader->next(destination, expected);
-      present = reply.kind == RawReader::Reply::kBulk;
-      ok = present && reply.size == expected;
-      if (present && !ok) result.note_wrong_size(i, m, reply.size);
-      is_err = reply.kind == RawReader::Reply::kError;
-      error = reply.text;
-    } else {
-      if (asking) connection.receive();  // ASKING's +OK
-      const Reply reply = connection.receive();
-      present = reply->type == REDIS_REPLY_STRING;
-      ok = present && reply->len == expected;
-      if (ok) std::memcpy(destination, reply->str, reply->len);
-      if (present && !ok) result.note_wrong_size(i, m, reply->len);
-      is_err = is_error(*reply);
-      if (is_err) error = std::string(text_of(*reply));
-    }
-    if (is_err) {
+    if (asking) reader.next(nullptr, 0);  // ASKING's +OK
+    const RawReader::Reply reply = reader.next(out + i * m.part_bytes, m.part_size(i));
+    if (reply.kind == RawReader::Reply::kBulk && reply.size != m.part_size(i)) {
+      result.note_wrong_size(i, m, reply.size);
+    } else if (reply.kind == RawReader::Reply::kError) {
       Redirect redirect;
-      if (parse_redirect(error, redirect) && redirect.ask) {
+      if (parse_redirect(reply.text, redirect) && redirect.ask) {
         moved_away.emplace_back(i, redirect.address);
       } else if (!refused) {
-        refused = error;
+        refused = reply.text;
       }
-    } else if (!present && !result.missing) {
+    } else if (reply.kind != RawReader::Reply::kBulk && !result.missing) {
       result.missing = i;
     }
   }
