@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "attention_cold.hpp"
 #include "bandwidth.hpp"
 #include "common.hpp"
 #include "cuda/cuda_bench.hpp"
@@ -25,7 +26,18 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "256)\n"
     "  --batch=N       sequences appended at once (default 32)\n"
     "  --reps=N        repeats of decode and append; the minimum time counts (default 20)\n"
-    "  --prefill_reps=N  repeats of the prefill chunk's attention (default 3)\n";
+    "  --prefill_reps=N  repeats of the prefill chunk's attention (default 3)\n"
+    "  --decode_batch=N  sequences of the batched decode shape (default 8)\n"
+    "  --threads=N     threads of the library's arena and of the bandwidth baseline (default 0:\n"
+    "                  all cores)\n"
+    "  --cold_mib=N    K/V of the sets rotated for the cold figures, and size of the bandwidth\n"
+    "                  baseline's buffer (default 1024)\n"
+    "Decode attention is measured cold and warm on two shapes: `batch` (decode_batch sequences\n"
+    "of --tokens on one layer) and `single` (one sequence on every layer). Cold: as many\n"
+    "independent caches of that shape as hold --cold_mib of K/V, one decode step per cache in\n"
+    "turn, so every step reads its K/V from memory; warm: one cache again and again. Each is\n"
+    "a fraction of the read bandwidth (a vectorised sum on the same threads over --cold_mib)\n"
+    "measured in the same run. The last line, attention_bw_fraction, is the cold batch figure.\n";
 
 namespace {
 
@@ -122,44 +134,69 @@ int run_attention(Options& opts) {
   CacheShape shape = CacheShape::read(opts);
   const int32_t chunk = static_cast<int32_t>(opts.get_int("chunk", 256, 1, shape.tokens));
   const int32_t batch = static_cast<int32_t>(opts.get_int("batch", 32, 1, 4096));
+  const int32_t decode_batch = static_cast<int32_t>(opts.get_int("decode_batch", 8, 1, 4096));
   const int reps = static_cast<int>(opts.get_int("reps", 20, 1, 1000));
   const int prefill_reps = static_cast<int>(opts.get_int("prefill_reps", 3, 1, 1000));
+  const int requested_threads = static_cast<int>(opts.get_int("threads", 0, 0, 4096));
+  const uint64_t cold_bytes =
+      static_cast<uint64_t>(opts.get_int("cold_mib", 1024, 1, int64_t{1} << 20)) << 20;
   opts.reject_unknown();
   if (shape.backend == "cuda") return cuda::run_attention(shape, batch, chunk, reps, prefill_reps);
   report_machine();
 
-  // The library's arena uses every core: so does the baseline.
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const Bandwidth bw = measure_bandwidth(size_t{256} << 20, threads);
+  // The library's arena and the baseline use the same threads: all cores unless --threads.
+  const int threads = requested_threads > 0
+                          ? requested_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const Bandwidth bw = measure_bandwidth(static_cast<size_t>(cold_bytes), threads);
 
-  FilledCache filled(shape, nullptr, 0);
-  double decode_s = kInfinity;
-  filled.attend_decode_step();  // warm-up
-  for (int rep = 0; rep < reps; ++rep) {
-    Timer t;
-    filled.attend_decode_step();
-    decode_s = std::min(decode_s, t.seconds());
-  }
+  // Cold and warm decode over two shapes: a batch of decode_batch sequences on one layer, and
+  // one sequence on every layer (the shape of the warm figures before).
+  CacheShape one_layer = shape;
+  one_layer.layers = 1;
+  const DecodeTimes batched = time_decode(one_layer, decode_batch, cold_bytes, threads, reps);
+  const DecodeTimes single = time_decode(shape, 1, cold_bytes, threads, reps);
+
+  FilledCache filled(shape, nullptr, 0, 1, threads);
   const double prefill_s = time_prefill(shape, filled, chunk, prefill_reps);
   const double append_s = time_append(shape, batch, chunk, reps);
 
   CacheShape appended = shape;
   appended.tokens = chunk;
-  const double decode_bps = static_cast<double>(shape.kv_bytes()) / decode_s;
   const double append_bps = static_cast<double>(appended.kv_bytes()) * batch / append_s;
   shape.report();
   report("chunk", chunk);
   report("batch", batch);
+  report("decode_batch", decode_batch);
+  report("threads", threads);
   report_bandwidth(bw);
+  auto report_decode = [&](const char* name, const DecodeTimes& t) {
+    const std::string prefix = std::string("attention_") + name + "_";
+    const double cold_bps = static_cast<double>(t.set_bytes) / t.cold_seconds;
+    const double warm_bps = static_cast<double>(t.set_bytes) / t.warm_seconds;
+    report(prefix + "set_bytes", t.set_bytes);
+    report(prefix + "sets", t.sets);
+    report(prefix + "cold_seconds", t.cold_seconds);
+    report(prefix + "cold_kv_gbps", cold_bps / 1e9);
+    report(prefix + "cold_fraction_of_read_bw", cold_bps / bw.read_bytes_per_s);
+    report(prefix + "warm_seconds", t.warm_seconds);
+    report(prefix + "warm_kv_gbps", warm_bps / 1e9);
+    report(prefix + "warm_fraction_of_read_bw", warm_bps / bw.read_bytes_per_s);
+  };
+  report_decode("batch", batched);
+  report_decode("single", single);
   report("kv_bytes", shape.kv_bytes());
-  report("decode_attention_seconds", decode_s);
-  report("decode_attention_kv_gbps", decode_bps / 1e9);
+  report("decode_attention_seconds", single.warm_seconds);
+  report("decode_attention_kv_gbps", static_cast<double>(single.set_bytes) / single.warm_seconds / 1e9);
   report("prefill_attention_seconds", prefill_s);
   report("prefill_attention_gflops", prefill_flops(shape, chunk) / prefill_s / 1e9);
   report("append_seconds", append_s);
   report("append_gbps", append_bps / 1e9);
-  report("decode_attention_fraction_of_read_bw", decode_bps / bw.read_bytes_per_s);
+  report("decode_attention_fraction_of_read_bw",
+         static_cast<double>(single.set_bytes) / single.warm_seconds / bw.read_bytes_per_s);
   report("append_fraction_of_memcpy_bw", append_bps / bw.memcpy_bytes_per_s);
+  report("attention_bw_fraction",
+         static_cast<double>(batched.set_bytes) / batched.cold_seconds / bw.read_bytes_per_s);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "filled_cache.hpp"
 
 #include <random>
+#include <string>
 
 #include "common.hpp"
 #include "report.hpp"
@@ -52,15 +53,16 @@ void CacheShape::report() const {
   if (!backend.empty()) kvc_bench::report("backend", backend);
 }
 
-FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget)
-    : shape_(shape) {
-  check(kvc_context_create(nullptr, &context_), "kvc_context_create");
+FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t budget,
+                         int32_t sequences, int threads)
+    : shape_(shape), sequences_(sequences) {
+  const std::string yaml = "threads: " + std::to_string(threads) + "\n";
+  check(kvc_context_create(yaml.c_str(), &context_), "kvc_context_create");
   kvc_cache_params p = shape.params();
-  p.memory_limit = static_cast<size_t>(shape.kv_bytes() * 2 + (size_t{64} << 20));
+  p.memory_limit = static_cast<size_t>(kv_bytes() * 2 + (size_t{64} << 20));
   p.policy = policy;
   p.budget = budget;
   check(kvc_cache_create(context_, &p, &cache_), "kvc_cache_create");
-  check(kvc_seq_create(cache_, 0), "kvc_seq_create");
 
   const int32_t chunk = 256;
   const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
@@ -68,21 +70,27 @@ FilledCache::FilledCache(const CacheShape& shape, const char* policy, int32_t bu
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> k(static_cast<size_t>(chunk) * row), v(k.size());
   std::vector<int32_t> positions(static_cast<size_t>(chunk));
-  for (int32_t start = 0; start < shape.tokens; start += chunk) {
-    int32_t n = std::min(chunk, shape.tokens - start);
-    for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = start + i;
-    int32_t seq = 0;
-    kvc_batch batch;
-    kvc_batch_init(&batch, 1, &seq, &n, positions.data());
-    for (int32_t layer = 0; layer < shape.layers; ++layer) {
-      for (float& x : k) x = u(rng);
-      for (float& x : v) x = u(rng);
-      kvc_tensor tk{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
-      kvc_tensor tv{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
-      check(kvc_append(cache_, layer, &batch, &tk, &tv), "kvc_append");
+  for (int32_t seq = 0; seq < sequences; ++seq) {
+    check(kvc_seq_create(cache_, seq), "kvc_seq_create");
+    for (int32_t start = 0; start < shape.tokens; start += chunk) {
+      int32_t n = std::min(chunk, shape.tokens - start);
+      for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = start + i;
+      kvc_batch batch;
+      kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+      for (int32_t layer = 0; layer < shape.layers; ++layer) {
+        for (float& x : k) x = u(rng);
+        for (float& x : v) x = u(rng);
+        kvc_tensor tk{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+        kvc_tensor tv{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+        check(kvc_append(cache_, layer, &batch, &tk, &tv), "kvc_append");
+      }
     }
+    seq_ids_.push_back(seq);
+    n_tokens_.push_back(1);
+    positions_.push_back(shape.tokens);
   }
-  q_.resize(static_cast<size_t>(shape.q_heads) * static_cast<size_t>(shape.head_dim));
+  q_.resize(static_cast<size_t>(sequences) * static_cast<size_t>(shape.q_heads) *
+            static_cast<size_t>(shape.head_dim));
   for (float& x : q_) x = u(rng);
   out_.resize(q_.size());
 }
@@ -93,9 +101,8 @@ FilledCache::~FilledCache() {
 }
 
 void FilledCache::attend_decode_step() {
-  int32_t seq = 0, n = 1, position = shape_.tokens;
   kvc_batch batch;
-  kvc_batch_init(&batch, 1, &seq, &n, &position);
+  kvc_batch_init(&batch, sequences_, seq_ids_.data(), n_tokens_.data(), positions_.data());
   kvc_tensor q{q_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
   kvc_tensor_mut out{out_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
   for (int32_t layer = 0; layer < shape_.layers; ++layer) {

@@ -49,21 +49,27 @@ struct CacheShape {
 class FilledCache {
  public:
   /// A cache of `shape` (paged, shape.block_tokens) with the given policy (NULL: none) and
-  /// budget, holding sequence 0 with shape.tokens tokens on every layer.
-  FilledCache(const CacheShape& shape, const char* policy, int32_t budget);
+  /// budget, holding sequences 0 .. sequences-1 with shape.tokens tokens on every layer, in a
+  /// context whose arena has `threads` threads (0: all cores).
+  FilledCache(const CacheShape& shape, const char* policy, int32_t budget, int32_t sequences = 1,
+              int threads = 0);
   ~FilledCache();
   FilledCache(const FilledCache&) = delete;
   FilledCache& operator=(const FilledCache&) = delete;
 
   kvc_cache* cache() const { return cache_; }
-  /// One decode step's attention (one query token at the next position) on every layer,
-  /// without storing anything.
+  /// One decode step's attention (one query token of every sequence at its next position, in
+  /// one batch) on every layer, without storing anything.
   void attend_decode_step();
+  /// Bytes of K and V the cache holds.
+  uint64_t kv_bytes() const { return shape_.kv_bytes() * static_cast<uint64_t>(sequences_); }
 
  private:
   CacheShape shape_;
+  int32_t sequences_;
   kvc_context* context_ = nullptr;
   kvc_cache* cache_ = nullptr;
+  std::vector<int32_t> seq_ids_, n_tokens_, positions_;
   std::vector<float> q_, out_;
 };
 

@@ -32,6 +32,8 @@ const Subcommand kSubcommands[] = {
      kForkHelp, run_fork},
     {"attention", "decode attention, append and prefill attention vs memory bandwidth",
      kAttentionHelp, run_attention},
+    {"scaling", "cold decode attention at 1 thread vs all, over the read bandwidth's own scaling",
+     kScalingHelp, run_scaling},
     {"store",
      "offload/restore one sequence through each store vs memcpy, file write/read and"
      " redis-benchmark",

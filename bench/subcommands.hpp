@@ -37,6 +37,10 @@ extern const char* const kForkHelp;
 int run_attention(Options& opts);
 extern const char* const kAttentionHelp;
 
+/// scaling: cold decode attention at 1 thread vs all, over the read bandwidth's own scaling.
+int run_scaling(Options& opts);
+extern const char* const kScalingHelp;
+
 /// store: offload and restore of one sequence through the host, disk and redis stores vs
 /// memcpy, a file written and read in the same folder, and redis-benchmark.
 int run_store(Options& opts);

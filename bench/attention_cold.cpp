@@ -1,0 +1,42 @@
+#include "attention_cold.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "timer.hpp"
+
+namespace kvc_bench {
+
+DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
+                        int threads, int reps) {
+  DecodeTimes times;
+  times.set_bytes = shape.kv_bytes() * static_cast<uint64_t>(sequences);
+  times.sets = static_cast<int>(
+      std::max<uint64_t>(2, (min_total_bytes + times.set_bytes - 1) / times.set_bytes));
+  std::vector<std::unique_ptr<FilledCache>> sets;
+  for (int i = 0; i < times.sets; ++i) {
+    CacheShape seeded = shape;
+    seeded.seed = shape.seed + static_cast<uint64_t>(i);
+    sets.push_back(std::make_unique<FilledCache>(seeded, nullptr, 0, sequences, threads));
+  }
+  double cold = std::numeric_limits<double>::infinity();
+  for (int pass = 0; pass <= reps; ++pass) {  // pass 0 only touches every page once
+    Timer t;
+    for (const auto& set : sets) set->attend_decode_step();
+    if (pass > 0) cold = std::min(cold, t.seconds() / times.sets);
+  }
+  double warm = std::numeric_limits<double>::infinity();
+  sets.front()->attend_decode_step();
+  for (int rep = 0; rep < reps; ++rep) {
+    Timer t;
+    sets.front()->attend_decode_step();
+    warm = std::min(warm, t.seconds());
+  }
+  times.cold_seconds = cold;
+  times.warm_seconds = warm;
+  return times;
+}
+
+}  // namespace kvc_bench
