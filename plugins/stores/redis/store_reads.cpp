@@ -6,9 +6,9 @@
 // replaced value by reading the manifest again.
 #include <cstring>
 #include <optional>
-#include <vector>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "exchange.hpp"
 #include "raw_reader.hpp"
