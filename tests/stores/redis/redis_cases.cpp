@@ -75,6 +75,19 @@ std::vector<unsigned char> read_by_hand(RedisClient& server, const std::string& 
   return std::vector<unsigned char>(value.begin(), value.end());
 }
 
+// -MOVED and -ASK replies the servers have sent so far (INFO errorstats).
+long redirections(const std::vector<std::unique_ptr<RedisClient>>& servers) {
+  long total = 0;
+  for (const auto& server : servers) {
+    const std::string stats = server->text({"INFO", "errorstats"});
+    for (const std::string name : {"errorstat_MOVED:count=", "errorstat_ASK:count="}) {
+      const size_t at = stats.find(name);
+      if (at != std::string::npos) total += std::stol(stats.substr(at + name.size()));
+    }
+  }
+  return total;
+}
+
 Params with(Params params, const Params& extra) {
   params.insert(params.end(), extra.begin(), extra.end());
   return params;
@@ -217,18 +230,21 @@ TEST_SUITE("redis") {
 }
 
 TEST_SUITE("redis_cluster") {
-  TEST_CASE("values spread over every master given; a store seeded with one node reads what "
+  TEST_CASE("values spread over every master given, each sent to its master at once (the "
+            "key slots match the servers': no -MOVED); a store seeded with one node reads what "
             "another wrote") {
     const std::string prefix = run_prefix("spread");
     const Params params = with(environment().fresh_params(), {{"key_prefix", prefix}});
     REQUIRE(is_cluster(params));
     StoreUnderTest store(params);
     REQUIRE(store.ok());
+    const auto servers = servers_of(params);
+    const long redirected_before = redirections(servers);
     constexpr int kKeys = 64;
     for (int i = 0; i < kKeys; ++i) {
       REQUIRE(store.put("k" + std::to_string(i), random_bytes(100, 50 + i)).code == KVC_OK);
     }
-    const auto servers = servers_of(params);
+    CHECK(redirections(servers) == redirected_before);
     const auto keys = keys_per_server(servers, prefix + "*");
     CHECK(total(keys) == kKeys * 2);
     for (size_t node = 0; node < keys.size(); ++node) {
