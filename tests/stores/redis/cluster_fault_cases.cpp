@@ -98,6 +98,14 @@ class Cluster {
   std::vector<std::string> ids_;
 };
 
+// The error replies of a kind ("MOVED", "ASK") the node has sent (INFO errorstats).
+long error_replies(RedisClient& node, const std::string& kind) {
+  const std::string stats = node.text({"INFO", "errorstats"});
+  const std::string name = "errorstat_" + kind + ":count=";
+  const size_t at = stats.find(name);
+  return at == std::string::npos ? 0 : std::stol(stats.substr(at + name.size()));
+}
+
 // Keys matching `pattern` on the node that have no expiry.
 size_t lasting_keys(RedisClient& node, const std::string& pattern) {
   size_t n = 0;
@@ -132,10 +140,12 @@ TEST_SUITE("redis_faults") {
     cluster.migrate(slot, 1, 2, {}, true);
     CHECK(cluster.client(1).keys("moved:*").empty());
     CHECK(cluster.client(2).keys("moved:*").size() == 11);
+    const long moved_before = error_replies(cluster.client(1), "MOVED");
     const GetResult got = writer.get(key);  // its map still says node 1
     INFO("get: " << got.outcome.message);
     REQUIRE(got.outcome.code == KVC_OK);
     CHECK(got.value == value);
+    CHECK(error_replies(cluster.client(1), "MOVED") == moved_before + 1);  // followed, once
 
     Store reader(redis_plugin(), cluster.params_seeded_by(2, extra));
     const GetResult read = reader.get(key);
@@ -170,10 +180,13 @@ TEST_SUITE("redis_faults") {
     cluster.migrate(slot, 2, 0, moved, false);
     CHECK(cluster.client(0).keys("ask:*").size() == moved.size());
 
+    const long asked_before = error_replies(cluster.client(2), "ASK");
     const GetResult got = store.get(key);
     INFO("get: " << got.outcome.message);
     REQUIRE(got.outcome.code == KVC_OK);
     CHECK(got.value == value);
+    // The manifest, and the even parts: sent to node 0 after node 2's -ASK.
+    CHECK(error_replies(cluster.client(2), "ASK") - asked_before >= 1 + 5);
     bool found = false;
     REQUIRE(store.exists(key, found).code == KVC_OK);
     CHECK(found);
