@@ -1,18 +1,22 @@
-// Every fallible call, with each backend call it makes failed in turn (the fault backend of
-// tests/plugins/fault_backend.c): the call reports the error and leaves the statistics, the
-// lengths and every stored position, K and V as they were; retried, it then gives what a cache
-// that never failed gives.
+// Every fallible call (store calls included, through a host store), with each backend call it
+// makes failed in turn (the fault backend of tests/plugins/fault_backend.c): the call reports
+// the error and leaves the statistics, the lengths and every stored position, K and V as they
+// were; retried, it then gives what a cache that never failed gives.
 #include <dlfcn.h>
 
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 
 #include "test_support.hpp"
 
 namespace {
 
 constexpr int32_t kLayers = 2, kKvHeads = 2, kQHeads = 4, kDim = 8;
+// The store the store calls use, and the value check_faults() puts there for a restore.
+const char* const kStoresYaml = "stores:\n  host: { plugin: host }\n";
+const char* const kSeedKey = "faults-seed";
 constexpr int kEntries = 7;  // copy, append, attend, compact, read_keys, read_tokens, alloc
 const char* const kEntryNames[kEntries] = {"copy",      "append",      "attend", "compact",
                                            "read_keys", "read_tokens", "alloc"};
@@ -229,6 +233,26 @@ std::vector<std::pair<const char*, Call>> calls(const Setup& setup) {
     if (kvc_status* st = kvc_seq_export(c, 0, bytes.data(), bytes.size(), &written)) return st;
     return kvc_seq_import(c, 6, bytes.data(), written);
   });
+  out.emplace_back("seq_offload", [](kvc_cache* c, std::vector<float>&) {
+    return kvc_seq_offload(c, 2, "host", "faults-offload");
+  });
+  out.emplace_back("seq_restore", [](kvc_cache* c, std::vector<float>&) {
+    return kvc_seq_restore(c, 6, "host", kSeedKey);
+  });
+  if (setup.prefill != KVC_PREFILL_PER_CHUNK) {  // per_chunk compressed the prompt: no prefix
+    out.emplace_back("prefix_save, prefix_load", [](kvc_cache* c, std::vector<float>& r) {
+      std::vector<int32_t> ids(20);
+      std::iota(ids.begin(), ids.end(), 100);
+      kvc_prefix prefix;
+      kvc_prefix_init(&prefix, "faults", ids.data(), 20);
+      prefix.chunk_tokens = 4;
+      int32_t saved = 0, restored = 0;
+      if (kvc_status* st = kvc_prefix_save(c, 1, "host", &prefix, &saved)) return st;
+      kvc_status* st = kvc_prefix_load(c, 6, "host", &prefix, &restored);
+      r = {static_cast<float>(saved), static_cast<float>(restored)};
+      return st;
+    });
+  }
   return out;
 }
 
@@ -239,6 +263,11 @@ void check_faults(kvc_context* ctx, const Setup& setup,
   CAPTURE(setup.decode_every);
   const std::string policy = setup.policy ? setup.policy : "none";
   CAPTURE(policy);
+  {  // The value seq_restore restores: sequence 0 of this setup's cache.
+    arm(-1, 0);
+    kvt::CachePtr seed = make(ctx, setup);
+    KVT_REQUIRE_OK(kvc_seq_offload(seed.get(), 0, "host", kSeedKey));
+  }
   for (const auto& [name, call] : calls(setup)) {
     const std::string call_name = name;
     if (!selected(call_name)) continue;
@@ -309,7 +338,7 @@ bool runs_once_compression(const Setup& setup, const std::string& call) {
 }  // namespace
 
 TEST_CASE("faults: every failed backend call leaves the cache as it was") {
-  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::ContextPtr ctx = kvt::make_context(kStoresYaml);
   KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
   for (const Setup& setup : kSetups) {
     check_faults(ctx.get(), setup,
@@ -319,7 +348,7 @@ TEST_CASE("faults: every failed backend call leaves the cache as it was") {
 
 // The "once" compression runs before the append: a failure after it must undo it too.
 TEST_CASE("faults: a failed append after the once compression leaves the cache as it was") {
-  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::ContextPtr ctx = kvt::make_context(kStoresYaml);
   KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
   for (const Setup& setup : kSetups) {
     check_faults(ctx.get(), setup,
