@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -681,4 +682,23 @@ TEST_CASE("stores: prefix saves and drops run concurrently with decoding on othe
     KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), t, 2 * kChunk));
     CHECK(stored(cache.get(), 20 + t, KVC_DTYPE_F16) == stored(cache.get(), t, KVC_DTYPE_F16));
   }
+}
+
+TEST_CASE("stores: a kvc_prefix from a caller built before chunk_tokens gets the default 256") {
+  kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: old } }\n");
+  kvt::CachePtr cache = make_cache(ctx.get(), Shape{});
+  const std::vector<int32_t> ids = prompt(256 + 10, 40);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  feed_ids(cache.get(), 0, ids, 0, 256 + 10);
+  kvc_prefix old = prefix_of(ids);
+  old.chunk_tokens = 3;  // beyond the old caller's struct: not read
+  old.struct_size = offsetof(kvc_prefix, chunk_tokens);
+  int32_t saved = -1, restored = -1;
+  KVT_REQUIRE_OK(kvc_prefix_save(cache.get(), 0, "mem", &old, &saved));
+  CHECK(saved == 256);
+  kvc_prefix current;
+  kvc_prefix_init(&current, "model-a", ids.data(), static_cast<int32_t>(ids.size()));
+  CHECK(current.chunk_tokens == 256);
+  KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 1, "mem", &current, &restored));
+  CHECK(restored == 256);
 }
