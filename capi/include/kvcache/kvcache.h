@@ -236,8 +236,8 @@ KVC_API kvc_status *kvc_cache_create(kvc_context *context, const kvc_cache_param
 /**
  * @brief Creates a cache from YAML text holding `cache:` and optionally `backend:` sections,
  * in the format of the context's configuration; NULL uses the context's own configuration.
- * `threads` and `plugins.paths` may repeat the context's but not change them (CONFIG; a plugin
- * path that does not exist is NOT_FOUND): they are set by kvc_context_create().
+ * `threads`, `plugins.paths` and `stores` may repeat the context's but not change them (CONFIG;
+ * a plugin path that does not exist is NOT_FOUND): they are set by kvc_context_create().
  */
 KVC_API kvc_status *kvc_cache_create_from_yaml(kvc_context *context, const char *yaml_text,
                                                kvc_cache **out_cache);
