@@ -3,6 +3,8 @@
 #include <openssl/evp.h>
 
 #include <memory>
+#include <new>
+#include <string>
 
 #include "error.hpp"
 
