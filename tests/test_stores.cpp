@@ -702,3 +702,30 @@ TEST_CASE("stores: a kvc_prefix from a caller built before chunk_tokens gets the
   KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 1, "mem", &current, &restored));
   CHECK(restored == 256);
 }
+
+TEST_CASE("stores: a store's exists or remove failing fails the call with its code and name") {
+  kvt::ContextPtr ctx = store_context(
+      "  mem: { plugin: test_store, params: { space: ops } }\n"
+      "  no_exists: { plugin: test_store, params: { space: ops, fail: exists, fail_after: 1 } }\n"
+      "  no_remove: { plugin: test_store, params: { space: ops, fail: remove } }\n");
+  kvt::CachePtr cache = make_cache(ctx.get(), Shape{});
+  const std::vector<int32_t> ids = prompt(3 * kChunk, 50);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  feed_ids(cache.get(), 0, ids, 0, 3 * kChunk);
+  kvc_prefix p = prefix_of(ids);
+  int32_t n = -1;
+  // The second chunk's exists fails: the first chunk is written, whole; the call fails.
+  Status st{kvc_prefix_save(cache.get(), 0, "no_exists", &p, &n)};
+  CHECK(st.code() == KVC_ERR_IO);
+  CHECK(kvt::contains(st.message(), "store 'no_exists' (plugin 'test_store'): exists"));
+  CHECK(n == -1);
+  KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 1, "mem", &p, &n));
+  CHECK(n == kChunk);
+
+  KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 1, "mem", "k"));
+  Status removed{kvc_store_drop(ctx.get(), "no_remove", "k")};
+  CHECK(removed.code() == KVC_ERR_IO);
+  CHECK(kvt::contains(removed.message(), "injected remove failure"));
+  KVT_CHECK_OK(kvc_seq_restore(cache.get(), 1, "mem", "k"));  // still there
+  KVT_CHECK_OK(kvc_store_drop(ctx.get(), "mem", "k"));
+}
