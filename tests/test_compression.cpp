@@ -181,7 +181,7 @@ TEST_CASE("compression: attention after compression equals the reference over th
 }
 
 // Its time is bounded by construction (runs that fire nothing are taken in one step, repeating
-// states by whole periods, and at most 2^20 stores one by one); the suite's timeout catches a
+// states by whole periods, and at most 2^16 stores one by one); the suite's timeout catches a
 // regression that loops, without a wall-clock check that a loaded machine could fail.
 TEST_CASE("compression: the peak estimate of INT32_MAX tokens returns and equals the steady state") {
   kvt::ContextPtr ctx = kvt::make_context();

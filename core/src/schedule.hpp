@@ -80,8 +80,15 @@ class Schedule {
     if (policy_->decode_every > 0) {
       steps = std::clamp<int64_t>(int64_t{policy_->decode_every} - 1 - state.decode_steps, 0, steps);
     }
-    if (policy_->decode_slack > 0) {  // the most steps whose excess stays within the slack
-      int64_t fits = 0;
+    if (policy_->decode_slack > 0) {
+      // The most steps whose excess stays within the slack: galloping from 1, so a run that
+      // ends within a few steps (a trigger every few tokens) costs a few probes, not log(limit).
+      int64_t fits = 0, probe = 1;
+      while (probe <= steps && excess_after(probe) <= policy_->decode_slack) {
+        fits = probe;
+        probe = probe > steps / 2 ? steps + 1 : probe * 2;
+      }
+      steps = std::min(steps, probe - 1);
       while (fits < steps) {
         const int64_t mid = fits + (steps - fits + 1) / 2;
         if (excess_after(mid) <= policy_->decode_slack) {

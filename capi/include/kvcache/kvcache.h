@@ -525,7 +525,8 @@ KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t l
  * the memory limit by it to size its batch. Returns in milliseconds for any input;
  * INVALID_ARGUMENT when prompt_tokens + new_tokens passes INT32_MAX, when the result would
  * overflow size_t, or for the rare request the model cannot fast-forward (one that compresses
- * every few tokens over hundreds of millions of tokens).
+ * every few tokens for more than about 200 thousand tokens, such as a ratio budget with a
+ * small decode_slack).
  */
 KVC_API kvc_status *kvc_cache_estimate_peak_bytes(const kvc_cache *cache, int32_t prompt_tokens,
                                                   int32_t chunk_tokens, int32_t new_tokens,
