@@ -481,6 +481,38 @@ TEST_CASE("stores: a restored prefix then the rest's prefill equals a full prefi
   }
 }
 
+TEST_CASE("stores: a restored prefix arms 'once' like the prefill it replaces") {
+  kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: once } }\n");
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kHeadDim;
+  p.policy = "window";
+  p.budget = 12;
+  p.prefill = KVC_PREFILL_ONCE;
+  const std::vector<int32_t> ids = prompt(3 * kChunk + 1, 12);
+  const int32_t shared = 3 * kChunk;
+  kvt::CachePtr reference = kvt::make_cache(ctx.get(), p);
+  KVT_REQUIRE_OK(kvc_seq_create(reference.get(), 0));
+  feed_ids(reference.get(), 0, ids, 0, shared);
+  std::vector<int32_t> prefix_ids(ids.begin(), ids.begin() + shared);
+  kvc_prefix prefix = prefix_of(prefix_ids);
+  int32_t n = -1;
+  KVT_REQUIRE_OK(kvc_prefix_save(reference.get(), 0, "mem", &prefix, &n));
+  REQUIRE(n == shared);
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 0, "mem", &prefix, &n));
+  REQUIRE(n == shared);
+  // The whole prompt came from the store: its first decode token compresses it to the budget
+  // first, as it does after a prefill.
+  CHECK(feed_ids(cache.get(), 0, ids, shared, shared + 1) ==
+        feed_ids(reference.get(), 0, ids, shared, shared + 1));
+  CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 13);
+  CHECK(stored(cache.get(), 0, KVC_DTYPE_F16) == stored(reference.get(), 0, KVC_DTYPE_F16));
+}
+
 TEST_CASE("stores: saving again writes no chunk that is there; a failed put keeps earlier chunks") {
   const std::vector<int32_t> ids = prompt(3 * kChunk, 11);
   kvt::ContextPtr ctx = store_context(

@@ -105,7 +105,8 @@ void check_chunk(const SequenceImage& image, const PrefixIdentity& identity, int
 }
 
 void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
-  if (joined.heads.empty()) {  // the first chunk: its header, fresh counters and triggers
+  if (joined.heads.empty()) {  // the first chunk: its header, fresh counters, and the
+                               // triggers of a prompt prefilled so far
     joined.layers = chunk.layers;
     joined.kv_heads = chunk.kv_heads;
     joined.q_heads = chunk.q_heads;
@@ -114,7 +115,9 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     joined.layout = chunk.layout;
     joined.stats = chunk.stats;
     joined.heads.resize(chunk.heads.size());
-    joined.triggers.assign(static_cast<size_t>(chunk.layers), LayerTriggers{});
+    // As after a prompt chunk's attention: a "once" compression is pending (only a cache
+    // whose policy compresses once reads it).
+    joined.triggers.assign(static_cast<size_t>(chunk.layers), LayerTriggers{0, true});
   }
   for (size_t h = 0; h < joined.heads.size(); ++h) {
     HeadImage& to = joined.heads[h];

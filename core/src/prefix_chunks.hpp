@@ -21,7 +21,8 @@ SequenceImage prefix_chunk(const SequenceImage& image, int32_t chunk, int32_t ch
 void check_chunk(const SequenceImage& image, const PrefixIdentity& identity, int32_t chunk,
                  const std::string& key);
 // Appends the next checked chunk to the chunks before it (`joined` starts as an empty image):
-// each head's seen count is its token count, its budget none and the triggers the defaults.
+// each head's seen count is its token count, its budget none, and every layer's triggers
+// those of a prompt prefilled so far (a "once" compression pending, no decode steps).
 void append_chunk(SequenceImage& joined, const SequenceImage& chunk);
 
 }  // namespace kvc
