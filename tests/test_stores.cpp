@@ -57,6 +57,19 @@ kvt::CachePtr make_cache(kvc_context* ctx, const Shape& s, size_t memory_limit =
   return kvt::make_cache(ctx, p);
 }
 
+// The suite's shape with a policy that evicts past `budget` tokens.
+kvc_cache_params budgeted_params(const char* policy, int32_t budget) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kHeadDim;
+  p.policy = policy;
+  p.budget = budget;
+  return p;
+}
+
 // The Q, K and V of tokens, the same for every sequence fed the same token ids.
 struct Tokens {
   std::vector<float> q, k, v;
@@ -416,14 +429,7 @@ TEST_CASE("stores: caches storing different statistics never share a prefix") {
 
 TEST_CASE("stores: a compressed head is refused before anything is written") {
   kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: compressed } }\n");
-  kvc_cache_params p;
-  kvc_cache_params_init(&p);
-  p.layers = kLayers;
-  p.kv_heads = kKvHeads;
-  p.q_heads = kQHeads;
-  p.head_dim = kHeadDim;
-  p.policy = "h2o";
-  p.budget = 12;
+  const kvc_cache_params p = budgeted_params("h2o", 12);
   kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
   const std::vector<int32_t> ids = prompt(3 * kChunk, 9);
   KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
@@ -483,14 +489,7 @@ TEST_CASE("stores: a restored prefix then the rest's prefill equals a full prefi
 
 TEST_CASE("stores: a restored prefix arms 'once' like the prefill it replaces") {
   kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: once } }\n");
-  kvc_cache_params p;
-  kvc_cache_params_init(&p);
-  p.layers = kLayers;
-  p.kv_heads = kKvHeads;
-  p.q_heads = kQHeads;
-  p.head_dim = kHeadDim;
-  p.policy = "window";
-  p.budget = 12;
+  kvc_cache_params p = budgeted_params("window", 12);
   p.prefill = KVC_PREFILL_ONCE;
   const std::vector<int32_t> ids = prompt(3 * kChunk + 1, 12);
   const int32_t shared = 3 * kChunk;
