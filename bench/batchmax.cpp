@@ -1,7 +1,7 @@
 // kvc-bench batchmax: the Batch-Max result (Metel et al., arXiv 2412.05693) end to end.
 //
 // Under ONE memory limit for K/V and the engine's activation buffers, N requests with long
-// prompts and short generations are served by the llama2c example engine (kvc_llama) in four
+// prompts and short generations are served by the llama example engine (kvc_llama) in four
 // modes:
 //   full            no policy: every token stays;
 //   once            snapkv, compressed once after a chunked prefill (KVC_PREFILL_ONCE), at the
@@ -99,7 +99,7 @@ const char* const kBatchmaxHelp =
 #if !defined(KVC_BENCH_HAVE_LLAMA)
 
 int run_batchmax(Options&) {
-  throw Error("kvc-bench was built without the llama2c example engine (target kvc_llama); "
+  throw Error("kvc-bench was built without the llama example engine (target kvc_llama); "
               "configure with -DKVC_BUILD_EXAMPLES=ON");
 }
 

@@ -110,7 +110,7 @@ Requests text_requests(const void* tokenizer, const std::string& text_path, int3
 #else
 
 Requests text_requests(const void*, const std::string&, int32_t, int32_t, int32_t) {
-  throw Error("kvc-bench was built without the llama2c example engine (kvc_llama)");
+  throw Error("kvc-bench was built without the llama example engine (kvc_llama)");
 }
 
 #endif

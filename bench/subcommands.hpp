@@ -16,7 +16,7 @@ int run_growth(Options& opts);
 extern const char* const kGrowthHelp;
 
 /// batchmax: under one memory limit for K/V and the engine's activations, serve long-prompt
-/// requests with the llama2c example engine in four modes (full cache, compress once after a
+/// requests with the llama example engine in four modes (full cache, compress once after a
 /// chunked prefill, once layer by layer over a whole-prompt prefill, compress per prefill
 /// chunk): the largest batch each fits, its peak memory and its tokens/s (Batch-Max, arXiv
 /// 2412.05693).

@@ -1,4 +1,4 @@
-// The llama2.c example engine (examples/llama2c) against an independent reference.
+// The llama2.c example engine (examples/llama) against an independent reference.
 //
 // The reference below is a naive llama2.c forward pass written only for this test: its own
 // checkpoint reader, plain loops with double accumulation, full K/V arrays of its own, its own

@@ -4,7 +4,7 @@
  *
  * Adding a subcommand: write cli/cmd_<name>.c with `int kvl_cmd_<name>(int argc, char **argv)`
  * (argv[0] is the subcommand's name), declare it below, add a row to the table in main.c and
- * the file to KVL_CLI_SOURCES in examples/llama2c/CMakeLists.txt.
+ * the file to KVL_CLI_SOURCES in examples/llama/CMakeLists.txt.
  */
 #ifndef KVC_LLAMA_CLI_H
 #define KVC_LLAMA_CLI_H
