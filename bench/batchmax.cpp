@@ -78,11 +78,16 @@ const char* const kBatchmaxHelp =
     "                        shape of the random-weight model used without --model\n"
     "                        (default 288, 768, 6, 6, 6, 32000: stories15M's shape)\n"
     "  --seed=N              seed of the random weights and prompts (default 1)\n"
-    "  --model=PATH          a llama2.c checkpoint instead of random weights; prompts are then\n"
-    "                        windows of --text and the continuations are teacher-forced, so the\n"
-    "                        mean NLL per mode is comparable\n"
-    "  --tokenizer=PATH      its tokenizer (default: tok<vocab>.bin or tokenizer.bin beside it)\n"
+    "  --model=PATH          a llama2.c checkpoint or a GGUF file (llama architecture) instead\n"
+    "                        of random weights; prompts are then consecutive windows of --text\n"
+    "                        (after BOS when the model has that convention) and the\n"
+    "                        continuations are teacher-forced, so the mean NLL per mode is\n"
+    "                        comparable\n"
+    "  --tokenizer=PATH      its tokenizer (default: a GGUF file's own vocabulary; for a llama2.c\n"
+    "                        checkpoint tok<vocab>.bin or tokenizer.bin beside it)\n"
     "  --text=FILE           text of the prompts (default ../shared/data/tom_sawyer.txt)\n"
+    "  --token_ids=FILE      the text already encoded, whitespace-separated decimal ids (as\n"
+    "                        kvc-llama's --token-ids), instead of --text\n"
     "  --csv=PATH            CSV output (default build/release/batchmax.csv when that folder\n"
     "                        exists, else ./batchmax.csv)\n"
     "  --png=PATH            PNG plot drawn by gnuplot (default: batchmax.png beside the CSV)\n"
@@ -128,6 +133,7 @@ struct Config {
   std::string model_path;
   std::string tokenizer_path;
   std::string text_path;
+  std::string ids_path;  // the text already encoded, instead of text_path
   std::string csv_path;
   std::string png_path;
   bool progress = true;
@@ -200,6 +206,7 @@ Config read_config(Options& opts) {
   cfg.tokenizer_path = opts.get_string("tokenizer", "");
   const bool text_given = opts.has("text");
   cfg.text_path = opts.get_string("text", "../shared/data/tom_sawyer.txt");
+  cfg.ids_path = opts.get_string("token_ids", "");
   cfg.csv_path = opts.get_string(
       "csv", is_dir("build/release") ? "build/release/batchmax.csv" : "batchmax.csv");
   cfg.png_path = opts.get_string("png", dir_of(cfg.csv_path) + "/batchmax.png");
@@ -219,8 +226,13 @@ Config read_config(Options& opts) {
   if ((cfg.shape.dim / cfg.shape.n_heads) % 2 != 0) {
     throw UsageError("the head dimension (--dim / --heads) must be even for RoPE");
   }
-  if (cfg.model_path.empty() && (opts.has("tokenizer") || text_given)) {
-    throw UsageError("--tokenizer and --text need --model (a random model has no vocabulary)");
+  if (cfg.model_path.empty() && (opts.has("tokenizer") || text_given || opts.has("token_ids"))) {
+    throw UsageError(
+        "--tokenizer, --text and --token_ids need --model (a random model has no vocabulary)");
+  }
+  if (opts.has("token_ids") && (text_given || opts.has("tokenizer"))) {
+    throw UsageError("--token_ids is the text already encoded: give it without --text and "
+                     "--tokenizer");
   }
   if (cfg.modes.empty()) throw UsageError("--modes: no mode given");
   return cfg;
@@ -711,7 +723,7 @@ int run_batchmax(Options& opts) {
   Progress progress(cfg.progress);
   report_machine();  // the load as the run starts: throughput figures move with it
 
-  // The model: random weights of the configured shape, or a llama2.c checkpoint.
+  // The model: random weights of the configured shape, a llama2.c checkpoint or a GGUF file.
   char err[1024] = {0};
   kvl_model* raw_model = nullptr;
   const bool real = !cfg.model_path.empty();
@@ -754,8 +766,15 @@ int run_batchmax(Options& opts) {
   // The requests, the same in every mode.
   Requests req;
   TokenizerPtr tokenizer;
-  if (real) {
-    if (cfg.tokenizer_path.empty()) cfg.tokenizer_path = find_tokenizer(cfg.model_path, mc.vocab_size);
+  if (real && !cfg.ids_path.empty()) {
+    req = batchmax::token_id_requests(cfg.ids_path, mc.vocab_size, kvl_model_bos(model.get()),
+                                      cfg.requests, cfg.prompt_tokens, cfg.new_tokens);
+  } else if (real) {
+    if (cfg.tokenizer_path.empty()) {
+      cfg.tokenizer_path = kvl_model_is_gguf(cfg.model_path.c_str())
+                               ? cfg.model_path
+                               : find_tokenizer(cfg.model_path, mc.vocab_size);
+    }
     kvl_tokenizer* raw_tok = nullptr;
     if (kvl_tokenizer_load(cfg.tokenizer_path.c_str(), mc.vocab_size, &raw_tok, err, sizeof err) !=
         0) {
@@ -763,8 +782,8 @@ int run_batchmax(Options& opts) {
     }
     tokenizer.reset(raw_tok);
     if (!is_file(cfg.text_path)) throw Error("the text file '" + cfg.text_path + "' does not exist");
-    req = batchmax::text_requests(tokenizer.get(), cfg.text_path, cfg.requests, cfg.prompt_tokens,
-                                  cfg.new_tokens);
+    req = batchmax::text_requests(tokenizer.get(), kvl_model_bos(model.get()), cfg.text_path,
+                                  cfg.requests, cfg.prompt_tokens, cfg.new_tokens);
   } else {
     req = batchmax::random_requests(cfg.requests, cfg.prompt_tokens, mc.vocab_size, cfg.seed);
   }

@@ -25,13 +25,19 @@ struct Requests {
 /// tokens), reproducible from @p seed.
 Requests random_requests(int32_t n, int32_t prompt_tokens, int32_t vocab, uint64_t seed);
 
-/// Tokenises the start of @p text_path with the llama2.c tokenizer of the engine
-/// (`tokenizer`, a kvl_tokenizer*) and cuts consecutive windows from it: each prompt is BOS
-/// followed by prompt_tokens - 1 text tokens, its continuation the next new_tokens tokens.
-/// Tokenises only as much text as the windows need (wrapping around a short text, noted in
-/// `origin`). Throws Error when the file cannot be read or yields no tokens.
-Requests text_requests(const void* tokenizer, const std::string& text_path, int32_t n,
-                       int32_t prompt_tokens, int32_t new_tokens);
+/// The whole of @p text_path encoded with the engine's tokenizer (`tokenizer`, a
+/// kvl_tokenizer*: llama2.c's or a GGUF file's byte-level BPE), cut into consecutive windows:
+/// each prompt is @p bos (when >= 0; -1 for a model without the BOS convention) followed by
+/// text tokens up to prompt_tokens, its continuation the next new_tokens tokens. Windows wrap
+/// around a text too short for them (noted in `origin`). Throws Error when the file cannot be
+/// read or yields no tokens.
+Requests text_requests(const void* tokenizer, int32_t bos, const std::string& text_path,
+                       int32_t n, int32_t prompt_tokens, int32_t new_tokens);
+
+/// text_requests for a text already encoded: @p ids_path holds whitespace-separated decimal
+/// token ids (kvl_token_ids_read, each checked against @p vocab), as kvc-llama's --token-ids.
+Requests token_id_requests(const std::string& ids_path, int32_t vocab, int32_t bos, int32_t n,
+                           int32_t prompt_tokens, int32_t new_tokens);
 
 /// What one mode measured.
 struct ModeResult {

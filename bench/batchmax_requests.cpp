@@ -1,6 +1,7 @@
 // kvc-bench batchmax: the requests (prompts and continuations) every mode serves.
-#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -40,50 +41,12 @@ Requests random_requests(int32_t n, int32_t prompt_tokens, int32_t vocab, uint64
 
 namespace {
 
-// Appends the tokens of text[begin, end) (no BOS) to out.
-void encode_piece(const kvl_tokenizer* tok, const std::string& text, size_t begin, size_t end,
-                  std::vector<int32_t>& out) {
-  const std::string piece = text.substr(begin, end - begin);
-  if (piece.empty()) return;
-  // Byte fallback gives at most one token per byte, plus the dummy prefix.
-  std::vector<int32_t> buf(piece.size() + 8);
-  const int32_t count = kvl_tokenizer_encode(tok, piece.c_str(), 0, 0, buf.data(),
-                                             static_cast<int32_t>(buf.size()));
-  if (count < 0) throw Error("kvl_tokenizer_encode: a text piece did not fit its buffer");
-  out.insert(out.end(), buf.begin(), buf.begin() + count);
-}
-
-}  // namespace
-
-Requests text_requests(const void* tokenizer, const std::string& text_path, int32_t n,
-                       int32_t prompt_tokens, int32_t new_tokens) {
-  const auto* tok = static_cast<const kvl_tokenizer*>(tokenizer);
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) throw Error("cannot read the text file '" + text_path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-
-  // llama2.c's encoder is quadratic in its input, so encode pieces of a few hundred bytes
-  // split at a space: the encoder's dummy prefix re-creates the dropped space, so the pieces
-  // encode like the whole text (a merge can't cross a space in llama2.c's vocabularies).
-  const int32_t window = prompt_tokens - 1 + new_tokens;  // text tokens per request
-  const size_t needed = static_cast<size_t>(window) * static_cast<size_t>(n);
-  std::vector<int32_t> tokens;
-  size_t pos = 0;
-  bool wrapped = false;
-  while (tokens.size() < needed) {
-    if (pos >= text.size()) {
-      if (tokens.empty()) throw Error("the text file '" + text_path + "' gives no tokens");
-      wrapped = true;
-      break;
-    }
-    size_t end = text.find(' ', std::min(text.size(), pos + 256));
-    if (end == std::string::npos) end = text.size();
-    encode_piece(tok, text, pos, end, tokens);
-    pos = end + 1;
-  }
-
+// Consecutive windows of `tokens` (wrapping around when they are too few); `source` starts
+// the origin line.
+Requests windows_of(const std::vector<int32_t>& tokens, int32_t bos, int32_t n,
+                    int32_t prompt_tokens, int32_t new_tokens, const std::string& source) {
+  const int32_t prompt_text = bos >= 0 ? prompt_tokens - 1 : prompt_tokens;
+  const int32_t window = prompt_text + new_tokens;  // text tokens per request
   Requests r;
   r.prompts.resize(static_cast<size_t>(n));
   r.continuations.resize(static_cast<size_t>(n));
@@ -96,20 +59,60 @@ Requests text_requests(const void* tokenizer, const std::string& text_path, int3
   for (int32_t i = 0; i < n; ++i) {
     auto& p = r.prompts[static_cast<size_t>(i)];
     auto& c = r.continuations[static_cast<size_t>(i)];
-    p.push_back(1);  // BOS
+    if (bos >= 0) p.push_back(bos);
     while (static_cast<int32_t>(p.size()) < prompt_tokens) p.push_back(take());
     while (static_cast<int32_t>(c.size()) < new_tokens) c.push_back(take());
   }
-  r.origin = "text " + text_path + ": " + std::to_string(n) + " consecutive windows of " +
-             std::to_string(window) + " tokens (" + std::to_string(pos < text.size() ? pos : text.size()) +
-             " bytes encoded" + (wrapped ? ", text too short: windows wrap around" : "") +
-             "), teacher-forced continuations";
+  const bool wrapped = static_cast<int64_t>(window) * n > static_cast<int64_t>(tokens.size());
+  r.origin = source + " (" + std::to_string(tokens.size()) + " tokens): " + std::to_string(n) +
+             " consecutive windows of " + std::to_string(window) + " tokens" +
+             (bos >= 0 ? ", each prompt after BOS " + std::to_string(bos) : ", no BOS") +
+             (wrapped ? ", text too short: windows wrap around" : "") +
+             ", teacher-forced continuations";
   return r;
+}
+
+}  // namespace
+
+Requests text_requests(const void* tokenizer, int32_t bos, const std::string& text_path,
+                       int32_t n, int32_t prompt_tokens, int32_t new_tokens) {
+  const auto* tok = static_cast<const kvl_tokenizer*>(tokenizer);
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) throw Error("cannot read the text file '" + text_path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (text.size() > INT32_MAX - 8) throw Error("the text file '" + text_path + "' is too large");
+  // Either encoder gives at most one token per byte, plus llama2.c's dummy prefix.
+  std::vector<int32_t> tokens(text.size() + 8);
+  const int32_t count = kvl_tokenizer_encode(tok, text.c_str(), 0, 0, tokens.data(),
+                                             static_cast<int32_t>(tokens.size()));
+  if (count < 0) throw Error("the tokenizer cannot encode the text file '" + text_path + "'");
+  if (count == 0) throw Error("the text file '" + text_path + "' gives no tokens");
+  tokens.resize(static_cast<size_t>(count));
+  return windows_of(tokens, bos, n, prompt_tokens, new_tokens, "text " + text_path);
+}
+
+Requests token_id_requests(const std::string& ids_path, int32_t vocab, int32_t bos, int32_t n,
+                           int32_t prompt_tokens, int32_t new_tokens) {
+  int32_t* ids = nullptr;
+  int32_t count = 0;
+  char err[1024] = {0};
+  if (kvl_token_ids_read(ids_path.c_str(), vocab, &ids, &count, err, sizeof err) != 0) {
+    throw Error(std::string("--token_ids: ") + err);
+  }
+  const std::vector<int32_t> tokens(ids, ids + count);
+  std::free(ids);
+  return windows_of(tokens, bos, n, prompt_tokens, new_tokens, "token ids " + ids_path);
 }
 
 #else
 
-Requests text_requests(const void*, const std::string&, int32_t, int32_t, int32_t) {
+Requests text_requests(const void*, int32_t, const std::string&, int32_t, int32_t, int32_t) {
+  throw Error("kvc-bench was built without the llama example engine (kvc_llama)");
+}
+
+Requests token_id_requests(const std::string&, int32_t, int32_t, int32_t, int32_t, int32_t) {
   throw Error("kvc-bench was built without the llama example engine (kvc_llama)");
 }
 

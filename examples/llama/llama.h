@@ -105,6 +105,12 @@ int32_t kvl_tokenizer_encode(const kvl_tokenizer *tokenizer, const char *text, i
  * BOS, "<0xNN>" pieces become that byte). Valid until the next call. */
 const char *kvl_tokenizer_decode(const kvl_tokenizer *tokenizer, int32_t previous, int32_t token);
 
+/** Reads a text already encoded: whitespace-separated decimal token ids, each checked against
+ * a vocabulary of vocab_size. On success *out_ids (release it with free()) holds *out_count
+ * >= 1 ids; the error messages start with the path. */
+int kvl_token_ids_read(const char *path, int32_t vocab_size, int32_t **out_ids,
+                       int32_t *out_count, char *error, size_t error_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -137,8 +137,8 @@ int kvl_cli_prefix_save(kvc_cache *cache, int32_t seq, const kvl_cli_prefix_stor
 double kvl_cli_now(void);
 /** Reads a whole file as a NUL-terminated string (malloc'd); NULL after printing an error. */
 char *kvl_cli_read_text(const char *path, size_t *out_size);
-/** Reads whitespace-separated decimal token ids, each checked against the vocabulary; NULL
- * after printing an error. */
+/** kvl_token_ids_read: whitespace-separated decimal token ids, each checked against the
+ * vocabulary (malloc'd); NULL after printing an error. */
 int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count);
 /** Writes n floats to `path` as raw bytes in this machine's order (compare with cmp); 0, or
  * -1 after printing an error. */

@@ -264,57 +264,13 @@ char *kvl_cli_read_text(const char *path, size_t *out_size) {
 }
 
 int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count) {
-  size_t size = 0, capacity = 0, n = 0;
-  char *text = kvl_cli_read_text(path, &size), *at;
+  char error[1024];
   int32_t *ids = NULL;
-  if (text == NULL) return NULL;
-  at = text;
-  for (;;) {
-    char *end;
-    long value;
-    while (isspace((unsigned char)*at)) ++at;
-    if (*at == '\0') break;
-    errno = 0;
-    value = strtol(at, &end, 10);
-    if (end == at || errno != 0 || (*end != '\0' && !isspace((unsigned char)*end))) {
-      kvl_cli_error("%s: token %zu at byte %zu is not a decimal integer", path, n + 1,
-                    (size_t)(at - text));
-      goto fail;
-    }
-    if (value < 0 || value >= vocab) {
-      kvl_cli_error("%s: token %zu is %ld, outside the model's vocabulary 0..%d", path, n + 1,
-                    value, (int)vocab - 1);
-      goto fail;
-    }
-    if (n == capacity) {
-      int32_t *grown;
-      if (capacity > (size_t)INT32_MAX / 2) {
-        kvl_cli_error("%s: too many tokens", path);
-        goto fail;
-      }
-      grown = (int32_t *)realloc(ids, (capacity * 2 + 4096) * sizeof(int32_t));
-      if (grown == NULL) {
-        kvl_cli_error("%s: out of host memory", path);
-        goto fail;
-      }
-      ids = grown;
-      capacity = capacity * 2 + 4096;
-    }
-    ids[n++] = (int32_t)value;
-    at = end;
-  }
-  free(text);
-  if (n == 0) {
-    kvl_cli_error("%s: no token ids", path);
-    free(ids);
+  if (kvl_token_ids_read(path, vocab, &ids, out_count, error, sizeof error) != 0) {
+    kvl_cli_error("%s", error);
     return NULL;
   }
-  *out_count = (int32_t)n;
   return ids;
-fail:
-  free(text);
-  free(ids);
-  return NULL;
 }
 
 int kvl_cli_write_floats(const char *path, const float *values, size_t n) {
