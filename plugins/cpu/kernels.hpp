@@ -42,10 +42,13 @@ extern const TileKernels portable_kernels;
 #if defined(__x86_64__)
 #define KVC_CPU_HAVE_AVX2_KERNELS 1
 extern const TileKernels avx2_kernels;  // run only where the CPU has AVX2, FMA and F16C
+#define KVC_CPU_HAVE_AVX512_KERNELS 1
+extern const TileKernels avx512_kernels;  // run only where the CPU has AVX-512 F, BW and VL
 #endif
 
-// The set for this CPU, picked on the first call. KVC_CPU_KERNELS=portable in the
-// environment forces the portable set, so that it can be tested on any machine.
+// The set for this CPU, picked on the first call: avx512, else avx2, else portable.
+// KVC_CPU_KERNELS=avx512|avx2|portable in the environment forces one; where it names no set
+// or one this CPU cannot run, this fails (plugin error) instead, on every call.
 const TileKernels& tile_kernels();
 
 }  // namespace kvc::cpu
