@@ -14,18 +14,27 @@
  *
  * The engine keeps no K/V of its own: the cache stores them and computes all attention.
  */
-#include <cblas.h>
+/* blis.h needs POSIX barriers; sysconf counts the cores. */
+#define _POSIX_C_SOURCE 200809L
+#include <blis.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+
+/* Matrix products of fewer multiply-adds run on one thread: BLIS starts its threads on every
+ * call (tens of microseconds), more than a decode step's layer products (about 1M
+ * multiply-adds, in cache) take on one core. The classifier and prefill products are larger. */
+#define KVL_THREADED_MULADDS 4e6
 
 struct kvl_engine {
   const kvl_model *model;
   kvc_cache *cache;
   int32_t max_tokens;
+  int32_t threads;  /* BLIS threads of the large matrix products: the online cores */
   float *x;         /* [max, dim] residual stream */
   float *xb;        /* [max, dim] normalised activations */
   float *q;         /* [max, dim] queries, [max, n_heads, head_dim] */
@@ -136,6 +145,10 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
   e->model = model;
   e->cache = cache;
   e->max_tokens = max_batch_tokens;
+  {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    e->threads = cores > 1 ? (int32_t)cores : 1;
+  }
   if (buffer_bytes(model, (size_t)max_batch_tokens, bytes)) {
     e->x = (float *)malloc(bytes[BUF_X]);
     e->xb = (float *)malloc(bytes[BUF_XB]);
@@ -163,16 +176,16 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
 }
 
 /* y[rows, out] = x[rows, in] W^T (+ beta * y), W row-major [out, in] as llama2.c stores it.
- * One row (a decode step of one sequence) is a matrix-vector product: OpenBLAS's sgemm would
- * pack all of W first, which doubles the memory traffic of a step. */
-static void matmul_t(float *y, const float *x, const float *w, int32_t rows, int32_t in,
-                     int32_t out, float beta) {
-  if (rows == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, beta, y, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, beta, y,
-              out);
+ * For a few rows BLIS's small-matrix ("sup") path reads W where it lies, where OpenBLAS's sgemm
+ * repacked all of W on every call (more than half of a decode step's time). */
+static void matmul_t(const kvl_engine *e, float *y, const float *x, const float *w, int32_t rows,
+                     int32_t in, int32_t out, float beta) {
+  float one = 1.0f;
+  rntm_t rntm = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_num_threads((double)rows * in * out < KVL_THREADED_MULADDS ? 1 : e->threads,
+                           &rntm);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, rows, out, in, &one, (float *)x, in, 1,
+               (float *)w, in, 1, &beta, y, out, 1, NULL, &rntm);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int32_t dim, float eps) {
@@ -310,9 +323,9 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
       rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_att + (size_t)l * dim, c->dim,
               c->norm_eps);
     }
-    matmul_t(e->q, e->xb, m->wq + (size_t)l * dim * dim, total, c->dim, c->dim, 0.0f);
-    matmul_t(e->k, e->xb, m->wk + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
-    matmul_t(e->v, e->xb, m->wv + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
+    matmul_t(e, e->q, e->xb, m->wq + (size_t)l * dim * dim, total, c->dim, c->dim, 0.0f);
+    matmul_t(e, e->k, e->xb, m->wk + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
+    matmul_t(e, e->v, e->xb, m->wv + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
     apply_rope(e, total, positions);
 
     status = kvc_append_attend(e->cache, l, &batch, &tq, &tk, &tv, &attention, &tout);
@@ -328,14 +341,16 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
       }
       return kvl_fail_status(status, error, error_size, what);
     }
-    matmul_t(e->x, e->att, m->wo + (size_t)l * dim * dim, total, c->dim, c->dim, 1.0f);
+    matmul_t(e, e->x, e->att, m->wo + (size_t)l * dim * dim, total, c->dim, c->dim, 1.0f);
 
     for (t = 0; t < total; ++t) {
       rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_ffn + (size_t)l * dim, c->dim,
               c->norm_eps);
     }
-    matmul_t(e->hb, e->xb, m->w1 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim, 0.0f);
-    matmul_t(e->hb2, e->xb, m->w3 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim, 0.0f);
+    matmul_t(e, e->hb, e->xb, m->w1 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim,
+             0.0f);
+    matmul_t(e, e->hb2, e->xb, m->w3 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim,
+             0.0f);
     {
       const size_t n = (size_t)total * hidden;
       size_t j;
@@ -344,7 +359,8 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
         e->hb[j] = a / (1.0f + expf(-a)) * e->hb2[j];
       }
     }
-    matmul_t(e->x, e->hb, m->w2 + (size_t)l * dim * hidden, total, c->hidden_dim, c->dim, 1.0f);
+    matmul_t(e, e->x, e->hb, m->w2 + (size_t)l * dim * hidden, total, c->hidden_dim, c->dim,
+             1.0f);
   }
 
   if (all_logits) {
@@ -361,6 +377,6 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
               c->norm_eps);
     }
   }
-  matmul_t(logits, e->xb, m->wcls, out_rows, c->dim, c->vocab_size, 0.0f);
+  matmul_t(e, logits, e->xb, m->wcls, out_rows, c->dim, c->vocab_size, 0.0f);
   return 0;
 }
