@@ -18,6 +18,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <blis.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,16 +26,18 @@
 
 #include "internal.h"
 
-/* Matrix products of fewer multiply-adds run on one thread: BLIS starts its threads on every
- * call (tens of microseconds), more than a decode step's layer products (about 1M
- * multiply-adds, in cache) take on one core. The classifier and prefill products are larger. */
+/* Matrix products of fewer multiply-adds run on one thread: starting a thread costs tens of
+ * microseconds, more than a decode step's layer products (about 1M multiply-adds, in cache)
+ * take on one core. The classifier and prefill products are larger. */
 #define KVL_THREADED_MULADDS 4e6
+/* The most threads one product is split over. */
+#define KVL_MAX_THREADS 64
 
 struct kvl_engine {
   const kvl_model *model;
   kvc_cache *cache;
   int32_t max_tokens;
-  int32_t threads;  /* BLIS threads of the large matrix products: the online cores */
+  int32_t threads;  /* threads of the large matrix products: the online cores */
   float *x;         /* [max, dim] residual stream */
   float *xb;        /* [max, dim] normalised activations */
   float *q;         /* [max, dim] queries, [max, n_heads, head_dim] */
@@ -147,7 +150,7 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
   e->max_tokens = max_batch_tokens;
   {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    e->threads = cores > 1 ? (int32_t)cores : 1;
+    e->threads = cores < 1 ? 1 : cores > KVL_MAX_THREADS ? KVL_MAX_THREADS : (int32_t)cores;
   }
   if (buffer_bytes(model, (size_t)max_batch_tokens, bytes)) {
     e->x = (float *)malloc(bytes[BUF_X]);
@@ -175,17 +178,65 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
   return 0;
 }
 
+/* y[rows, out] = x[rows, in] W^T (+ beta * y) for W's rows [first, first + count). */
+typedef struct product_slice {
+  float *y;
+  const float *x, *w;
+  int32_t rows, in, out, first, count;
+  float beta;
+} product_slice;
+
+/* One thread's part, on one BLIS thread. For a few rows BLIS's small-matrix ("sup") path reads
+ * W where it lies, where OpenBLAS's sgemm repacked all of W on every call (more than half of a
+ * decode step's time). */
+static void *compute_slice(void *arg) {
+  const product_slice *p = (const product_slice *)arg;
+  float one = 1.0f, beta = p->beta;
+  rntm_t serial = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_num_threads(1, &serial);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, p->rows, p->count, p->in, &one, (float *)p->x,
+               p->in, 1, (float *)p->w + (size_t)p->first * p->in, p->in, 1, &beta,
+               p->y + p->first, p->out, 1, NULL, &serial);
+  return NULL;
+}
+
 /* y[rows, out] = x[rows, in] W^T (+ beta * y), W row-major [out, in] as llama2.c stores it.
- * For a few rows BLIS's small-matrix ("sup") path reads W where it lies, where OpenBLAS's sgemm
- * repacked all of W on every call (more than half of a decode step's time). */
+ * A large product is split by W's rows over the engine's threads, each slice one independent
+ * single-threaded BLIS call, joined by pthread_join: BLIS's own threads wait for each other in
+ * spinning barriers, which on a loaded machine (a partner thread descheduled) spin away whole
+ * time slices. */
 static void matmul_t(const kvl_engine *e, float *y, const float *x, const float *w, int32_t rows,
                      int32_t in, int32_t out, float beta) {
-  float one = 1.0f;
-  rntm_t rntm = BLIS_RNTM_INITIALIZER;
-  bli_rntm_set_num_threads((double)rows * in * out < KVL_THREADED_MULADDS ? 1 : e->threads,
-                           &rntm);
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, rows, out, in, &one, (float *)x, in, 1,
-               (float *)w, in, 1, &beta, y, out, 1, NULL, &rntm);
+  product_slice slices[KVL_MAX_THREADS];
+  pthread_t helpers[KVL_MAX_THREADS];
+  int started[KVL_MAX_THREADS];
+  const int32_t parts = (double)rows * in * out < KVL_THREADED_MULADDS ? 1 : e->threads;
+  /* Slices of whole 16-row groups of W, so that every part but the last fills BLIS's kernels. */
+  const int32_t step = ((out + parts - 1) / parts + 15) / 16 * 16;
+  int32_t i, n = 0;
+  for (i = 0; i < parts && i * step < out; ++i, ++n) {
+    product_slice *p = &slices[i];
+    p->y = y;
+    p->x = x;
+    p->w = w;
+    p->rows = rows;
+    p->in = in;
+    p->out = out;
+    p->first = i * step;
+    p->count = out - p->first < step ? out - p->first : step;
+    p->beta = beta;
+  }
+  for (i = 1; i < n; ++i) {
+    started[i] = pthread_create(&helpers[i], NULL, compute_slice, &slices[i]) == 0;
+  }
+  compute_slice(&slices[0]);
+  for (i = 1; i < n; ++i) {
+    if (started[i]) {
+      pthread_join(helpers[i], NULL);
+    } else {
+      compute_slice(&slices[i]);
+    }
+  }
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int32_t dim, float eps) {
