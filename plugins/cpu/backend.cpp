@@ -44,10 +44,12 @@ int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* 
   return report_errors(error, [&] {
     if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
     check_host(host);
+    // Fails where KVC_CPU_KERNELS names a set this CPU cannot run: no instance, no attention.
+    const TileKernels& kernels = tile_kernels();
     *out_instance = new Instance{host};
     if (host->log) {
       char message[64];
-      std::snprintf(message, sizeof message, "cpu backend: %s kernels", tile_kernels().name);
+      std::snprintf(message, sizeof message, "cpu backend: %s kernels", kernels.name);
       host->log(host->host, KVC_LOG_DEBUG, message);
     }
   });

@@ -1,0 +1,252 @@
+// The CPU backend's tile kernels (plugins/cpu/kernels.hpp), every entry point, against a
+// double-precision naive reference over random tiles: f32/f16/bf16 rows, head dims that are
+// and are not multiples of 16, 1-9 query rows, 1-kTileKeys keys. Each buffer is exactly as
+// long as the contract says, so that ASan sees a kernel reading or writing past it.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_sets.hpp"
+#include "tile_kernel_sets.hpp"
+
+namespace {
+
+using kvc::cpu::kTileKeys;
+using kvc::cpu::TileKernels;
+
+constexpr kvc_dtype kDtypes[] = {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16};
+constexpr size_t kDims[] = {8, 24, 64, 72, 128, 256};
+constexpr size_t kMaxRows = 9;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The value of f16 bits, decoded here rather than by the library.
+double f16_value(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F;
+  const int mantissa = h & 0x3FF;
+  const double magnitude = exponent == 0 ? std::ldexp(mantissa, -24)
+                                         : std::ldexp(mantissa + 1024, exponent - 25);
+  return (h & 0x8000) ? -magnitude : magnitude;
+}
+
+double bf16_value(uint16_t b) {
+  const uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// `count` random elements of `dtype` (finite, magnitudes about 2^-6 to 2^2, some f16
+// subnormals) and their exact values.
+struct Elements {
+  kvc_dtype dtype;
+  std::vector<float> f32;
+  std::vector<uint16_t> bits;
+  std::vector<double> value;
+
+  Elements(kvc_dtype type, size_t count, std::mt19937& rng) : dtype(type), value(count) {
+    std::uniform_int_distribution<int> random_bits(0, 0xFFFF);
+    if (dtype == KVC_DTYPE_F32) {
+      std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+      f32.resize(count);
+      for (size_t i = 0; i < count; ++i) value[i] = f32[i] = uniform(rng);
+      return;
+    }
+    bits.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      const int r = random_bits(rng);
+      const uint16_t sign = uint16_t(r & 0x8000);
+      if (dtype == KVC_DTYPE_F16) {
+        // Exponents 9..17 (2^-6..2^2), one in 16 subnormal.
+        const int exponent = (r & 0xF00) == 0 ? 0 : 9 + (r >> 8) % 9;
+        bits[i] = uint16_t(sign | exponent << 10 | (r * 7) % 1024);
+        value[i] = f16_value(bits[i]);
+      } else {
+        bits[i] = uint16_t(sign | (121 + (r >> 8) % 9) << 7 | (r * 7) % 128);
+        value[i] = bf16_value(bits[i]);
+      }
+    }
+  }
+  const void* data() const {
+    return dtype == KVC_DTYPE_F32 ? static_cast<const void*>(f32.data()) : bits.data();
+  }
+  std::vector<float> as_f32() const { return std::vector<float>(value.begin(), value.end()); }
+};
+
+std::vector<float> random_floats(size_t count, float low, float high, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> out(count);
+  for (float& x : out) x = uniform(rng);
+  return out;
+}
+
+// The rows a kernel is given for a block of `rows` query rows: where they are stored (f32,
+// or 16-bit for blocks the set reads in place), else converted to f32 by the set's convert.
+struct KernelRows {
+  std::vector<float> converted;
+  const void* data;
+  kvc_dtype dtype;
+
+  KernelRows(const TileKernels& set, const Elements& e, size_t rows) {
+    if (e.dtype == KVC_DTYPE_F32 || rows <= set.max_rows_in_place) {
+      data = e.data();
+      dtype = e.dtype;
+      return;
+    }
+    converted.resize(e.value.size());
+    set.convert(e.data(), e.dtype, converted.data(), converted.size());
+    data = converted.data();
+    dtype = KVC_DTYPE_F32;
+  }
+};
+
+void check_convert(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kDtypes) {
+    for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 100, 257}) {
+      const Elements e(dtype, n, rng);
+      std::vector<float> out(n);
+      set.convert(e.data(), dtype, out.data(), n);
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) wrong += double(out[i]) != e.value[i];
+      CHECK_MESSAGE(wrong == 0, std::string(set.name) << " convert dtype " << dtype << " n " << n);
+    }
+  }
+}
+
+void check_logits(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kDtypes) {
+    for (size_t dim : kDims) {
+      for (size_t rows = 1; rows <= kMaxRows; ++rows) {
+        for (size_t n_keys = 1; n_keys <= kTileKeys; ++n_keys) {
+          const std::vector<float> q = random_floats(rows * dim, -1.0f, 1.0f, rng);
+          const Elements k(dtype, n_keys * dim, rng);
+          const KernelRows given(set, k, rows);
+          std::vector<float> logits(rows * kTileKeys, kNaN);
+          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data());
+          double worst = 0;  // the largest error over its bound
+          for (size_t r = 0; r < rows; ++r) {
+            for (size_t t = 0; t < n_keys; ++t) {
+              double dot = 0, magnitude = 0;
+              for (size_t i = 0; i < dim; ++i) {
+                dot += double(q[r * dim + i]) * k.value[t * dim + i];
+                magnitude += std::fabs(double(q[r * dim + i]) * k.value[t * dim + i]);
+              }
+              const double error = std::fabs(logits[r * kTileKeys + t] - dot);
+              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
+            }
+          }
+          CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " logits dtype " << dtype << " dim " << dim
+                                               << " rows " << rows << " keys " << n_keys);
+        }
+      }
+    }
+  }
+}
+
+void check_accumulate(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kDtypes) {
+    for (size_t dim : kDims) {
+      for (size_t rows = 1; rows <= kMaxRows; ++rows) {
+        for (size_t n_keys = 1; n_keys <= kTileKeys; ++n_keys) {
+          const Elements v(dtype, n_keys * dim, rng);
+          const KernelRows given(set, v, rows);
+          // Weights past n_keys are NaN: a kernel that reads them spoils its rows.
+          std::vector<float> weights(rows * kTileKeys, kNaN);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t t = 0; t < n_keys; ++t)
+              weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
+          const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
+          std::vector<float> acc = before;
+          set.accumulate(acc.data(), rows, weights.data(), given.data, given.dtype, n_keys, dim);
+          double worst = 0;
+          for (size_t r = 0; r < rows; ++r) {
+            for (size_t i = 0; i < dim; ++i) {
+              double sum = before[r * dim + i], magnitude = std::fabs(sum);
+              for (size_t t = 0; t < n_keys; ++t) {
+                const double term = double(weights[r * kTileKeys + t]) * v.value[t * dim + i];
+                sum += term;
+                magnitude += std::fabs(term);
+              }
+              const double error = std::fabs(acc[r * dim + i] - sum);
+              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
+            }
+          }
+          CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " accumulate dtype " << dtype << " dim "
+                                               << dim << " rows " << rows << " keys " << n_keys);
+        }
+      }
+    }
+  }
+}
+
+// Logits from -30 to 0 below the maximum, some -infinity (masked keys) and some under -87
+// (0, where exp leaves the normal floats); the row past n is NaN, which must not count.
+void check_softmax_weights(const TileKernels& set, std::mt19937& rng) {
+  const float infinity = std::numeric_limits<float>::infinity();
+  std::uniform_int_distribution<int> kind(0, 7);
+  for (size_t n = 1; n <= kTileKeys; ++n) {
+    for (int round = 0; round < 8; ++round) {
+      std::vector<float> logits(kTileKeys, kNaN);
+      const float max = random_floats(1, -5.0f, 5.0f, rng)[0];
+      for (size_t t = 0; t < n; ++t) {
+        const int k = kind(rng);
+        logits[t] = k == 0   ? -infinity
+                    : k == 1 ? max - random_floats(1, 87.5f, 200.0f, rng)[0]
+                             : max - random_floats(1, 0.0f, 30.0f, rng)[0];
+      }
+      if (round == 0) logits[n - 1] = max;
+      std::vector<float> weights(kTileKeys);
+      const float sum = set.softmax_weights(logits.data(), n, max, weights.data());
+      double expected_sum = 0, worst = 0;
+      for (size_t t = 0; t < n; ++t) {
+        const double x = double(logits[t]) - max;
+        const double expected = x < -87.5 ? 0.0 : std::exp(x);  // the -87 cut, rounded
+        expected_sum += expected;
+        // A few ulp, and the rounding of logits[t] - max to float (half an ulp of x).
+        const double bound = (5e-7 + 6e-8 * std::fabs(x)) * expected + 1e-37;
+        const double error = std::fabs(weights[t] - expected);
+        worst = std::max(worst, std::isnan(error) ? 1e9 : error / bound);
+      }
+      CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " softmax_weights n " << n << " round " << round);
+      CHECK_MESSAGE(std::fabs(sum - expected_sum) <= 2e-6 * expected_sum + 1e-37,
+                    std::string(set.name) << " softmax_weights sum, n " << n << " round " << round);
+    }
+  }
+}
+
+void check_set(const TileKernels& set) {
+  std::mt19937 rng(12);
+  check_convert(set, rng);
+  check_logits(set, rng);
+  check_accumulate(set, rng);
+  check_softmax_weights(set, rng);
+}
+
+}  // namespace
+
+TEST_CASE("tile kernels: avx512 emulated with SIMDe match the double-precision reference") {
+  check_set(kvc::cpu::emulated_avx512_kernels);
+}
+
+TEST_CASE("tile kernels: portable match the double-precision reference") {
+  check_set(kvc::cpu::portable_kernels);
+}
+
+#ifdef KVC_CPU_HAVE_AVX2_KERNELS
+TEST_CASE("tile kernels: avx2 on this CPU match the double-precision reference" *
+          doctest::skip(!kvt::cpu_runs_kernels("avx2"))) {
+  check_set(kvc::cpu::avx2_kernels);
+}
+#endif
+
+#ifdef KVC_CPU_HAVE_AVX512_KERNELS
+TEST_CASE("tile kernels: avx512 on this CPU match the double-precision reference" *
+          doctest::skip(!kvt::cpu_runs_kernels("avx512"))) {
+  check_set(kvc::cpu::avx512_kernels);
+}
+#endif
