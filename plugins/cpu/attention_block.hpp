@@ -2,12 +2,32 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
 #include <vector>
 
 #include "attention_tiles.hpp"
 #include "kvcache/kvcache_plugin.h"
 
 namespace kvc::cpu {
+
+// An allocator of rows that start on a cache line: 32-byte loads of f32 rows are then never
+// split across two lines, as every other one is from a 16-byte aligned vector.
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const LineAligned<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const LineAligned<U>&) const { return false; }
+};
+using Rows = std::vector<float, LineAligned<float>>;
 
 // Scratch of one thread, reused across blocks. After attend_block it describes that block:
 // the output, the merge of split blocks and the statistics pass read its softmax state.
@@ -25,14 +45,14 @@ struct AttentionWorkspace {
   size_t n_queries = 0;
   VisibleRange block_visible{};       // union of the block's visible ranges
   std::vector<VisibleRange> visible;  // [queries_per_block]
-  std::vector<float> q;               // [rows, padded_dim]
-  std::vector<float> acc;             // [rows, padded_dim], unnormalised output
-  std::vector<float> row_max;         // [rows], running max logit
-  std::vector<float> row_sum;         // [rows], softmax denominator relative to row_max
-  std::vector<float> logits;          // [rows, kTileKeys], of the current tile
-  std::vector<float> weights;         // [rows, kTileKeys], exp(logit - row_max)
-  std::vector<float> k;               // [kTileKeys, padded_dim], a tile converted to f32
-  std::vector<float> v;
+  Rows q;                             // [rows, padded_dim]
+  Rows acc;                           // [rows, padded_dim], unnormalised output
+  Rows row_max;                       // [rows], running max logit
+  Rows row_sum;                       // [rows], softmax denominator relative to row_max
+  Rows logits;                        // [rows, kTileKeys], of the current tile
+  Rows weights;                       // [rows, kTileKeys], exp(logit - row_max)
+  Rows k;                             // [kTileKeys, padded_dim], a tile converted to f32
+  Rows v;
 };
 
 // The calling thread's workspace for `s`, kept across calls: making one per call costs as
