@@ -56,7 +56,7 @@
 namespace kvc_bench {
 
 const char* const kBatchmaxHelp =
-    "  --requests=N          requests served in every mode (default 16)\n"
+    "  --requests=N          requests served in every mode (default 20)\n"
     "  --prompt_tokens=N     prompt length (default 2048; clamped to a checkpoint's\n"
     "                        seq_len - new_tokens)\n"
     "  --new_tokens=N        tokens generated per request (default 128)\n"
@@ -116,7 +116,7 @@ using batchmax::ModeResult;
 using batchmax::Requests;
 
 struct Config {
-  int32_t requests = 16;
+  int32_t requests = 20;
   int32_t prompt_tokens = 2048;
   int32_t new_tokens = 128;
   int32_t chunk_tokens = 256;
@@ -180,7 +180,7 @@ std::vector<std::string> split_modes(const std::string& text) {
 
 Config read_config(Options& opts) {
   Config cfg;
-  cfg.requests = static_cast<int32_t>(opts.get_int("requests", 16, 1, 1 << 16));
+  cfg.requests = static_cast<int32_t>(opts.get_int("requests", 20, 1, 1 << 16));
   cfg.prompt_tokens = static_cast<int32_t>(opts.get_int("prompt_tokens", 2048, 2, 1 << 20));
   cfg.new_tokens = static_cast<int32_t>(opts.get_int("new_tokens", 128, 1, 1 << 20));
   cfg.chunk_tokens = static_cast<int32_t>(opts.get_int("chunk_tokens", 256, 2, 1 << 20));
