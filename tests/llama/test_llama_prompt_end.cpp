@@ -24,6 +24,7 @@
 
 #include "kvcache/kvcache.h"
 #include "llama.h"
+#include "status_check.hpp"
 
 #ifndef KVL_TEST_MODEL_DIR
 #error "KVL_TEST_MODEL_DIR must name the stories260K folder"
@@ -37,21 +38,6 @@ namespace {
 const std::string kModelPath = std::string(KVL_TEST_MODEL_DIR) + "/stories260K.bin";
 const std::string kTokenizerPath = std::string(KVL_TEST_MODEL_DIR) + "/tok512.bin";
 const std::string kTextPath = std::string(KVL_TEST_DATA_DIR) + "/tom_sawyer.txt";
-
-std::string describe(kvc_status* s) {
-  std::string text =
-      s ? std::string(kvc_status_code_name(kvc_status_get_code(s))) + ": " + kvc_status_message(s)
-        : "OK";
-  kvc_status_free(s);
-  return text;
-}
-
-#define KVL_REQUIRE_OK(call)                         \
-  do {                                               \
-    kvc_status* kvl_status_ = (call);                \
-    const bool kvl_ok_ = kvl_status_ == nullptr;     \
-    REQUIRE_MESSAGE(kvl_ok_, describe(kvl_status_)); \
-  } while (0)
 
 struct ModelDeleter {
   void operator()(kvl_model* m) const { kvl_model_free(m); }

@@ -28,6 +28,7 @@
 
 #include "kvcache/kvcache.h"
 #include "llama.h"
+#include "status_check.hpp"
 
 #ifndef KVL_TEST_MODEL_DIR
 #error "KVL_TEST_MODEL_DIR must name the stories260K folder"
@@ -229,21 +230,6 @@ struct TokenizerDeleter {
 };
 using ModelPtr = std::unique_ptr<kvl_model, ModelDeleter>;
 using TokenizerPtr = std::unique_ptr<kvl_tokenizer, TokenizerDeleter>;
-
-std::string describe(kvc_status* s) {
-  std::string text =
-      s ? std::string(kvc_status_code_name(kvc_status_get_code(s))) + ": " + kvc_status_message(s)
-        : "OK";
-  kvc_status_free(s);
-  return text;
-}
-
-#define KVL_REQUIRE_OK(call)                         \
-  do {                                               \
-    kvc_status* kvl_status_ = (call);                \
-    const bool kvl_ok_ = kvl_status_ == nullptr;     \
-    REQUIRE_MESSAGE(kvl_ok_, describe(kvl_status_)); \
-  } while (0)
 
 ModelPtr load_model() {
   kvl_model* m = nullptr;
