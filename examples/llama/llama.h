@@ -105,6 +105,10 @@ int32_t kvl_tokenizer_encode(const kvl_tokenizer *tokenizer, const char *text, i
  * BOS, "<0xNN>" pieces become that byte). Valid until the next call. */
 const char *kvl_tokenizer_decode(const kvl_tokenizer *tokenizer, int32_t previous, int32_t token);
 
+/** Reads the whole file at path: on success *out (release it with free()) holds its *out_size
+ * bytes followed by a NUL; the error messages start with the path. */
+int kvl_file_read(const char *path, char **out, size_t *out_size, char *error, size_t error_size);
+
 /** Reads a text already encoded: whitespace-separated decimal token ids, each checked against
  * a vocabulary of vocab_size. On success *out_ids (release it with free()) holds *out_count
  * >= 1 ids; the error messages start with the path. */

@@ -7,41 +7,6 @@
 
 #include "internal.h"
 
-/* The whole file as a NUL-terminated string (malloc'd) in *out, its size in *out_size. */
-static int read_file(const char *path, char **out, size_t *out_size, char *error,
-                     size_t error_size) {
-  FILE *f = fopen(path, "rb");
-  char *data = NULL;
-  size_t size = 0, capacity = 0;
-  if (f == NULL) return kvl_fail(error, error_size, "%s: cannot open: %s", path, strerror(errno));
-  for (;;) {
-    size_t got;
-    if (capacity - size < 65536) {
-      char *grown = (char *)realloc(data, capacity * 2 + 65536 + 1);
-      if (grown == NULL) {
-        free(data);
-        fclose(f);
-        return kvl_fail(error, error_size, "%s: out of host memory", path);
-      }
-      data = grown;
-      capacity = capacity * 2 + 65536;
-    }
-    got = fread(data + size, 1, capacity - size, f);
-    size += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    free(data);
-    fclose(f);
-    return kvl_fail(error, error_size, "%s: read error", path);
-  }
-  fclose(f);
-  data[size] = '\0';
-  *out = data;
-  *out_size = size;
-  return 0;
-}
-
 int kvl_token_ids_read(const char *path, int32_t vocab_size, int32_t **out_ids,
                        int32_t *out_count, char *error, size_t error_size) {
   size_t size = 0, capacity = 0, n = 0;
@@ -51,7 +16,7 @@ int kvl_token_ids_read(const char *path, int32_t vocab_size, int32_t **out_ids,
     return kvl_fail(error, error_size,
                     "kvl_token_ids_read: path, out_ids and out_count must not be NULL");
   }
-  if (read_file(path, &text, &size, error, error_size) != 0) return -1;
+  if (kvl_file_read(path, &text, &size, error, error_size) != 0) return -1;
   if (strlen(text) != size) {
     free(text);
     return kvl_fail(error, error_size,

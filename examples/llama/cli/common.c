@@ -222,38 +222,13 @@ double kvl_cli_now(void) {
 }
 
 char *kvl_cli_read_text(const char *path, size_t *out_size) {
-  FILE *f = fopen(path, "rb");
+  char error[1024];
   char *data = NULL;
-  size_t size = 0, capacity = 0;
-  if (f == NULL) {
-    kvl_cli_error("%s: cannot open: %s", path, strerror(errno));
+  size_t size = 0;
+  if (kvl_file_read(path, &data, &size, error, sizeof error) != 0) {
+    kvl_cli_error("%s", error);
     return NULL;
   }
-  for (;;) {
-    size_t got;
-    if (capacity - size < 65536) {
-      char *grown = (char *)realloc(data, capacity * 2 + 65536 + 1);
-      if (grown == NULL) {
-        free(data);
-        fclose(f);
-        kvl_cli_error("%s: out of host memory", path);
-        return NULL;
-      }
-      data = grown;
-      capacity = capacity * 2 + 65536;
-    }
-    got = fread(data + size, 1, capacity - size, f);
-    size += got;
-    if (got == 0) break;
-  }
-  if (ferror(f)) {
-    free(data);
-    fclose(f);
-    kvl_cli_error("%s: read error", path);
-    return NULL;
-  }
-  fclose(f);
-  data[size] = '\0';
   if (strlen(data) != size) {
     free(data);
     kvl_cli_error("%s: the file contains a NUL byte; expected UTF-8 text", path);
