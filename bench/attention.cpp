@@ -1,7 +1,8 @@
 // kvc-bench attention: the CPU kernels against the machine's limits, measured in the same run
 // (DESIGN.md section 8); --backend cuda runs bench/cuda's device version instead. Decode attention over a --tokens cache as a fraction of read
-// bandwidth, append of a prefill chunk for a batch of sequences as a fraction of memcpy
-// bandwidth, and the GFLOP/s of a prefill chunk's attention.
+// bandwidth and of the roofline (read bandwidth or the multiply-add rate, the lower), append
+// of a prefill chunk for a batch of sequences as a fraction of memcpy bandwidth, and the
+// GFLOP/s of a prefill chunk's attention.
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include "attention_cold.hpp"
 #include "bandwidth.hpp"
 #include "common.hpp"
+#include "compute_peak.hpp"
 #include "cuda/cuda_bench.hpp"
 #include "filled_cache.hpp"
 #include "machine.hpp"
@@ -37,7 +39,13 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "independent caches of that shape as hold --cold_mib of K/V, one decode step per cache in\n"
     "turn, so every step reads its K/V from memory; warm: one cache again and again. Each is\n"
     "a fraction of the read bandwidth (a vectorised sum on the same threads over --cold_mib)\n"
-    "measured in the same run. The last line, attention_bw_fraction, is the cold batch figure.\n";
+    "measured in the same run. The last line, attention_bw_fraction, is the cold batch figure.\n"
+    "The compute ceiling: decode does q_heads/kv_heads / elem_size multiply-adds per K/V byte\n"
+    "(attention_macs_per_kv_byte), so the f32 FMA rate of the widest vector FMA, measured on the\n"
+    "same threads (fma_gflops), caps it at attention_compute_bound_kv_gbps. Where that is below\n"
+    "read_gbps, attention_bw_fraction cannot pass their ratio whatever the kernel does, and\n"
+    "attention_roofline_fraction (the cold batch figure over min(read, compute bound)) says how\n"
+    "close the kernel comes to the ceiling that binds.\n";
 
 namespace {
 
@@ -149,6 +157,7 @@ int run_attention(Options& opts) {
                           ? requested_threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const Bandwidth bw = measure_bandwidth(static_cast<size_t>(cold_bytes), threads);
+  const ComputePeak peak = measure_compute_peak(threads);
 
   // Cold and warm decode over two shapes: a batch of decode_batch sequences on one layer, and
   // one sequence on every layer (the shape of the warm figures before).
@@ -195,8 +204,15 @@ int run_attention(Options& opts) {
   report("decode_attention_fraction_of_read_bw",
          static_cast<double>(single.set_bytes) / single.warm_seconds / bw.read_bytes_per_s);
   report("append_fraction_of_memcpy_bw", append_bps / bw.memcpy_bytes_per_s);
-  report("attention_bw_fraction",
-         static_cast<double>(batched.set_bytes) / batched.cold_seconds / bw.read_bytes_per_s);
+  const DecodeRoofline roofline = decode_roofline(shape, bw.read_bytes_per_s, peak.fma_per_s);
+  const double batch_cold_bps = static_cast<double>(batched.set_bytes) / batched.cold_seconds;
+  report_compute_peak(peak);
+  report("attention_macs_per_kv_byte", decode_macs_per_kv_byte(shape));
+  report("attention_compute_bound_kv_gbps", roofline.compute_bound_bytes_per_s / 1e9);
+  report("attention_roofline_kv_gbps", roofline.bytes_per_s / 1e9);
+  report("attention_roofline_limit", roofline.limit());
+  report("attention_roofline_fraction", batch_cold_bps / roofline.bytes_per_s);
+  report("attention_bw_fraction", batch_cold_bps / bw.read_bytes_per_s);
   return 0;
 }
 

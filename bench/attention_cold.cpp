@@ -39,4 +39,16 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
   return times;
 }
 
+double decode_macs_per_kv_byte(const CacheShape& shape) {
+  const double group = static_cast<double>(shape.q_heads) / shape.kv_heads;
+  return group / static_cast<double>(kvc_dtype_size(shape.dtype));
+}
+
+DecodeRoofline decode_roofline(const CacheShape& shape, double read_bytes_per_s, double fma_per_s) {
+  DecodeRoofline roofline;
+  roofline.compute_bound_bytes_per_s = fma_per_s / decode_macs_per_kv_byte(shape);
+  roofline.bytes_per_s = std::min(read_bytes_per_s, roofline.compute_bound_bytes_per_s);
+  return roofline;
+}
+
 }  // namespace kvc_bench

@@ -1,6 +1,7 @@
 // Decode attention measured cold and warm (issue 12's method): K/V sets that together pass
 // the last-level cache many times over, attended one call per set in turn, so that every call
 // reads its K/V from memory; and one set attended again and again, from cache where it fits.
+// Beside them, the roofline that bounds decode: read bandwidth or the multiply-add rate.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,22 @@ struct DecodeTimes {
 /// `threads` threads (0: all cores): enough sets to hold at least `min_total_bytes` of K/V.
 DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
                         int threads, int reps);
+
+/// Multiply-adds a decode step does per byte of K/V it reads. For each key, each of the
+/// group = q_heads / kv_heads query heads sharing its KV head takes a head_dim dot product with
+/// the K row (its logit) and adds head_dim weighted values of the V row (its output):
+/// 2 * group * head_dim multiply-adds over 2 * head_dim * elem_size bytes, group / elem_size.
+/// The softmax and the conversions to f32 are left out, so this is the least work a kernel does.
+double decode_macs_per_kv_byte(const CacheShape& shape);
+
+/// The K/V bytes per second a decode step can reach at most: the multiply-add rate allows
+/// fma_per_s / decode_macs_per_kv_byte, the memory read_bytes_per_s, the lower of them bounds.
+struct DecodeRoofline {
+  double compute_bound_bytes_per_s = 0;
+  double bytes_per_s = 0;  ///< min(read bandwidth, compute bound)
+  /// "compute" when arithmetic is the lower ceiling, else "read".
+  const char* limit() const { return bytes_per_s < compute_bound_bytes_per_s ? "read" : "compute"; }
+};
+DecodeRoofline decode_roofline(const CacheShape& shape, double read_bytes_per_s, double fma_per_s);
 
 }  // namespace kvc_bench
