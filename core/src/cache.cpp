@@ -368,10 +368,7 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
   size_t k_stride = k.row_stride ? k.row_stride : row;
   size_t v_stride = v.row_stride ? v.row_stride : row;
   std::vector<kvc_append_job> jobs;
-  // Exactly: a growing vector of thousands of jobs would take fresh pages on every call.
-  size_t n_jobs = 0;
-  for (size_t s = 0; s < stores.size(); ++s) n_jobs += stores[s]->append_jobs(extra[s], geometry_);
-  jobs.reserve(n_jobs);
+  jobs.reserve(stores.size() * 2);
   for (size_t s = 0; s < stores.size(); ++s) {
     size_t i = s / static_cast<size_t>(heads);
     size_t h = s % static_cast<size_t>(heads);

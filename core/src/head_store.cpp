@@ -137,24 +137,16 @@ kvc_head_stats HeadStore::stats(const Geometry& g) const {
   return out;
 }
 
-template <class Fn>
-void HeadStore::for_each_append_run(int32_t n, const Geometry& g, Fn fn) const {
-  int32_t written = 0;
-  for (size_t i = open_segment(g); written < n && i < segments_.size(); ++i) {
-    const int32_t room = segments_[i].capacity - segments_[i].count;
-    if (room <= 0) continue;
-    const int32_t take = std::min(room, n - written);
-    fn(i, written, take);
-    written += take;
-  }
-}
-
 void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometry& g,
                             std::vector<kvc_append_job>& jobs) const {
   const kvc_head_stats head_stats = stats(g);
   auto at = [](float* stat, int32_t index) { return stat ? stat + index : nullptr; };
-  for_each_append_run(n, g, [&](size_t i, int32_t written, int32_t take) {
+  int32_t written = 0;
+  for (size_t i = open_segment(g); written < n && i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
+    int32_t room = s.capacity - s.count;
+    if (room <= 0) continue;
+    int32_t take = std::min(room, n - written);
     kvc_append_job job{};
     job.struct_size = sizeof(job);
     job.n_tokens = take;
@@ -172,19 +164,20 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
     job.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index), at(head_stats.attn_last, index),
                                    at(head_stats.attn_window, index)};
     jobs.push_back(job);
-  });
+    written += take;
+  }
 }
 
 void HeadStore::commit_append(int32_t n, const Geometry& g) {
-  for_each_append_run(n, g, [&](size_t i, int32_t, int32_t take) { segments_[i].count += take; });
+  int32_t left = n;
+  for (size_t i = open_segment(g); left > 0 && i < segments_.size(); ++i) {
+    Segment& s = segments_[i];
+    int32_t take = std::min(s.capacity - s.count, left);
+    s.count += take;
+    left -= take;
+  }
   length_ += n;
   seen_ += n;
-}
-
-size_t HeadStore::append_jobs(int32_t n, const Geometry& g) const {
-  size_t jobs = 0;
-  for_each_append_run(n, g, [&](size_t, int32_t, int32_t) { ++jobs; });
-  return jobs;
 }
 
 void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {

@@ -128,8 +128,6 @@ class HeadStore {
   void plan_append(int32_t n, const AppendSource& source, const Geometry& g,
                    std::vector<kvc_append_job>& jobs) const;
   void commit_append(int32_t n, const Geometry& g);
-  // The number of jobs plan_append(n) makes.
-  size_t append_jobs(int32_t n, const Geometry& g) const;
 
   void gather(std::vector<kvc_segment>& out, const Geometry& g) const;
   // The statistics arrays in backend memory (all NULL when none is tracked).
@@ -162,10 +160,6 @@ class HeadStore {
  private:
   // Gives one segment back: a paged block to the free list, a contiguous allocation freed.
   void release_segment(void* base, int32_t capacity, BlockPool& pool, const Geometry& g) const;
-  // Calls fn(segment index, tokens before this run, tokens of the run) for the runs that `n`
-  // tokens appended after the stored ones fill, in order.
-  template <class Fn>
-  void for_each_append_run(int32_t n, const Geometry& g, Fn fn) const;
 
   std::vector<Segment> segments_;
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
