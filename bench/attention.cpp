@@ -45,7 +45,10 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "same threads (fma_gflops), caps it at attention_compute_bound_kv_gbps. Where that is below\n"
     "read_gbps, attention_bw_fraction cannot pass their ratio whatever the kernel does, and\n"
     "attention_roofline_fraction (the cold batch figure over min(read, compute bound)) says how\n"
-    "close the kernel comes to the ceiling that binds.\n";
+    "close the kernel comes to the ceiling that binds. attention_batch_cold_paired_fraction\n"
+    "pairs each cold batch pass with a read pass run just before it and gives the median of\n"
+    "their ratios: on a VM whose bandwidth or core placement moves within a run, the best\n"
+    "times above may come from different moments.\n";
 
 namespace {
 
@@ -163,7 +166,9 @@ int run_attention(Options& opts) {
   // one sequence on every layer (the shape of the warm figures before).
   CacheShape one_layer = shape;
   one_layer.layers = 1;
-  const DecodeTimes batched = time_decode(one_layer, decode_batch, cold_bytes, threads, reps);
+  ReadPass paired_read(static_cast<size_t>(cold_bytes), threads);
+  const DecodeTimes batched =
+      time_decode(one_layer, decode_batch, cold_bytes, threads, reps, &paired_read);
   const DecodeTimes single = time_decode(shape, 1, cold_bytes, threads, reps);
 
   FilledCache filled(shape, nullptr, 0, 1, threads);
@@ -212,6 +217,7 @@ int run_attention(Options& opts) {
   report("attention_roofline_kv_gbps", roofline.bytes_per_s / 1e9);
   report("attention_roofline_limit", roofline.limit());
   report("attention_roofline_fraction", batch_cold_bps / roofline.bytes_per_s);
+  report("attention_batch_cold_paired_fraction", batched.cold_paired_fraction);
   report("attention_bw_fraction", batch_cold_bps / bw.read_bytes_per_s);
   return 0;
 }

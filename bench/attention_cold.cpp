@@ -1,6 +1,7 @@
 #include "attention_cold.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -10,7 +11,7 @@
 namespace kvc_bench {
 
 DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
-                        int threads, int reps) {
+                        int threads, int reps, ReadPass* paired) {
   DecodeTimes times;
   times.set_bytes = shape.kv_bytes() * static_cast<uint64_t>(sequences);
   times.sets = static_cast<int>(
@@ -22,10 +23,20 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
     sets.push_back(std::make_unique<FilledCache>(seeded, nullptr, 0, sequences, threads));
   }
   double cold = std::numeric_limits<double>::infinity();
+  std::vector<double> fractions;
   for (int pass = 0; pass <= reps; ++pass) {  // pass 0 only touches every page once
+    const double read_bps = paired != nullptr && pass > 0 ? paired->bytes_per_s() : 0;
     Timer t;
     for (const auto& set : sets) set->attend_decode_step();
-    if (pass > 0) cold = std::min(cold, t.seconds() / times.sets);
+    if (pass == 0) continue;
+    const double step_s = t.seconds() / times.sets;
+    cold = std::min(cold, step_s);
+    if (paired != nullptr) fractions.push_back(static_cast<double>(times.set_bytes) / step_s / read_bps);
+  }
+  if (!fractions.empty()) {
+    const auto middle = fractions.begin() + static_cast<std::ptrdiff_t>(fractions.size() / 2);
+    std::nth_element(fractions.begin(), middle, fractions.end());
+    times.cold_paired_fraction = *middle;
   }
   double warm = std::numeric_limits<double>::infinity();
   sets.front()->attend_decode_step();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "bandwidth.hpp"
 #include "filled_cache.hpp"
 
 namespace kvc_bench {
@@ -15,12 +16,16 @@ struct DecodeTimes {
   double warm_seconds = 0;  ///< one decode step over the same set again (best call)
   uint64_t set_bytes = 0;   ///< K and V bytes of one set
   int sets = 0;             ///< sets rotated, together at least the requested bytes
+  /// With a paired read pass: the median over cold passes of the pass's K/V bytes per second
+  /// over the read pass's run right before it (0 without one).
+  double cold_paired_fraction = 0;
 };
 
 /// Decode steps of `sequences` sequences of `shape` in one batch on every layer, in contexts of
 /// `threads` threads (0: all cores): enough sets to hold at least `min_total_bytes` of K/V.
+/// With `paired`, each cold pass follows one of its read passes (cold_paired_fraction).
 DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
-                        int threads, int reps);
+                        int threads, int reps, ReadPass* paired = nullptr);
 
 /// Multiply-adds a decode step does per byte of K/V it reads. For each key, each of the
 /// group = q_heads / kv_heads query heads sharing its KV head takes a head_dim dot product with
