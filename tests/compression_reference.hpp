@@ -29,10 +29,9 @@ class SequenceModel {
 
   HeadHistory& head(int layer, int kv_head) { return heads_[static_cast<size_t>(layer * kv_heads_ + kv_head)]; }
 
-  // Stores n tokens (k, v: [n][kv_heads][head_dim]) and attends their queries
-  // (q: [n][q_heads][head_dim]); out gets [n][q_heads][head_dim].
-  void append_attend(int layer, int n, const int32_t* positions, const float* q, const float* k,
-                     const float* v, std::vector<double>& out) {
+  // Stores n tokens (k, v: [n][kv_heads][head_dim]) without attending, as kvc_append: their
+  // statistics start at 0.
+  void append(int layer, int n, const int32_t* positions, const float* k, const float* v) {
     const size_t d = static_cast<size_t>(d_);
     for (int h = 0; h < kv_heads_; ++h) {
       HeadHistory& hh = head(layer, h);
@@ -42,7 +41,20 @@ class SequenceModel {
         hh.k.insert(hh.k.end(), k + row, k + row + d);
         hh.v.insert(hh.v.end(), v + row, v + row + d);
         hh.attn_sum.push_back(0.0);
+        hh.attn_last.push_back(0.0);
+        hh.attn_window.push_back(0.0);
       }
+    }
+  }
+
+  // Stores n tokens (k, v: [n][kv_heads][head_dim]) and attends their queries
+  // (q: [n][q_heads][head_dim]); out gets [n][q_heads][head_dim].
+  void append_attend(int layer, int n, const int32_t* positions, const float* q, const float* k,
+                     const float* v, std::vector<double>& out) {
+    const size_t d = static_cast<size_t>(d_);
+    append(layer, n, positions, k, v);
+    for (int h = 0; h < kv_heads_; ++h) {
+      HeadHistory& hh = head(layer, h);
       hh.attn_last.assign(hh.tokens(), 0.0);
       hh.attn_window.assign(hh.tokens(), 0.0);
     }

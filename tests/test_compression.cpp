@@ -103,18 +103,54 @@ ProbeRead probe_reader() {
 
 }  // namespace
 
+namespace {
+
+// The probe policy's copy of every statistic of every head, taken by kvc_compress, against the
+// model's.
+void check_stats(kvc_cache* cache, int32_t seq, cref::SequenceModel& model) {
+  Status s(kvc_compress(cache, -1, 1, &seq));
+  REQUIRE_MESSAGE(s.ok(), s.describe());
+  ProbeRead read = probe_reader();
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      const cref::HeadHistory& expected = model.head(layer, h);
+      const std::vector<double>* stats[] = {&expected.attn_sum, &expected.attn_last,
+                                            &expected.attn_window};
+      for (int which = 0; which < 3; ++which) {
+        const int32_t* pos = nullptr;
+        const float* values = nullptr;
+        int32_t n = read(layer, h, which, &pos, &values);
+        REQUIRE(n == static_cast<int32_t>(expected.tokens()));
+        size_t wrong = 0;
+        for (int32_t j = 0; j < n; ++j) {
+          const size_t i = static_cast<size_t>(j);
+          wrong += pos[j] != expected.pos[i] ||
+                   !(values[j] == doctest::Approx((*stats[which])[i]).epsilon(1e-4));
+        }
+        CHECK_MESSAGE(wrong == 0, "layer " << layer << " head " << h << " statistic " << which);
+      }
+    }
+  }
+}
+
+kvt::CachePtr stats_probe_cache(kvc_context* ctx, kvc_layout layout) {
+  kvc_cache_params p = f32_params();
+  p.layout = layout;
+  p.policy = "stats_probe";
+  p.budget = 1;
+  kvc_key_value params[] = {{"stats", "7"}, {"window", "4"}};
+  p.policy_params = params;
+  p.n_policy_params = 2;
+  return kvt::make_cache(ctx, p);
+}
+
+}  // namespace
+
 TEST_CASE("compression: attention statistics match a naive attention") {
   for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
     CAPTURE(layout);
     kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
-    kvc_cache_params p = f32_params();
-    p.layout = layout;
-    p.policy = "stats_probe";
-    p.budget = 1;
-    kvc_key_value params[] = {{"stats", "7"}, {"window", "4"}};
-    p.policy_params = params;
-    p.n_policy_params = 2;
-    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvt::CachePtr cache = stats_probe_cache(ctx.get(), layout);
     REQUIRE(kvc_seq_create(cache.get(), 3) == nullptr);
     cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 4);
     std::mt19937 rng(11);
@@ -123,28 +159,36 @@ TEST_CASE("compression: attention statistics match a naive attention") {
       CHECK(step(cache.get(), model, 3, random_inputs(rng, n, next)) < 1e-5);
       next += n;
     }
-    int32_t seq = 3;
-    Status s(kvc_compress(cache.get(), -1, 1, &seq));
-    REQUIRE_MESSAGE(s.ok(), s.describe());
-    ProbeRead read = probe_reader();
-    for (int layer = 0; layer < kLayers; ++layer) {
-      for (int h = 0; h < kKvHeads; ++h) {
-        const cref::HeadHistory& expected = model.head(layer, h);
-        const std::vector<double>* stats[] = {&expected.attn_sum, &expected.attn_last,
-                                              &expected.attn_window};
-        for (int which = 0; which < 3; ++which) {
-          const int32_t* pos = nullptr;
-          const float* values = nullptr;
-          int32_t n = read(layer, h, which, &pos, &values);
-          REQUIRE(n == static_cast<int32_t>(expected.tokens()));
-          for (int32_t j = 0; j < n; ++j) {
-            CHECK(pos[j] == expected.pos[static_cast<size_t>(j)]);
-            CHECK(values[j] == doctest::Approx((*stats[which])[static_cast<size_t>(j)]).epsilon(1e-4));
-          }
-        }
-      }
-    }
+    check_stats(cache.get(), 3, model);
   }
+}
+
+// The CPU backend keeps a block's logits for the statistics pass up to 4 MiB a thread and
+// scores again past it: a decode token over 4200 tokens in 8-token blocks is within it, a
+// 32-query chunk (64 rows with this group of 2) past it.
+TEST_CASE("compression: attention statistics over a long context match a naive attention") {
+  constexpr int kContext = 4200;
+  kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+  kvt::CachePtr cache = stats_probe_cache(ctx.get(), KVC_LAYOUT_PAGED);
+  int32_t seq = 5;
+  REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
+  cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 4);
+  std::mt19937 rng(13);
+  const Inputs context = random_inputs(rng, kContext, 0);
+  int32_t n = kContext;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, context.pos.data());
+  for (int layer = 0; layer < kLayers; ++layer) {
+    const kvc_tensor k = kvt::tensor(context.k.data(), KVC_DTYPE_F32);
+    const kvc_tensor v = kvt::tensor(context.v.data(), KVC_DTYPE_F32);
+    Status s(kvc_append(cache.get(), layer, &batch, &k, &v));
+    REQUIRE_MESSAGE(s.ok(), s.describe());
+    model.append(layer, n, context.pos.data(), context.k.data(), context.v.data());
+  }
+  // attn_sum gathers both steps; attn_last and attn_window are the chunk's.
+  CHECK(step(cache.get(), model, seq, random_inputs(rng, 1, kContext)) < 1e-5);
+  CHECK(step(cache.get(), model, seq, random_inputs(rng, 32, kContext + 1)) < 1e-5);
+  check_stats(cache.get(), seq, model);
 }
 
 TEST_CASE("compression: attention after compression equals the reference over the kept tokens") {

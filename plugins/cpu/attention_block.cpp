@@ -9,6 +9,9 @@ namespace kvc::cpu {
 namespace {
 
 constexpr float kNoLogit = -std::numeric_limits<float>::infinity();
+// Logits kept for the statistics pass, per thread: 4 MiB, a decode group's over 131k keys or
+// a 64-row prefill block's over 8k.
+constexpr size_t kMaxKeptLogits = size_t{1} << 20;
 
 // Queries as f32 rows, scaled: the kernels' dot products are then the logits before soft-cap.
 void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionWorkspace& w) {
@@ -95,10 +98,23 @@ void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w
   }
 }
 
+void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const AttentionShape& s,
+                    AttentionWorkspace& w) {
+  w.keep_logits = false;
+  if (!wanted) return;
+  size_t tiles = 0;
+  for (int32_t si = 0; si < job.n_segments; ++si)
+    tiles += (size_t(job.segments[si].count) + kTileKeys - 1) / kTileKeys;
+  const size_t floats = tiles * count * s.group_size * kTileKeys;
+  w.keep_logits = floats <= kMaxKeptLogits;
+  if (w.keep_logits && w.kept_logits.size() < floats) w.kept_logits.resize(floats);
+}
+
 void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRange keys,
                   const AttentionShape& s, AttentionWorkspace& w) {
   w.first_query = first;
   w.n_queries = count;
+  w.kept_tiles = 0;
   load_queries(job, s, w);
   std::fill_n(w.acc.begin(), w.rows() * s.padded_dim, 0.0f);
   std::fill_n(w.row_max.begin(), w.rows(), kNoLogit);
@@ -108,6 +124,10 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
     // hide it.
     if (next) prefetch_rows(next->segment->k, *next, s);
     score_tile(tile, s, w);
+    if (w.keep_logits) {
+      const size_t floats = w.rows() * kTileKeys;
+      std::copy_n(w.logits.data(), floats, w.kept_logits.data() + w.kept_tiles++ * floats);
+    }
     update_softmax(tile.n, s, w);
     if (next) prefetch_rows(next->segment->v, *next, s);
     const TileRows v = tile_rows(tile.segment->v, tile, w.rows(), s, w.v.data());

@@ -53,6 +53,11 @@ struct AttentionWorkspace {
   Rows weights;                       // [rows, kTileKeys], exp(logit - row_max)
   Rows k;                             // [kTileKeys, padded_dim], a tile converted to f32
   Rows v;
+  // With keep_logits set, attend_block leaves every tile's scored logits here, tile i at
+  // i * rows() * kTileKeys, for the statistics pass to read instead of scoring again.
+  bool keep_logits = false;
+  size_t kept_tiles = 0;
+  Rows kept_logits;
 };
 
 // The calling thread's workspace for `s`, kept across calls: making one per call costs as
@@ -63,6 +68,11 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s);
 // queries_per_block) over its keys in `keys`: leaves their state in the workspace.
 void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRange keys,
                   const AttentionShape& s, AttentionWorkspace& w);
+
+// Sets w.keep_logits for the next attend_block over queries [first, first + count) of the job:
+// when `wanted` and the block's tiles' logits take at most kMaxKeptLogits floats.
+void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const AttentionShape& s,
+                    AttentionWorkspace& w);
 
 // Writes the output rows of the block last passed to attend_block.
 void write_output(const kvc_attend_job& job, const AttentionShape& s, const AttentionWorkspace& w);

@@ -133,7 +133,10 @@ void run_item(const kvc_attend_job& job, const WorkItem& item, const AttentionSh
   if (item.stats.any()) reset_latest_stats(job);
   const size_t end = item.first + item.count;
   for (size_t first = item.first; first < end; first += s.queries_per_block) {
-    attend_block(job, first, std::min(s.queries_per_block, end - first), item.keys, s, w);
+    const size_t count = std::min(s.queries_per_block, end - first);
+    keep_logits_if(item.stats.any() && block_feeds_stats(job, item.stats, first, count, s), job,
+                   count, s, w);
+    attend_block(job, first, count, item.keys, s, w);
     if (item.part != kWhole) {
       partials.save(item.part, w);
       continue;

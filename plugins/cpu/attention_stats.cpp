@@ -38,22 +38,34 @@ void reset_latest_stats(const kvc_attend_job& job) {
   if (job.stats.attn_window) std::fill_n(job.stats.attn_window, tokens, 0.0f);
 }
 
+bool block_feeds_stats(const kvc_attend_job& job, StatsRequest request, size_t first,
+                       size_t count, const AttentionShape& s) {
+  // The block's last query feeds every statistic that any of its queries feeds.
+  return row_targets(first + count - 1, job, request, s).any();
+}
+
 void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const AttentionShape& s,
                       AttentionWorkspace& w) {
-  // The block's last query feeds every statistic that any of its queries feeds.
-  if (!row_targets(w.first_query + w.n_queries - 1, job, request, s).any()) return;
+  if (!block_feeds_stats(job, request, w.first_query, w.n_queries, s)) return;
   const float head_weight = 1.0f / float(s.group_size);  // attn_last is a mean over heads
   const KeyRange all_keys{0, std::numeric_limits<size_t>::max()};
+  // The tiles come in the order attend_block scored them, with the same keys and range.
+  size_t tile_index = 0;
   for_each_visible_tile(job, all_keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
-    if (next) prefetch_rows(next->segment->k, *next, s);
-    score_tile(tile, s, w);
+    const float* logits = w.logits.data();
+    if (w.keep_logits && tile_index < w.kept_tiles) {
+      logits = w.kept_logits.data() + tile_index++ * w.rows() * kTileKeys;
+    } else {
+      if (next) prefetch_rows(next->segment->k, *next, s);
+      score_tile(tile, s, w);
+    }
     const kvc_head_stats& stats = job.stats;
     for (size_t row = 0; row < w.rows(); ++row) {
       const size_t query = w.first_query + row / s.group_size;
       const RowTargets targets = row_targets(query, job, request, s);
       if (!targets.any() || w.row_sum[row] <= 0.0f) continue;
       float* p = w.weights.data() + row * kTileKeys;  // probabilities, times row_sum
-      s.kernels->softmax_weights(w.logits.data() + row * kTileKeys, tile.n, w.row_max[row], p);
+      s.kernels->softmax_weights(logits + row * kTileKeys, tile.n, w.row_max[row], p);
       const float inv_sum = 1.0f / w.row_sum[row];
       for (size_t t = 0; t < tile.n; ++t) {
         const size_t key = tile.key + t;

@@ -20,8 +20,13 @@ StatsRequest requested_stats(const kvc_attend_job& job);
 // Zeroes attn_last and attn_window, which describe only the latest attend.
 void reset_latest_stats(const kvc_attend_job& job);
 
+// Whether queries [first, first + count) of the job feed any of the requested statistics.
+bool block_feeds_stats(const kvc_attend_job& job, StatsRequest request, size_t first,
+                       size_t count, const AttentionShape& s);
+
 // Adds the attention probabilities of the block last passed to attend_block to the job's
-// statistics. Blocks of one job must be folded in one after the other.
+// statistics, from the logits attend_block kept (keep_logits_if) or scored again. Blocks of one
+// job must be folded in one after the other.
 void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const AttentionShape& s,
                       AttentionWorkspace& w);
 

@@ -14,7 +14,7 @@
 #define EXPORT KVC_PLUGIN_EXPORT
 #define PROBE_LAYERS 4
 #define PROBE_HEADS 8
-#define PROBE_TOKENS 4096
+#define PROBE_TOKENS 8192
 
 typedef struct probe {
   uint32_t stats;
