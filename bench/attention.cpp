@@ -166,9 +166,9 @@ int run_attention(Options& opts) {
   // one sequence on every layer (the shape of the warm figures before).
   CacheShape one_layer = shape;
   one_layer.layers = 1;
-  ReadPass paired_read(static_cast<size_t>(cold_bytes), threads);
+  BaselinePasses paired(static_cast<size_t>(cold_bytes), threads);
   const DecodeTimes batched =
-      time_decode(one_layer, decode_batch, cold_bytes, threads, reps, &paired_read);
+      time_decode(one_layer, decode_batch, cold_bytes, threads, reps, &paired);
   const DecodeTimes single = time_decode(shape, 1, cold_bytes, threads, reps);
 
   FilledCache filled(shape, nullptr, 0, 1, threads);

@@ -1,7 +1,6 @@
 #include "attention_cold.hpp"
 
 #include <algorithm>
-#include <cstddef>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -11,7 +10,7 @@
 namespace kvc_bench {
 
 DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
-                        int threads, int reps, ReadPass* paired) {
+                        int threads, int reps, BaselinePasses* paired) {
   DecodeTimes times;
   times.set_bytes = shape.kv_bytes() * static_cast<uint64_t>(sequences);
   times.sets = static_cast<int>(
@@ -25,7 +24,7 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
   double cold = std::numeric_limits<double>::infinity();
   std::vector<double> fractions;
   for (int pass = 0; pass <= reps; ++pass) {  // pass 0 only touches every page once
-    const double read_bps = paired != nullptr && pass > 0 ? paired->bytes_per_s() : 0;
+    const double read_bps = paired != nullptr && pass > 0 ? paired->read_bytes_per_s() : 0;
     Timer t;
     for (const auto& set : sets) set->attend_decode_step();
     if (pass == 0) continue;
@@ -33,11 +32,7 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
     cold = std::min(cold, step_s);
     if (paired != nullptr) fractions.push_back(static_cast<double>(times.set_bytes) / step_s / read_bps);
   }
-  if (!fractions.empty()) {
-    const auto middle = fractions.begin() + static_cast<std::ptrdiff_t>(fractions.size() / 2);
-    std::nth_element(fractions.begin(), middle, fractions.end());
-    times.cold_paired_fraction = *middle;
-  }
+  times.cold_paired_fraction = median(fractions);
   double warm = std::numeric_limits<double>::infinity();
   sets.front()->attend_decode_step();
   for (int rep = 0; rep < reps; ++rep) {

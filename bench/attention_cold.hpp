@@ -25,7 +25,7 @@ struct DecodeTimes {
 /// `threads` threads (0: all cores): enough sets to hold at least `min_total_bytes` of K/V.
 /// With `paired`, each cold pass follows one of its read passes (cold_paired_fraction).
 DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min_total_bytes,
-                        int threads, int reps, ReadPass* paired = nullptr);
+                        int threads, int reps, BaselinePasses* paired = nullptr);
 
 /// Multiply-adds a decode step does per byte of K/V it reads. For each key, each of the
 /// group = q_heads / kv_heads query heads sharing its KV head takes a head_dim dot product with

@@ -75,57 +75,57 @@ size_t usable_bytes(size_t buffer_bytes, int threads) {
 
 }  // namespace
 
-struct ReadPass::Buffer {
-  explicit Buffer(size_t n) : bytes(n), data(allocate(n)) {}
+struct BaselinePasses::Buffers {
+  explicit Buffers(size_t n) : bytes(n), src(allocate(n)), dst(allocate(n)) {}
   size_t bytes;
-  Memory data;
+  Memory src;
+  Memory dst;
 };
 
-ReadPass::ReadPass(size_t buffer_bytes, int threads)
-    : buffer_(std::make_unique<Buffer>(usable_bytes(buffer_bytes, threads))),
+BaselinePasses::BaselinePasses(size_t buffer_bytes, int threads)
+    : buffers_(std::make_unique<Buffers>(usable_bytes(buffer_bytes, threads))),
       threads_(std::max(threads, 1)),
       sums_(static_cast<size_t>(threads_) * 8, 0) {}
 
-ReadPass::~ReadPass() {
+BaselinePasses::~BaselinePasses() {
   uint64_t total = 0;
   for (uint64_t v : sums_) total += v;
   clobber_memory(&total);
 }
 
-double ReadPass::bytes_per_s() {
-  const unsigned char* s = buffer_->data.get();
-  const double seconds = run_split(buffer_->bytes, threads_, [&](int i, size_t b, size_t e) {
+size_t BaselinePasses::buffer_bytes() const { return buffers_->bytes; }
+
+double BaselinePasses::read_bytes_per_s() {
+  const unsigned char* s = buffers_->src.get();
+  const double seconds = run_split(buffers_->bytes, threads_, [&](int i, size_t b, size_t e) {
     sums_[static_cast<size_t>(i) * 8] += sum_words(s + b, e - b);
   });
-  return static_cast<double>(buffer_->bytes) / seconds;
+  return static_cast<double>(buffers_->bytes) / seconds;
+}
+
+double BaselinePasses::copy_bytes_per_s() {
+  const unsigned char* s = buffers_->src.get();
+  unsigned char* d = buffers_->dst.get();
+  const double seconds = run_split(buffers_->bytes, threads_, [&](int, size_t b, size_t e) {
+    std::memcpy(d + b, s + b, e - b);
+    clobber_memory(d + b);
+  });
+  return static_cast<double>(buffers_->bytes) / seconds;
 }
 
 Bandwidth measure_bandwidth(size_t buffer_bytes, int threads, int reps) {
-  threads = std::max(threads, 1);
-  reps = std::max(reps, 1);
-  buffer_bytes = usable_bytes(buffer_bytes, threads);
-  ReadPass read(buffer_bytes, threads);
-  Memory dst = allocate(buffer_bytes);
-  // The copy's source is another buffer of the same size: the read pass's is private.
-  Memory src = allocate(buffer_bytes);
-  unsigned char* s = src.get();
-  unsigned char* d = dst.get();
-
-  double best_copy = 1e300;
+  BaselinePasses passes(buffer_bytes, threads);
+  double best_copy = 0;
   double best_read = 0;
-  for (int r = 0; r < reps; ++r) {
-    best_copy = std::min(best_copy, run_split(buffer_bytes, threads, [&](int, size_t b, size_t e) {
-                           std::memcpy(d + b, s + b, e - b);
-                           clobber_memory(d + b);
-                         }));
-    best_read = std::max(best_read, read.bytes_per_s());
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    best_copy = std::max(best_copy, passes.copy_bytes_per_s());
+    best_read = std::max(best_read, passes.read_bytes_per_s());
   }
-
   Bandwidth bw;
-  bw.memcpy_bytes_per_s = static_cast<double>(buffer_bytes) / best_copy;
+  bw.memcpy_bytes_per_s = best_copy;
   bw.read_bytes_per_s = best_read;
-  bw.buffer_bytes = buffer_bytes;
-  bw.threads = threads;
+  bw.buffer_bytes = passes.buffer_bytes();
+  bw.threads = std::max(threads, 1);
   return bw;
 }
 

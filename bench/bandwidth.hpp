@@ -22,18 +22,21 @@ struct Bandwidth {
 /// last-level cache), split across @p threads threads; the best of @p reps passes each.
 Bandwidth measure_bandwidth(size_t buffer_bytes = size_t{256} << 20, int threads = 1, int reps = 5);
 
-/// One read pass at a time over its own buffer, for a figure that pairs each of its passes with
-/// a read pass taken right beside it (a shared VM's bandwidth moves within a run).
-class ReadPass {
+/// One pass at a time over buffers of its own, for a figure that pairs each of its passes with
+/// a baseline pass taken right beside it (a shared VM's bandwidth moves within a run).
+class BaselinePasses {
  public:
-  ReadPass(size_t buffer_bytes, int threads);
-  ~ReadPass();
-  /// Streams the whole buffer once on the threads; returns the bytes read per second.
-  double bytes_per_s();
+  BaselinePasses(size_t buffer_bytes, int threads);
+  ~BaselinePasses();
+  /// Streams the buffer once on the threads; returns the bytes read per second.
+  double read_bytes_per_s();
+  /// memcpy of the buffer into the other on the threads; returns the bytes copied per second.
+  double copy_bytes_per_s();
+  size_t buffer_bytes() const;
 
  private:
-  struct Buffer;
-  std::unique_ptr<Buffer> buffer_;
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;
   int threads_;
   std::vector<uint64_t> sums_;  // one cache line a thread
 };
