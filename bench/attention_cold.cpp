@@ -30,7 +30,8 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
     if (pass == 0) continue;
     const double step_s = t.seconds() / times.sets;
     cold = std::min(cold, step_s);
-    if (paired != nullptr) fractions.push_back(static_cast<double>(times.set_bytes) / step_s / read_bps);
+    if (paired != nullptr)
+      fractions.push_back(static_cast<double>(times.set_bytes) / step_s / read_bps);
   }
   times.cold_paired_fraction = median(fractions);
   double warm = std::numeric_limits<double>::infinity();

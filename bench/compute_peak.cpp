@@ -10,8 +10,9 @@
 #include "timer.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
+
+#include "kvcache_support/cpu_features.hpp"
 #define KVC_BENCH_X86_FMA 1
 #endif
 
@@ -89,35 +90,13 @@ __attribute__((target("avx2,fma"))) void run_avx2(uint64_t iterations, float* si
   *sink = sum_of(lanes);
 }
 
-// XCR0, the register state the OS saves on a context switch; readable only under OSXSAVE.
-bool os_saves_state(unsigned xcr0_bits) {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & xcr0_bits) == xcr0_bits;
-}
-
-bool cpu_runs_avx2_fma() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-  if ((ecx & bit_AVX) == 0 || (ecx & bit_FMA) == 0) return false;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (ebx & bit_AVX2) == 0) return false;
-  return os_saves_state(0x6);  // XMM and YMM
-}
-
-bool cpu_runs_avx512f() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (ebx & bit_AVX512F) == 0)
-    return false;
-  return os_saves_state(0xE6);  // XMM, YMM, the opmasks, the upper halves of ZMM0-15, ZMM16-31
-}
 #endif
 
 FmaKernel widest_kernel() {
 #ifdef KVC_BENCH_X86_FMA
-  if (cpu_runs_avx512f()) return {"avx512", kZmmChains * 16, run_avx512};
-  if (cpu_runs_avx2_fma()) return {"avx2", kYmmChains * 8, run_avx2};
+  // The same checks as the CPU plugin's kernel sets, so the ISA named is the one they run.
+  if (kvc::support::missing_for_avx512() == nullptr) return {"avx512", kZmmChains * 16, run_avx512};
+  if (kvc::support::missing_for_avx2() == nullptr) return {"avx2", kYmmChains * 8, run_avx2};
 #endif
   return {"portable", kPortableLanes, run_portable};
 }
