@@ -55,8 +55,8 @@ typedef struct product_job {
 
 /* Threads that live as long as the engine and help the calling thread with its products.
  * Starting a thread per product cost about 30 us, more than a decode step's layer products
- * take. A product's chunks are claimed through `claim`: bits 40.. the product's number, bits
- * 20..39 its number of chunks, bits 0..19 the next chunk. A claim past the chunk count gets
+ * take. A product's chunks are claimed through `claim`: bits 20.. its number of chunks, bits
+ * 0..19 the next chunk. A claim past the chunk count gets
  * nothing, and a thread that still holds a valid claim keeps the product (and `job`) from
  * changing until it has counted its chunk in `completed`, so a late helper never computes a
  * chunk of the wrong product. */
@@ -208,10 +208,7 @@ static void pool_run(product_pool *pool, const product_job *job, int32_t n) {
   __atomic_store_n(&pool->completed, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->resting, 0, __ATOMIC_RELAXED);
   pthread_mutex_lock(&pool->lock);
-  __atomic_store_n(&pool->claim,
-                   ((uint64_t)(pool->generation + 1) << (2 * KVL_CLAIM_BITS)) |
-                       ((uint64_t)n << KVL_CLAIM_BITS),
-                   __ATOMIC_RELEASE);
+  __atomic_store_n(&pool->claim, (uint64_t)n << KVL_CLAIM_BITS, __ATOMIC_RELEASE);
   __atomic_store_n(&pool->generation, pool->generation + 1, __ATOMIC_RELEASE);
   if (pool->sleepers > 0) pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->lock);
