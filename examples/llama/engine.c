@@ -14,75 +14,19 @@
  *
  * The engine keeps no K/V of its own: the cache stores them and computes all attention.
  */
-/* blis.h needs POSIX barriers; sysconf counts the cores. */
-#define _POSIX_C_SOURCE 200809L
-#include <blis.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "internal.h"
-
-/* Matrix products of fewer multiply-adds run on the calling thread alone: for them handing
- * work to another thread costs more than it saves. A decode step's layer products (80k to
- * 220k multiply-adds per row) are larger: their weights stream from memory, and both threads
- * of a core together read them faster than one. */
-#define KVL_SPLIT_MULADDS 32768
-/* A split product is cut into chunks of about this many multiply-adds (whole 16-row groups of
- * W; at most KVL_CHUNKS_PER_THREAD per thread), which the threads claim one at a time: a
- * thread that is late (asleep, or descheduled on a loaded machine) leaves its chunks to the
- * others instead of making them wait for a fixed share. */
-#define KVL_CHUNK_MULADDS 131072
-#define KVL_CHUNKS_PER_THREAD 8
-/* The most threads one product is split over. */
-#define KVL_MAX_THREADS 64
-/* How often a waiting thread polls (with a pause, 30 ns here) before it sleeps on a
- * condition variable: a few decode-step products, so that workers stay awake between the
- * products of one layer. Before kvcache's attention, whose own threads want the cores, the
- * engine lets them sleep at once (pool_rest). */
-#define KVL_SPIN_POLLS 1000
-
-/* y[rows, out] = x[rows, in] W^T (+ beta * y), cut into chunks of `chunk` rows of W. */
-typedef struct product_job {
-  float *y;
-  const float *x, *w;
-  int32_t rows, in, out, chunk;
-  float beta;
-} product_job;
-
-/* Threads that live as long as the engine and help the calling thread with its products.
- * Starting a thread per product cost about 30 us, more than a decode step's layer products
- * take. A product's chunks are claimed through `claim`: bits 20.. its number of chunks, bits
- * 0..19 the next chunk. A claim past the chunk count gets
- * nothing, and a thread that still holds a valid claim keeps the product (and `job`) from
- * changing until it has counted its chunk in `completed`, so a late helper never computes a
- * chunk of the wrong product. */
-typedef struct product_pool {
-  pthread_t threads[KVL_MAX_THREADS];
-  int32_t workers;          /* threads started */
-  pthread_mutex_t lock;
-  pthread_cond_t wake;      /* a new product, or stop */
-  pthread_cond_t finished;  /* the last chunk of a product is done */
-  product_job job;          /* the current product */
-  uint64_t claim;
-  int32_t completed;        /* chunks of the current product done */
-  unsigned generation;      /* bumped (under lock) for each product */
-  int32_t sleepers;         /* workers waiting on `wake` */
-  int resting;              /* set by pool_rest: workers sleep without polling */
-  int caller_sleeping;      /* the calling thread waits on `finished` */
-  int stop;
-} product_pool;
 
 struct kvl_engine {
   const kvl_model *model;
   kvc_cache *cache;
   int32_t max_tokens;
-  int32_t threads;  /* threads of the matrix products: the calling one and the pool's */
-  product_pool pool;
-  int pool_ready;   /* the pool's lock and condition variables exist */
+  kvl_products *products;
   float *x;         /* [max, dim] residual stream */
   float *xb;        /* [max, dim] normalised activations */
   float *q;         /* [max, dim] queries, [max, n_heads, head_dim] */
@@ -94,168 +38,6 @@ struct kvl_engine {
   float *rope;      /* [head_dim / 2] cos, [head_dim / 2] sin of one token */
   double *inv_freq; /* [head_dim / 2] theta^(-2i / head_dim) */
 };
-
-/* Rows [first, first + count) of W's product, on one BLIS thread. For a few rows BLIS's
- * small-matrix ("sup") path reads W where it lies, where OpenBLAS's sgemm repacked all of W on
- * every call (more than half of a decode step's time). */
-static void compute_rows(const product_job *p, int32_t first, int32_t count) {
-  float one = 1.0f, beta = p->beta;
-  rntm_t serial = BLIS_RNTM_INITIALIZER;
-  bli_rntm_set_num_threads(1, &serial);
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, p->rows, count, p->in, &one, (float *)p->x,
-               p->in, 1, (float *)p->w + (size_t)first * p->in, p->in, 1, &beta, p->y + first,
-               p->out, 1, NULL, &serial);
-}
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-#define KVL_CLAIM_BITS 20
-#define KVL_CLAIM_MASK ((UINT64_C(1) << KVL_CLAIM_BITS) - 1)
-
-/* Claims and computes chunks of the current product until none is left. */
-static void compute_chunks(product_pool *pool) {
-  for (;;) {
-    const uint64_t ticket = __atomic_fetch_add(&pool->claim, 1, __ATOMIC_ACQ_REL);
-    const int32_t n = (int32_t)((ticket >> KVL_CLAIM_BITS) & KVL_CLAIM_MASK);
-    const int32_t index = (int32_t)(ticket & KVL_CLAIM_MASK);
-    const product_job *p = &pool->job;
-    int32_t first, count;
-    if (index >= n) return;
-    first = index * p->chunk;
-    count = p->out - first < p->chunk ? p->out - first : p->chunk;
-    compute_rows(p, first, count);
-    if (__atomic_add_fetch(&pool->completed, 1, __ATOMIC_ACQ_REL) == n) {
-      pthread_mutex_lock(&pool->lock);
-      if (pool->caller_sleeping) pthread_cond_signal(&pool->finished);
-      pthread_mutex_unlock(&pool->lock);
-    }
-  }
-}
-
-static void *pool_worker(void *arg) {
-  product_pool *pool = (product_pool *)arg;
-  unsigned seen = 0;
-  for (;;) {
-    int polls;
-    for (polls = 0; polls < KVL_SPIN_POLLS &&
-                    __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE) == seen &&
-                    !__atomic_load_n(&pool->resting, __ATOMIC_RELAXED);
-         ++polls) {
-      cpu_relax();
-    }
-    pthread_mutex_lock(&pool->lock);
-    ++pool->sleepers;
-    while (pool->generation == seen && !pool->stop) pthread_cond_wait(&pool->wake, &pool->lock);
-    --pool->sleepers;
-    seen = pool->generation;
-    if (pool->stop) {
-      pthread_mutex_unlock(&pool->lock);
-      return NULL;
-    }
-    pthread_mutex_unlock(&pool->lock);
-    compute_chunks(pool);
-  }
-}
-
-/* Starts up to `count` workers; the pool then has as many as started. Returns 0 when its lock
- * or condition variables could not be created (the engine then runs every product alone). */
-static int pool_start(product_pool *pool, int32_t count) {
-  int32_t i;
-  if (pthread_mutex_init(&pool->lock, NULL) != 0) return 0;
-  if (pthread_cond_init(&pool->wake, NULL) != 0) {
-    pthread_mutex_destroy(&pool->lock);
-    return 0;
-  }
-  if (pthread_cond_init(&pool->finished, NULL) != 0) {
-    pthread_cond_destroy(&pool->wake);
-    pthread_mutex_destroy(&pool->lock);
-    return 0;
-  }
-  for (i = 0; i < count; ++i) {
-    if (pthread_create(&pool->threads[i], NULL, pool_worker, pool) != 0) break;
-    ++pool->workers;
-  }
-  return 1;
-}
-
-/* Until the next product, idle workers sleep instead of polling: the calling thread is about
- * to do other work (attention on kvcache's threads, or return to the caller). */
-static void pool_rest(product_pool *pool) { __atomic_store_n(&pool->resting, 1, __ATOMIC_RELAXED); }
-
-static void pool_stop(product_pool *pool) {
-  int32_t i;
-  pthread_mutex_lock(&pool->lock);
-  pool->stop = 1;
-  pthread_cond_broadcast(&pool->wake);
-  pthread_mutex_unlock(&pool->lock);
-  for (i = 0; i < pool->workers; ++i) pthread_join(pool->threads[i], NULL);
-  pthread_cond_destroy(&pool->finished);
-  pthread_cond_destroy(&pool->wake);
-  pthread_mutex_destroy(&pool->lock);
-}
-
-/* Runs `job` (n chunks) on the calling thread and whichever workers join in; returns once
- * every chunk is done. */
-static void pool_run(product_pool *pool, const product_job *job, int32_t n) {
-  int polls;
-  pool->job = *job;
-  __atomic_store_n(&pool->completed, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&pool->resting, 0, __ATOMIC_RELAXED);
-  pthread_mutex_lock(&pool->lock);
-  __atomic_store_n(&pool->claim, (uint64_t)n << KVL_CLAIM_BITS, __ATOMIC_RELEASE);
-  __atomic_store_n(&pool->generation, pool->generation + 1, __ATOMIC_RELEASE);
-  if (pool->sleepers > 0) pthread_cond_broadcast(&pool->wake);
-  pthread_mutex_unlock(&pool->lock);
-  compute_chunks(pool);
-  for (polls = 0; polls < KVL_SPIN_POLLS &&
-                  __atomic_load_n(&pool->completed, __ATOMIC_ACQUIRE) < n;
-       ++polls) {
-    cpu_relax();
-  }
-  pthread_mutex_lock(&pool->lock);
-  pool->caller_sleeping = 1;
-  while (__atomic_load_n(&pool->completed, __ATOMIC_ACQUIRE) < n) {
-    pthread_cond_wait(&pool->finished, &pool->lock);
-  }
-  pool->caller_sleeping = 0;
-  pthread_mutex_unlock(&pool->lock);
-}
-
-/* y[rows, out] = x[rows, in] W^T (+ beta * y), W row-major [out, in] as llama2.c stores it.
- * A product of KVL_SPLIT_MULADDS or more is shared by the calling thread and the pool's
- * workers, chunk by chunk, each chunk one independent single-threaded BLIS call: BLIS's own
- * threads wait for each other in spinning barriers, which on a loaded machine (a partner
- * thread descheduled) spin away whole time slices, where here a late worker's chunks are done
- * by the others and an idle worker sleeps after a short poll. */
-static void matmul_t(kvl_engine *e, float *y, const float *x, const float *w, int32_t rows,
-                     int32_t in, int32_t out, float beta) {
-  const double muladds = (double)rows * in * out;
-  product_job job;
-  int32_t chunks;
-  job.y = y;
-  job.x = x;
-  job.w = w;
-  job.rows = rows;
-  job.in = in;
-  job.out = out;
-  job.beta = beta;
-  job.chunk = out;
-  if (e->threads == 1 || muladds < KVL_SPLIT_MULADDS) {
-    compute_rows(&job, 0, out);
-    return;
-  }
-  chunks = (int32_t)(muladds / KVL_CHUNK_MULADDS);
-  if (chunks > e->threads * KVL_CHUNKS_PER_THREAD) chunks = e->threads * KVL_CHUNKS_PER_THREAD;
-  if (chunks < e->threads) chunks = e->threads;
-  job.chunk = ((out + chunks - 1) / chunks + 15) / 16 * 16;
-  pool_run(&e->pool, &job, (out + job.chunk - 1) / job.chunk);
-}
 
 /* The activation buffers, sized in one place for kvl_engine_create and
  * kvl_engine_activation_bytes. */
@@ -302,12 +84,16 @@ size_t kvl_engine_activation_bytes(const kvl_model *model, int32_t max_batch_tok
     if (total > SIZE_MAX - bytes[i]) return 0;
     total += bytes[i];
   }
-  return total;
+  {
+    const size_t products = kvl_products_buffer_bytes(model, max_batch_tokens);
+    if (total > SIZE_MAX - products) return 0;
+    return total + products;
+  }
 }
 
 void kvl_engine_free(kvl_engine *e) {
   if (e == NULL) return;
-  if (e->pool_ready) pool_stop(&e->pool);
+  kvl_products_free(e->products);
   free(e->x);
   free(e->xb);
   free(e->q);
@@ -375,11 +161,9 @@ int kvl_engine_create(const kvl_model *model, kvc_cache *cache, int32_t max_batc
                     "kvl_engine_create: out of host memory for %d tokens of activations",
                     (int)max_batch_tokens);
   }
-  {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int32_t wanted = cores < 1 ? 1 : cores > KVL_MAX_THREADS ? KVL_MAX_THREADS : (int32_t)cores;
-    e->pool_ready = pool_start(&e->pool, wanted - 1);
-    e->threads = 1 + e->pool.workers;
+  if (kvl_products_create(model, max_batch_tokens, &e->products, error, error_size) != 0) {
+    kvl_engine_free(e);
+    return -1;
   }
   for (i = 0; i < model->head_dim / 2; ++i) {
     e->inv_freq[i] = pow((double)model->config.rope_theta, -(double)(2 * i) / model->head_dim);
@@ -427,6 +211,18 @@ static void apply_rope(kvl_engine *e, int32_t total, const int32_t *positions) {
   }
 }
 
+/* A failed matrix product: layers [0, stored) already hold the batch's tokens. */
+static int product_failed(int32_t stored, char *error, size_t error_size) {
+  if (stored == 0) {
+    return kvl_fail(error, error_size,
+                    "kvl_engine_forward: a matrix product failed in layer 0 (nothing was stored)");
+  }
+  return kvl_fail(error, error_size,
+                  "kvl_engine_forward: a matrix product failed (layers 0..%d already store this "
+                  "batch's tokens; remove its sequences)",
+                  (int)stored - 1);
+}
+
 int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
                        const int32_t *n_tokens, const int32_t *tokens, const int32_t *positions,
                        int all_logits, float *logits, char *error, size_t error_size) {
@@ -442,11 +238,12 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
   const kvl_config *c;
   int64_t total64 = 0;
   int32_t total, i, t, l, out_rows;
-  size_t dim, kv_dim, hidden;
+  size_t dim, hidden;
   kvc_batch batch;
   kvc_attention_params attention;
   kvc_tensor tq, tk, tv;
   kvc_tensor_mut tout;
+  const kvl_matrix *classifier;
 
   if (e == NULL || seq_ids == NULL || n_tokens == NULL || tokens == NULL || positions == NULL ||
       logits == NULL) {
@@ -455,8 +252,8 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
   m = e->model;
   c = &m->config;
   dim = (size_t)c->dim;
-  kv_dim = (size_t)m->kv_dim;
   hidden = (size_t)c->hidden_dim;
+  classifier = m->matrices + (size_t)c->n_layers * KVL_LAYER_MATRICES;
   if (n_seqs < 1) {
     return kvl_fail(error, error_size, "kvl_engine_forward: n_seqs must be >= 1, got %d",
                     (int)n_seqs);
@@ -497,6 +294,15 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
     }
   }
 
+  /* Every product's oneDNN primitives exist before the first layer stores anything. */
+  out_rows = all_logits ? total : n_seqs;
+  for (i = 0; i < KVL_LAYER_MATRICES; ++i) {
+    if (kvl_products_prepare(e->products, total, &m->matrices[i], error, error_size) != 0) {
+      return -1;
+    }
+  }
+  if (kvl_products_prepare(e->products, out_rows, classifier, error, error_size) != 0) return -1;
+
   for (t = 0; t < total; ++t) {
     memcpy(e->x + (size_t)t * dim, m->token_embedding + (size_t)tokens[t] * dim,
            dim * sizeof(float));
@@ -518,17 +324,20 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
   tout.device = KVC_DEVICE_HOST;
 
   for (l = 0; l < c->n_layers; ++l) {
+    const kvl_matrix *w = m->matrices + (size_t)l * KVL_LAYER_MATRICES;
     kvc_status *status;
     for (t = 0; t < total; ++t) {
       rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_att + (size_t)l * dim, c->dim,
               c->norm_eps);
     }
-    matmul_t(e, e->q, e->xb, m->wq + (size_t)l * dim * dim, total, c->dim, c->dim, 0.0f);
-    matmul_t(e, e->k, e->xb, m->wk + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
-    matmul_t(e, e->v, e->xb, m->wv + (size_t)l * kv_dim * dim, total, c->dim, m->kv_dim, 0.0f);
+    if (kvl_product(e->products, &w[KVL_WQ], e->q, e->xb, total, 0.0f) != 0 ||
+        kvl_product(e->products, &w[KVL_WK], e->k, e->xb, total, 0.0f) != 0 ||
+        kvl_product(e->products, &w[KVL_WV], e->v, e->xb, total, 0.0f) != 0) {
+      return product_failed(l, error, error_size);
+    }
     apply_rope(e, total, positions);
 
-    if (e->pool_ready) pool_rest(&e->pool);
+    kvl_products_rest(e->products);
     status = kvc_append_attend(e->cache, l, &batch, &tq, &tk, &tv, &attention, &tout);
     if (status != NULL) {
       char what[160];
@@ -542,16 +351,18 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
       }
       return kvl_fail_status(status, error, error_size, what);
     }
-    matmul_t(e, e->x, e->att, m->wo + (size_t)l * dim * dim, total, c->dim, c->dim, 1.0f);
+    if (kvl_product(e->products, &w[KVL_WO], e->x, e->att, total, 1.0f) != 0) {
+      return product_failed(l + 1, error, error_size);
+    }
 
     for (t = 0; t < total; ++t) {
       rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_ffn + (size_t)l * dim, c->dim,
               c->norm_eps);
     }
-    matmul_t(e, e->hb, e->xb, m->w1 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim,
-             0.0f);
-    matmul_t(e, e->hb2, e->xb, m->w3 + (size_t)l * hidden * dim, total, c->dim, c->hidden_dim,
-             0.0f);
+    if (kvl_product(e->products, &w[KVL_W1], e->hb, e->xb, total, 0.0f) != 0 ||
+        kvl_product(e->products, &w[KVL_W3], e->hb2, e->xb, total, 0.0f) != 0) {
+      return product_failed(l + 1, error, error_size);
+    }
     {
       const size_t n = (size_t)total * hidden;
       size_t j;
@@ -560,25 +371,26 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
         e->hb[j] = a / (1.0f + expf(-a)) * e->hb2[j];
       }
     }
-    matmul_t(e, e->x, e->hb, m->w2 + (size_t)l * dim * hidden, total, c->hidden_dim, c->dim,
-             1.0f);
+    if (kvl_product(e->products, &w[KVL_W2], e->x, e->hb, total, 1.0f) != 0) {
+      return product_failed(l + 1, error, error_size);
+    }
   }
 
   if (all_logits) {
-    out_rows = total;
     for (t = 0; t < total; ++t) {
       rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->rms_final, c->dim, c->norm_eps);
     }
   } else {
     int32_t last = -1;
-    out_rows = n_seqs;
     for (i = 0; i < n_seqs; ++i) {
       last += n_tokens[i];
       rmsnorm(e->xb + (size_t)i * dim, e->x + (size_t)last * dim, m->rms_final, c->dim,
               c->norm_eps);
     }
   }
-  matmul_t(e, logits, e->xb, m->wcls, out_rows, c->dim, c->vocab_size, 0.0f);
-  if (e->pool_ready) pool_rest(&e->pool);
+  if (kvl_product(e->products, classifier, logits, e->xb, out_rows, 0.0f) != 0) {
+    return product_failed(c->n_layers, error, error_size);
+  }
+  kvl_products_rest(e->products);
   return 0;
 }

@@ -44,6 +44,9 @@ int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_mo
 /** 1 if the file is a GGUF file (starts with "GGUF"), else 0. */
 int kvl_model_is_gguf(const char *path);
 const kvl_config *kvl_model_config(const kvl_model *model);
+/** The library of the engine's matrix products for this model: "onednn" (weights blocked at
+ * load, on CPUs with AVX-512) or "blis"; KVL_MATMUL=blis|onednn forces one at load. */
+const char *kvl_model_matmul(const kvl_model *model);
 /** The token a text starts with (llama2.c: 1), or -1 when the model has no BOS convention
  * (a GGUF file whose tokenizer.ggml.add_bos_token is false): texts then start at their first
  * token. */

@@ -233,6 +233,10 @@ int kvl_model_load(const char *path, kvl_model **out_model, char *error, size_t 
     return kvl_fail(error, error_size, "%s: read error", path);
   }
   fclose(f);
+  if (kvl_weights_prepare(m, error, error_size) != 0) {
+    kvl_model_free(m);
+    return -1;
+  }
   *out_model = m;
   return 0;
 }
@@ -284,6 +288,10 @@ int kvl_model_random(const kvl_config *config, uint64_t seed, kvl_model **out_mo
   fill_random((float *)m->w1, l.w1 + l.w2 + l.w3, &state); /* contiguous */
   fill_ones((float *)m->rms_final, l.rms_final);
   if (l.wcls > 0) fill_random((float *)m->wcls, l.wcls, &state);
+  if (kvl_weights_prepare(m, error, error_size) != 0) {
+    kvl_model_free(m);
+    return -1;
+  }
   *out_model = m;
   return 0;
 }
@@ -300,6 +308,7 @@ const kvl_config *kvl_model_config(const kvl_model *model) {
 
 void kvl_model_free(kvl_model *model) {
   if (model == NULL) return;
+  kvl_weights_free(model);
   free(model->storage);
   free(model);
 }

@@ -223,6 +223,8 @@ int kvl_model_load_gguf(const char *path, kvl_model **out_model, char *error, si
     }
   }
   kvl_gguf_close(g);
+  g = NULL;
+  if (kvl_weights_prepare(m, error, error_size) != 0) goto fail;
   *out_model = m;
   return 0;
 
