@@ -832,9 +832,9 @@ int run_batchmax(Options& opts) {
   // ---- report
   const int32_t head_dim = mc.dim / mc.n_heads;
   std::printf("kvc-bench batchmax: %s model dim %d, hidden %d, %d layers, %d heads (%d KV), "
-              "head_dim %d, vocab %d\n",
+              "head_dim %d, vocab %d; matrix products by %s\n",
               real ? cfg.model_path.c_str() : "random-weight", mc.dim, mc.hidden_dim, mc.n_layers,
-              mc.n_heads, mc.n_kv_heads, head_dim, mc.vocab_size);
+              mc.n_heads, mc.n_kv_heads, head_dim, mc.vocab_size, kvl_model_matmul(model.get()));
   std::printf("%d requests: %d prompt tokens (chunks of %d) + %d new tokens; policy %s, budget %d; "
               "KV %s, paged, block %d\n",
               cfg.requests, cfg.prompt_tokens, cfg.chunk_tokens, cfg.new_tokens, cfg.policy.c_str(),
@@ -848,6 +848,7 @@ int run_batchmax(Options& opts) {
   report("batchmax_new_tokens", cfg.new_tokens);
   report("batchmax_chunk_tokens", cfg.chunk_tokens);
   report("batchmax_policy", cfg.policy);
+  report("batchmax_matmul", std::string(kvl_model_matmul(model.get())));
   report("batchmax_budget", cfg.budget);
   report("batchmax_dtype", dtype_name(cfg.dtype));
   report("batchmax_block_tokens", cfg.block_tokens);
