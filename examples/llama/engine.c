@@ -211,16 +211,24 @@ static void apply_rope(kvl_engine *e, int32_t total, const int32_t *positions) {
   }
 }
 
-/* A failed matrix product: layers [0, stored) already hold the batch's tokens. */
-static int product_failed(int32_t stored, char *error, size_t error_size) {
+/* Says where a forward pass failed and what it left stored: layers [0, stored) already hold
+ * the batch's tokens. */
+static void describe_failure(char *what, size_t size, const char *failed, int32_t stored) {
   if (stored == 0) {
-    return kvl_fail(error, error_size,
-                    "kvl_engine_forward: a matrix product failed in layer 0 (nothing was stored)");
+    snprintf(what, size, "kvl_engine_forward: %s (nothing was stored)", failed);
+  } else {
+    snprintf(what, size,
+             "kvl_engine_forward: %s (layers 0..%d already store this batch's tokens; remove its "
+             "sequences)",
+             failed, (int)stored - 1);
   }
-  return kvl_fail(error, error_size,
-                  "kvl_engine_forward: a matrix product failed (layers 0..%d already store this "
-                  "batch's tokens; remove its sequences)",
-                  (int)stored - 1);
+}
+
+static int product_failed(int32_t layer, int32_t stored, char *error, size_t error_size) {
+  char failed[64], what[192];
+  snprintf(failed, sizeof failed, "a matrix product failed in layer %d", (int)layer);
+  describe_failure(what, sizeof what, failed, stored);
+  return kvl_fail(error, error_size, "%s", what);
 }
 
 int kvl_engine_forward(kvl_engine *e, int32_t n_seqs, const int32_t *seq_ids,
@@ -333,26 +341,20 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
     if (kvl_product(e->products, &w[KVL_WQ], e->q, e->xb, total, 0.0f) != 0 ||
         kvl_product(e->products, &w[KVL_WK], e->k, e->xb, total, 0.0f) != 0 ||
         kvl_product(e->products, &w[KVL_WV], e->v, e->xb, total, 0.0f) != 0) {
-      return product_failed(l, error, error_size);
+      return product_failed(l, l, error, error_size);
     }
     apply_rope(e, total, positions);
 
     kvl_products_rest(e->products);
     status = kvc_append_attend(e->cache, l, &batch, &tq, &tk, &tv, &attention, &tout);
     if (status != NULL) {
-      char what[160];
-      if (l == 0) {
-        snprintf(what, sizeof what, "kvl_engine_forward: layer 0 (nothing was stored)");
-      } else {
-        snprintf(what, sizeof what,
-                 "kvl_engine_forward: layer %d (layers 0..%d already store this batch's tokens; "
-                 "remove its sequences)",
-                 (int)l, (int)l - 1);
-      }
+      char failed[32], what[192];
+      snprintf(failed, sizeof failed, "layer %d", (int)l);
+      describe_failure(what, sizeof what, failed, l);
       return kvl_fail_status(status, error, error_size, what);
     }
     if (kvl_product(e->products, &w[KVL_WO], e->x, e->att, total, 1.0f) != 0) {
-      return product_failed(l + 1, error, error_size);
+      return product_failed(l, l + 1, error, error_size);
     }
 
     for (t = 0; t < total; ++t) {
@@ -361,7 +363,7 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
     }
     if (kvl_product(e->products, &w[KVL_W1], e->hb, e->xb, total, 0.0f) != 0 ||
         kvl_product(e->products, &w[KVL_W3], e->hb2, e->xb, total, 0.0f) != 0) {
-      return product_failed(l + 1, error, error_size);
+      return product_failed(l, l + 1, error, error_size);
     }
     {
       const size_t n = (size_t)total * hidden;
@@ -372,7 +374,7 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
       }
     }
     if (kvl_product(e->products, &w[KVL_W2], e->x, e->hb, total, 1.0f) != 0) {
-      return product_failed(l + 1, error, error_size);
+      return product_failed(l, l + 1, error, error_size);
     }
   }
 
@@ -389,7 +391,7 @@ int kvl_engine_forward_marked(kvl_engine *e, int32_t n_seqs, const int32_t *seq_
     }
   }
   if (kvl_product(e->products, classifier, logits, e->xb, out_rows, 0.0f) != 0) {
-    return product_failed(c->n_layers, error, error_size);
+    return product_failed(c->n_layers, c->n_layers, error, error_size);
   }
   kvl_products_rest(e->products);
   return 0;

@@ -139,7 +139,6 @@ struct kvl_products {
   product_pool pool;
   int pool_ready;  /* the pool's lock and condition variables exist */
   slot slots[KVL_MAX_THREADS]; /* 0: the calling thread; 1..: the workers */
-  size_t slot_floats;
   slice_primitive **primitives;
   int32_t n_primitives, cap_primitives;
 };
@@ -498,62 +497,73 @@ static void cpu_relax(void) {
 #endif
 }
 
-/* Outputs [first, first + count) of the job on thread `index`'s slot. */
-static void compute_slice(kvl_products *p, int32_t index, product_job *job, int32_t first,
-                          int32_t count) {
+/* Outputs [first, first + count) of a BLIS job, written in place. */
+static void compute_slice_blis(const product_job *job, int32_t first, int32_t count) {
   const kvl_matrix *w = job->w;
-  if (job->whole == NULL) {
-    float one = 1.0f, beta = job->beta;
-    rntm_t serial = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads(1, &serial);
-    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, job->rows, count, w->in, &one,
-                 (float *)job->x, w->in, 1, (float *)w->w + (size_t)first * w->in, w->in, 1,
-                 &beta, job->y + first, w->out, 1, NULL, &serial);
+  float one = 1.0f, beta = job->beta;
+  rntm_t serial = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_num_threads(1, &serial);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, job->rows, count, w->in, &one, (float *)job->x,
+               w->in, 1, (float *)w->w + (size_t)first * w->in, w->in, 1, &beta, job->y + first,
+               w->out, 1, NULL, &serial);
+}
+
+/* Slice [first, first + count) of a oneDNN job on thread `index`'s slot. Slices of rows: x's
+ * and y's rows by all of W, in place. Slices of outputs: all rows by W's 64-output blocks from
+ * `first`, into the thread's buffer, then copied (or added) into y. */
+static void compute_slice_onednn(kvl_products *p, int32_t index, product_job *job, int32_t first,
+                                 int32_t count) {
+  const kvl_matrix *w = job->w;
+  slot *t = &p->slots[index];
+  slice_primitive *s = count == job->slice ? job->whole : job->last;
+  const float *src = job->by_rows ? job->x + (size_t)first * w->in : job->x;
+  const float *weights =
+      job->by_rows ? w->blocked
+                   : w->blocked + (size_t)(first / KVL_BLOCK_OUT) *
+                                      blocked_floats(w->in, KVL_BLOCK_OUT);
+  float *dst = job->by_rows ? job->y + (size_t)first * w->out : t->out;
+  dnnl_exec_arg_t args[4];
+  int n_args = 3, ok;
+  int32_t r;
+  args[0].arg = DNNL_ARG_SRC;
+  args[0].memory = s->src[index];
+  args[1].arg = DNNL_ARG_WEIGHTS;
+  args[1].memory = s->weights[index];
+  args[2].arg = DNNL_ARG_DST;
+  args[2].memory = s->dst[index];
+  ok = dnnl_memory_set_data_handle(s->src[index], (void *)src) == dnnl_success &&
+       dnnl_memory_set_data_handle(s->weights[index], (void *)weights) == dnnl_success &&
+       dnnl_memory_set_data_handle(s->dst[index], dst) == dnnl_success;
+  if (ok && s->scratchpad[index] != NULL) {
+    args[3].arg = DNNL_ARG_SCRATCHPAD;
+    args[3].memory = s->scratchpad[index];
+    n_args = 4;
+    ok = dnnl_memory_set_data_handle(s->scratchpad[index], t->scratchpad) == dnnl_success;
+  }
+  if (!ok || dnnl_primitive_execute(s->primitive, t->stream, n_args, args) != dnnl_success) {
+    __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
     return;
   }
-  {
-    slot *t = &p->slots[index];
-    slice_primitive *s = count == job->slice ? job->whole : job->last;
-    const size_t block = (size_t)round_up(w->in, KVL_BLOCK_IN) * KVL_BLOCK_OUT;
-    /* Slices of rows: x's and y's rows [first, first + count) by all of W. Slices of outputs:
-     * all rows by W's 64-output blocks from `first`, into this thread's buffer. */
-    const float *src = job->by_rows ? job->x + (size_t)first * w->in : job->x;
-    const float *weights =
-        job->by_rows ? w->blocked : w->blocked + (size_t)(first / KVL_BLOCK_OUT) * block;
-    float *dst = job->by_rows ? job->y + (size_t)first * w->out : t->out;
-    dnnl_exec_arg_t args[4];
-    int n_args = 3, ok;
-    int32_t r;
-    args[0].arg = DNNL_ARG_SRC;
-    args[0].memory = s->src[index];
-    args[1].arg = DNNL_ARG_WEIGHTS;
-    args[1].memory = s->weights[index];
-    args[2].arg = DNNL_ARG_DST;
-    args[2].memory = s->dst[index];
-    ok = dnnl_memory_set_data_handle(s->src[index], (void *)src) == dnnl_success &&
-         dnnl_memory_set_data_handle(s->weights[index], (void *)weights) == dnnl_success &&
-         dnnl_memory_set_data_handle(s->dst[index], dst) == dnnl_success;
-    if (ok && s->scratchpad[index] != NULL) {
-      args[3].arg = DNNL_ARG_SCRATCHPAD;
-      args[3].memory = s->scratchpad[index];
-      n_args = 4;
-      ok = dnnl_memory_set_data_handle(s->scratchpad[index], t->scratchpad) == dnnl_success;
+  if (job->by_rows) return;
+  for (r = 0; r < job->rows; ++r) {
+    float *y = job->y + (size_t)r * w->out + first;
+    const float *from = t->out + (size_t)r * count;
+    int32_t j;
+    if (job->beta == 0.0f) {
+      memcpy(y, from, (size_t)count * sizeof(float));
+    } else {
+      for (j = 0; j < count; ++j) y[j] += from[j];
     }
-    if (!ok || dnnl_primitive_execute(s->primitive, t->stream, n_args, args) != dnnl_success) {
-      __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
-      return;
-    }
-    if (job->by_rows) return;
-    for (r = 0; r < job->rows; ++r) {
-      float *y = job->y + (size_t)r * w->out + first;
-      const float *from = t->out + (size_t)r * count;
-      int32_t j;
-      if (job->beta == 0.0f) {
-        memcpy(y, from, (size_t)count * sizeof(float));
-      } else {
-        for (j = 0; j < count; ++j) y[j] += from[j];
-      }
-    }
+  }
+}
+
+/* Slice [first, first + count) of the job (outputs, or rows when by_rows) on thread `index`. */
+static void compute_slice(kvl_products *p, int32_t index, product_job *job, int32_t first,
+                          int32_t count) {
+  if (job->whole == NULL) {
+    compute_slice_blis(job, first, count);
+  } else {
+    compute_slice_onednn(p, index, job, first, count);
   }
 }
 
@@ -700,9 +710,9 @@ int kvl_products_create(const kvl_model *model, int32_t max_rows, kvl_products *
   p->max_rows = max_rows;
   p->threads = wanted;
   if (model->onednn != NULL) {
-    p->slot_floats = slot_floats_for(model, max_rows);
+    const size_t floats = slot_floats_for(model, max_rows);
     for (i = 0; i < wanted; ++i) {
-      p->slots[i].out = (float *)malloc(p->slot_floats * sizeof(float));
+      p->slots[i].out = (float *)malloc(floats * sizeof(float));
       if (p->slots[i].out == NULL ||
           dnnl_stream_create(&p->slots[i].stream, model->onednn->engine,
                              dnnl_stream_default_flags) != dnnl_success) {
@@ -750,8 +760,9 @@ static int prepare_job(kvl_products *p, const kvl_matrix *w, int32_t rows, int32
 int kvl_products_prepare(kvl_products *p, int32_t rows, const kvl_matrix *w, char *error,
                          size_t error_size) {
   product_job job;
+  /* A cut by rows has a primitive for each of beta 0 and 1; a cut by outputs adds itself. */
   if (rows > p->max_rows || prepare_job(p, w, rows, 0, &job) != 0 ||
-      prepare_job(p, w, rows, 1, &job) != 0) {
+      (job.by_rows && prepare_job(p, w, rows, 1, &job) != 0)) {
     return kvl_fail(error, error_size,
                     "oneDNN: no matrix product of %d rows by [%d, %d] (out of memory?)", (int)rows,
                     (int)w->in, (int)w->out);
