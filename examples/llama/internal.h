@@ -1,6 +1,6 @@
 /*
- * Internal declarations of kvc_llama shared by model.c, engine.c and tokenizer.c.
- * Not installed; users include llama.h only.
+ * Internal declarations of kvc_llama shared by its model loaders, engine.c, products.c and
+ * tokenizer.c. Not installed; users include llama.h only.
  */
 #ifndef KVC_LLAMA_INTERNAL_H
 #define KVC_LLAMA_INTERNAL_H
