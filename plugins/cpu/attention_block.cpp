@@ -83,9 +83,11 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s) {
   return *workspace;
 }
 
-void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w) {
+void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
+                Prefetch& ahead) {
   const TileRows k = tile_rows(tile.segment->k, tile, w.rows(), s, w.k.data());
-  s.kernels->logits(w.q.data(), w.rows(), k.data, k.dtype, tile.n, s.padded_dim, w.logits.data());
+  s.kernels->logits(w.q.data(), w.rows(), k.data, k.dtype, tile.n, s.padded_dim, w.logits.data(),
+                    ahead);
   const int32_t* pos = tile.segment->pos + tile.first;
   for (size_t row = 0; row < w.rows(); ++row) {
     float* logits = w.logits.data() + row * kTileKeys;
@@ -120,19 +122,19 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
   std::fill_n(w.row_max.begin(), w.rows(), kNoLogit);
   std::fill_n(w.row_sum.begin(), w.rows(), 0.0f);
   for_each_visible_tile(job, keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
-    // The next tile's K and V are asked for in two bursts, each ahead of the work that can
-    // hide it.
-    if (next) prefetch_rows(next->segment->k, *next, s);
-    score_tile(tile, s, w);
+    // The next tile's K is asked for while this one's is scored, its V while this one's V is
+    // weighed.
+    Prefetch next_keys = next ? prefetch_rows(next->segment->k, *next, s) : Prefetch{};
+    score_tile(tile, s, w, next_keys);
     if (w.keep_logits) {
       const size_t floats = w.rows() * kTileKeys;
       std::copy_n(w.logits.data(), floats, w.kept_logits.data() + w.kept_tiles++ * floats);
     }
     update_softmax(tile.n, s, w);
-    if (next) prefetch_rows(next->segment->v, *next, s);
+    Prefetch next_values = next ? prefetch_rows(next->segment->v, *next, s) : Prefetch{};
     const TileRows v = tile_rows(tile.segment->v, tile, w.rows(), s, w.v.data());
     s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.data, v.dtype, tile.n,
-                          s.padded_dim);
+                          s.padded_dim, next_values);
   });
 }
 

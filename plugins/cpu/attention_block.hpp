@@ -78,7 +78,9 @@ void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const 
 void write_output(const kvc_attend_job& job, const AttentionShape& s, const AttentionWorkspace& w);
 
 // The logits of every row of the workspace's block for one tile of keys, in w.logits:
-// soft-capped, and -infinity where the row's query does not see the key.
-void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w);
+// soft-capped, and -infinity where the row's query does not see the key. Asks for `ahead` on
+// the way.
+void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
+                Prefetch& ahead);
 
 }  // namespace kvc::cpu

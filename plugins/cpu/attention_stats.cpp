@@ -56,8 +56,8 @@ void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const Att
     if (w.keep_logits && tile_index < w.kept_tiles) {
       logits = w.kept_logits.data() + tile_index++ * w.rows() * kTileKeys;
     } else {
-      if (next) prefetch_rows(next->segment->k, *next, s);
-      score_tile(tile, s, w);
+      Prefetch next_keys = next ? prefetch_rows(next->segment->k, *next, s) : Prefetch{};
+      score_tile(tile, s, w, next_keys);
     }
     const kvc_head_stats& stats = job.stats;
     for (size_t row = 0; row < w.rows(); ++row) {

@@ -81,14 +81,12 @@ inline TileRows tile_rows(const void* rows, const Tile& tile, size_t block_rows,
   return {buffer, KVC_DTYPE_F32};
 }
 
-// Asks for a tile's K or V rows to be loaded into cache while the previous tile is computed:
-// decode attention streams them from memory, and the blocks of a paged cache are too short
-// for the hardware prefetcher to ramp up within each.
-inline void prefetch_rows(const void* rows, const Tile& tile, const AttentionShape& s) {
+// A tile's K or V rows, to be asked for while the previous tile is computed: decode attention
+// streams them from memory, and the blocks of a paged cache are too short for the hardware
+// prefetcher to ramp up within each.
+inline Prefetch prefetch_rows(const void* rows, const Tile& tile, const AttentionShape& s) {
   const size_t row_bytes = s.head_dim * dtype_size(s.storage_dtype);
-  const char* begin = static_cast<const char*>(rows) + tile.first * row_bytes;
-  for (size_t offset = 0; offset < tile.n * row_bytes; offset += 64)
-    __builtin_prefetch(begin + offset);
+  return {static_cast<const char*>(rows) + tile.first * row_bytes, tile.n * row_bytes};
 }
 
 // Calls visit(tile, next) for each tile of up to kTileKeys keys of `keys`, in storage

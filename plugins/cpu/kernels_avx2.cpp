@@ -80,10 +80,12 @@ KVC_AVX2_INLINE __m256 sum_lanes8(const __m256* a) {
 // Dots of query rows [0, R) with key rows [key, key + T): R * T accumulators, each key chunk
 // loaded (and converted) once for R rows and each query chunk once for T keys.
 template <size_t R, size_t T, class Element>
-KVC_AVX2_INLINE void dot_block(const float* q, const void* k, size_t key, size_t dim, float* out) {
+KVC_AVX2_INLINE void dot_block(const float* q, const void* k, size_t key, size_t dim, float* out,
+                               Prefetch& ahead) {
   __m256 acc[R * T];
   for (size_t i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
   for (size_t c = 0; c < dim; c += kDimAlign) {
+    ahead.step();
     __m256 keys[T];
     for (size_t t = 0; t < T; ++t) keys[t] = Element::load(k, (key + t) * dim + c);
     for (size_t r = 0; r < R; ++r) {
@@ -110,35 +112,40 @@ KVC_AVX2_INLINE void dot_block(const float* q, const void* k, size_t key, size_t
 
 template <size_t R, class Element>
 KVC_AVX2_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size_t dim,
-                              float* out) {
+                              float* out, Prefetch& ahead) {
   size_t t = 0;
-  for (; t + 2 <= n_keys; t += 2) dot_block<R, 2, Element>(q, k, t, dim, out);
-  if (t < n_keys) dot_block<R, 1, Element>(q, k, t, dim, out);
+  for (; t + 2 <= n_keys; t += 2) dot_block<R, 2, Element>(q, k, t, dim, out, ahead);
+  if (t < n_keys) dot_block<R, 1, Element>(q, k, t, dim, out, ahead);
 }
 
 template <class Element>
 KVC_AVX2 void logits_as(const float* q, size_t rows, const void* k, size_t n_keys, size_t dim,
-                        float* out) {
+                        float* out, Prefetch& ahead) {
+  const size_t row_blocks = rows / 4 + rows % 4;
+  ahead.spread_over(row_blocks * ((n_keys + 1) / 2) * (dim / kDimAlign));
   size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys);
-  for (; r < rows; ++r) dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys);
+    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+  for (; r < rows; ++r)
+    dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+  ahead.rest();
 }
 
 KVC_AVX2 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype, size_t n_keys,
-                     size_t dim, float* out) {
+                     size_t dim, float* out, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
-                                                                         out);
+                                                                         out, ahead);
 }
 
 // Adds the weighted V rows to R rows of acc, over C chunks of 8 from element c: R * C
 // accumulators, each V chunk loaded (and converted) once for R rows.
 template <size_t R, size_t C, class Element>
 KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const void* v,
-                                      size_t n_keys, size_t dim, size_t c) {
+                                      size_t n_keys, size_t dim, size_t c, Prefetch& ahead) {
   __m256 sums[R * C];
   for (size_t i = 0; i < R * C; ++i) sums[i] = _mm256_setzero_ps();
   for (size_t t = 0; t < n_keys; ++t) {
+    ahead.step();
     __m256 values[C];
     for (size_t i = 0; i < C; ++i) values[i] = Element::load(v, t * dim + c + i * kDimAlign);
     for (size_t r = 0; r < R; ++r) {
@@ -157,27 +164,31 @@ KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const vo
 
 template <size_t R, class Element>
 KVC_AVX2_INLINE void accumulate_rows(float* acc, const float* weights, const void* v, size_t n_keys,
-                                     size_t dim) {
+                                     size_t dim, Prefetch& ahead) {
   size_t c = 0;
   for (; c + 2 * kDimAlign <= dim; c += 2 * kDimAlign)
-    accumulate_block<R, 2, Element>(acc, weights, v, n_keys, dim, c);
-  if (c < dim) accumulate_block<R, 1, Element>(acc, weights, v, n_keys, dim, c);
+    accumulate_block<R, 2, Element>(acc, weights, v, n_keys, dim, c, ahead);
+  if (c < dim) accumulate_block<R, 1, Element>(acc, weights, v, n_keys, dim, c, ahead);
 }
 
 template <class Element>
 KVC_AVX2 void accumulate_as(float* acc, size_t rows, const float* weights, const void* v,
-                            size_t n_keys, size_t dim) {
+                            size_t n_keys, size_t dim, Prefetch& ahead) {
+  const size_t row_blocks = rows / 4 + rows % 4;
+  const size_t column_blocks = (dim / kDimAlign + 1) / 2;
+  ahead.spread_over(row_blocks * column_blocks * n_keys);
   size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    accumulate_rows<4, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
+    accumulate_rows<4, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim, ahead);
   for (; r < rows; ++r)
-    accumulate_rows<1, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
+    accumulate_rows<1, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim, ahead);
+  ahead.rest();
 }
 
 KVC_AVX2 void accumulate(float* acc, size_t rows, const float* weights, const void* v,
-                         kvc_dtype v_dtype, size_t n_keys, size_t dim) {
+                         kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead) {
   for_elements(v_dtype, accumulate_as<F32>, accumulate_as<F16>, accumulate_as<BF16>)(
-      acc, rows, weights, v, n_keys, dim);
+      acc, rows, weights, v, n_keys, dim, ahead);
 }
 
 // exp(x) for x <= 0, and 0 below -87 (where exp(x) leaves the normal floats) or for NaN.

@@ -140,7 +140,8 @@ KVC_AVX512_INLINE float sum_lanes(__m512 x) {
 // `lanes` when Masked): each key chunk is loaded (and converted) once for the R rows.
 template <size_t R, size_t T, class Element, bool Masked>
 KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* k, const size_t* row,
-                                 size_t dim, size_t c, __mmask16 lanes) {
+                                 size_t dim, size_t c, __mmask16 lanes, Prefetch& ahead) {
+  ahead.step();
   __m512 keys[T];
   for (size_t t = 0; t < T; ++t)
     keys[t] = Masked ? Element::load_masked(k, row[t] + c, lanes) : Element::load(k, row[t] + c);
@@ -155,7 +156,7 @@ KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* k, con
 // together at the end. Keys from n_keys on repeat the last one and are not stored.
 template <size_t R, class Element>
 KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size_t n_keys,
-                                 size_t dim, float* out) {
+                                 size_t dim, float* out, Prefetch& ahead) {
   constexpr size_t T = kLanes / R;
   size_t row[T];
   for (size_t t = 0; t < T; ++t) row[t] = std::min(key + t, n_keys - 1) * dim;
@@ -163,8 +164,9 @@ KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size
   for (size_t i = 0; i < kLanes; ++i) acc[i] = _mm512_setzero_ps();
   size_t c = 0;
   for (; c + kLanes <= dim; c += kLanes)
-    dot_chunk<R, T, Element, false>(acc, q, k, row, dim, c, kAllLanes);
-  if (c < dim) dot_chunk<R, T, Element, true>(acc, q, k, row, dim, c, lanes_below(dim - c));
+    dot_chunk<R, T, Element, false>(acc, q, k, row, dim, c, kAllLanes, ahead);
+  if (c < dim)
+    dot_chunk<R, T, Element, true>(acc, q, k, row, dim, c, lanes_below(dim - c), ahead);
   const __m512 sums = sum_each(acc);  // row r's logits in lanes [r * T, r * T + T)
   const __mmask16 stored = lanes_below(std::min(T, n_keys - key));
   // Row r's lanes are stored from out + r * kTileKeys + key: the register is placed r * T
@@ -175,30 +177,36 @@ KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size
 
 template <size_t R, class Element>
 KVC_AVX512_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size_t dim,
-                                float* out) {
+                                float* out, Prefetch& ahead) {
   for (size_t key = 0; key < n_keys; key += kLanes / R)
-    dot_block<R, Element>(q, k, key, n_keys, dim, out);
+    dot_block<R, Element>(q, k, key, n_keys, dim, out, ahead);
 }
+
+size_t chunks_of(size_t dim) { return (dim + kLanes - 1) / kLanes; }
 
 // Blocks of 4 query rows by 4 keys (decode's GQA groups share each K chunk), the rows left
 // over as 2 by 8 and 1 by 16.
 template <class Element>
 KVC_AVX512 void logits_as(const float* q, size_t rows, const void* k, size_t n_keys, size_t dim,
-                          float* out) {
+                          float* out, Prefetch& ahead) {
+  const size_t blocks = rows / 4 * ((n_keys + 3) / 4) + rows % 4 / 2 * ((n_keys + 7) / 8) +
+                        rows % 2 * ((n_keys + 15) / 16);
+  ahead.spread_over(blocks * chunks_of(dim));
   size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys);
+    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
   if (r + 2 <= rows) {
-    dot_rows<2, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys);
+    dot_rows<2, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
     r += 2;
   }
-  if (r < rows) dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys);
+  if (r < rows) dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+  ahead.rest();
 }
 
 KVC_AVX512 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype,
-                       size_t n_keys, size_t dim, float* out) {
+                       size_t n_keys, size_t dim, float* out, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
-                                                                         out);
+                                                                         out, ahead);
 }
 
 // Adds the weighted V rows to R rows of acc over C chunks of 16 from element c, the last
@@ -206,10 +214,12 @@ KVC_AVX512 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_d
 // converted) once for the R rows.
 template <size_t R, size_t C, class Element>
 KVC_AVX512_INLINE void accumulate_block(float* acc, const float* weights, const void* v,
-                                        size_t n_keys, size_t dim, size_t c, __mmask16 last) {
+                                        size_t n_keys, size_t dim, size_t c, __mmask16 last,
+                                        Prefetch& ahead) {
   __m512 sums[R * C];
   for (size_t i = 0; i < R * C; ++i) sums[i] = _mm512_setzero_ps();
   for (size_t t = 0; t < n_keys; ++t) {
+    ahead.step();
     __m512 values[C];
     for (size_t i = 0; i + 1 < C; ++i) values[i] = Element::load(v, t * dim + c + i * kLanes);
     values[C - 1] = Element::load_masked(v, t * dim + c + (C - 1) * kLanes, last);
@@ -230,39 +240,47 @@ KVC_AVX512_INLINE void accumulate_block(float* acc, const float* weights, const 
 }
 
 // Column blocks of 4 chunks (64 floats), the last of 1 to 4 chunks.
+constexpr size_t kBlockChunks = 4;
+
 template <size_t R, class Element>
 KVC_AVX512_INLINE void accumulate_rows(float* acc, const float* weights, const void* v,
-                                       size_t n_keys, size_t dim) {
-  const size_t chunks = (dim + kLanes - 1) / kLanes;
+                                       size_t n_keys, size_t dim, Prefetch& ahead) {
+  const size_t chunks = chunks_of(dim);
   const __mmask16 last = lanes_below(dim - (chunks - 1) * kLanes);
   size_t i = 0;
-  for (; chunks - i > 4; i += 4)
-    accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, i * kLanes, kAllLanes);
+  for (; chunks - i > kBlockChunks; i += kBlockChunks)
+    accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, i * kLanes, kAllLanes, ahead);
+  const size_t c = i * kLanes;
   switch (chunks - i) {
-    case 4: accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, i * kLanes, last); break;
-    case 3: accumulate_block<R, 3, Element>(acc, weights, v, n_keys, dim, i * kLanes, last); break;
-    case 2: accumulate_block<R, 2, Element>(acc, weights, v, n_keys, dim, i * kLanes, last); break;
-    default: accumulate_block<R, 1, Element>(acc, weights, v, n_keys, dim, i * kLanes, last);
+    case 4: accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, c, last, ahead); break;
+    case 3: accumulate_block<R, 3, Element>(acc, weights, v, n_keys, dim, c, last, ahead); break;
+    case 2: accumulate_block<R, 2, Element>(acc, weights, v, n_keys, dim, c, last, ahead); break;
+    default: accumulate_block<R, 1, Element>(acc, weights, v, n_keys, dim, c, last, ahead);
   }
 }
 
 template <class Element>
 KVC_AVX512 void accumulate_as(float* acc, size_t rows, const float* weights, const void* v,
-                              size_t n_keys, size_t dim) {
+                              size_t n_keys, size_t dim, Prefetch& ahead) {
+  const size_t row_blocks = rows / 4 + rows % 4 / 2 + rows % 2;
+  const size_t column_blocks = (chunks_of(dim) + kBlockChunks - 1) / kBlockChunks;
+  ahead.spread_over(row_blocks * column_blocks * n_keys);
   size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    accumulate_rows<4, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
+    accumulate_rows<4, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim, ahead);
   if (r + 2 <= rows) {
-    accumulate_rows<2, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
+    accumulate_rows<2, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim, ahead);
     r += 2;
   }
-  if (r < rows) accumulate_rows<1, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
+  if (r < rows)
+    accumulate_rows<1, Element>(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim, ahead);
+  ahead.rest();
 }
 
 KVC_AVX512 void accumulate(float* acc, size_t rows, const float* weights, const void* v,
-                           kvc_dtype v_dtype, size_t n_keys, size_t dim) {
+                           kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead) {
   for_elements(v_dtype, accumulate_as<F32>, accumulate_as<F16>, accumulate_as<BF16>)(
-      acc, rows, weights, v, n_keys, dim);
+      acc, rows, weights, v, n_keys, dim, ahead);
 }
 
 // exp(x) for x <= 0, and 0 below -87 (where exp(x) leaves the normal floats) or for NaN.

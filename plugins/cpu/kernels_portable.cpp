@@ -39,8 +39,10 @@ float dot(const float* __restrict a, const float* __restrict b, size_t n) {
   return sum;
 }
 
+// The portable set asks for the next tile's rows up front: its loops are left to the compiler.
 void logits(const float* q, size_t rows, const void* k, kvc_dtype, size_t n_keys, size_t dim,
-            float* out) {
+            float* out, Prefetch& ahead) {
+  ahead.rest();
   const auto* keys = static_cast<const float*>(k);
   for (size_t r = 0; r < rows; ++r)
     for (size_t t = 0; t < n_keys; ++t)
@@ -66,7 +68,8 @@ void weighted_sum(float* __restrict y, const float* w, const float* x, size_t n_
 }
 
 void accumulate(float* acc, size_t rows, const float* weights, const void* v, kvc_dtype,
-                size_t n_keys, size_t dim) {
+                size_t n_keys, size_t dim, Prefetch& ahead) {
+  ahead.rest();
   for (size_t r = 0; r < rows; ++r)
     weighted_sum(acc + r * dim, weights + r * kTileKeys, static_cast<const float*>(v), n_keys, dim);
 }

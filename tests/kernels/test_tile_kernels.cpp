@@ -18,6 +18,7 @@
 namespace {
 
 using kvc::cpu::kTileKeys;
+using kvc::cpu::Prefetch;
 using kvc::cpu::TileKernels;
 
 constexpr kvc_dtype kDtypes[] = {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16};
@@ -71,6 +72,9 @@ struct Elements {
         value[i] = bf16_value(bits[i]);
       }
     }
+  }
+  size_t bytes() const {
+    return dtype == KVC_DTYPE_F32 ? f32.size() * sizeof(float) : bits.size() * sizeof(uint16_t);
   }
   const void* data() const {
     return dtype == KVC_DTYPE_F32 ? static_cast<const void*>(f32.data()) : bits.data();
@@ -127,7 +131,10 @@ void check_logits(const TileKernels& set, std::mt19937& rng) {
           const Elements k(dtype, n_keys * dim, rng);
           const KernelRows given(set, k, rows);
           std::vector<float> logits(rows * kTileKeys, kNaN);
-          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data());
+          // The next tile's rows, all of which the kernel must have asked for when it returns.
+          Prefetch ahead(k.data(), k.bytes());
+          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data(), ahead);
+          CHECK_MESSAGE(ahead.done(), set.name << " logits left lines unrequested");
           double worst = 0;  // the largest error over its bound
           for (size_t r = 0; r < rows; ++r) {
             for (size_t t = 0; t < n_keys; ++t) {
@@ -162,7 +169,10 @@ void check_accumulate(const TileKernels& set, std::mt19937& rng) {
               weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
           const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
           std::vector<float> acc = before;
-          set.accumulate(acc.data(), rows, weights.data(), given.data, given.dtype, n_keys, dim);
+          Prefetch ahead(v.data(), v.bytes());
+          set.accumulate(acc.data(), rows, weights.data(), given.data, given.dtype, n_keys, dim,
+                         ahead);
+          CHECK_MESSAGE(ahead.done(), set.name << " accumulate left lines unrequested");
           double worst = 0;
           for (size_t r = 0; r < rows; ++r) {
             for (size_t i = 0; i < dim; ++i) {
