@@ -1,7 +1,6 @@
 // kvc-bench: `kvc-bench <subcommand> [--key=value ...]`. Each subcommand prints `name=value`
 // lines on stdout; errors go to stderr with exit status 1, bad usage with exit status 2.
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -83,20 +82,13 @@ int main(int argc, char** argv) {
   }
   try {
     // --json, for every subcommand: the values as one JSON object instead of name=value lines.
-    std::vector<std::string> args;
-    for (int i = 2; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--json") == 0)
-        JsonReport::get().enabled = true;
-      else
-        args.emplace_back(argv[i]);
-    }
-    Options opts(args);
+    Options opts(arguments_taking_json(2, argc, argv));
     if (opts.help()) {
       print_help(stdout, *sc);
       return 0;
     }
     const int status = sc->run(opts);
-    if (JsonReport::get().enabled) std::printf("%s\n", JsonReport::get().object().c_str());
+    finish_report();
     return status;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kvc-bench %s: %s\n\n", sc->name, e.what());

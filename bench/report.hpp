@@ -47,6 +47,23 @@ struct JsonReport {
   }
 };
 
+/// argv[first, argc) less `--json`, which turns the JSON output on.
+inline std::vector<std::string> arguments_taking_json(int first, int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = first; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json")
+      JsonReport::get().enabled = true;
+    else
+      args.emplace_back(argv[i]);
+  }
+  return args;
+}
+
+/// Prints the JSON object of the values reported, when the output is JSON.
+inline void finish_report() {
+  if (JsonReport::get().enabled) std::printf("%s\n", JsonReport::get().object().c_str());
+}
+
 /// One value: `text` on a name=value line, or `literal` in the JSON object.
 inline void emit(const std::string& name, const std::string& text, const std::string& literal) {
   JsonReport& json = JsonReport::get();

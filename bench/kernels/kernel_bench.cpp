@@ -35,7 +35,7 @@ using kvc::cpu::AttentionShape;
 using kvc::cpu::AttentionWorkspace;
 
 const char* const kHelp =
-    "usage: kvc-kernel-bench [--key=value ...]\n"
+    "usage: kvc-kernel-bench [--key=value ...] [--json]\n"
     "  --threads=N       threads, each timed in its own CPU time (default: all cores)\n"
     "  --cold_mib=N      K/V of the cold jobs (default 1024)\n"
     "  --keys=N          keys of each cold job (default 4096)\n"
@@ -44,7 +44,8 @@ const char* const kHelp =
     "  --group=N         query heads per KV head (default 4)\n"
     "  --head_dim=N      (default 128)\n"
     "  --dtype=D         f16, bf16 or f32 (default f16)\n"
-    "  --rounds=N        rounds of cold, read and L2 passes; the best of each counts (default 5)\n";
+    "  --rounds=N        rounds of cold, read and L2 passes; the best of each counts (default 5)\n"
+    "--json prints the values as one JSON object instead of name=value lines.\n";
 
 double thread_cpu_seconds() {
   timespec t{};
@@ -248,12 +249,14 @@ const char* plugin_label() { return "kvc-kernel-bench"; }
 
 int main(int argc, char** argv) {
   try {
-    Options opts(std::vector<std::string>(argv + 1, argv + argc));
+    Options opts(arguments_taking_json(1, argc, argv));
     if (opts.help()) {
       std::fputs(kHelp, stdout);
       return 0;
     }
-    return run(opts);
+    const int status = run(opts);
+    finish_report();
+    return status;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kvc-kernel-bench: %s\n%s", e.what(), kHelp);
     return 2;
