@@ -76,7 +76,7 @@ AttentionShape make_shape(const kvc_attend_call& config) {
   const size_t group = size_t(config.group_size);
   const size_t dim = size_t(config.head_dim);
   return {dim,
-          (dim + kDimAlign - 1) / kDimAlign * kDimAlign,
+          padded_dim(dim),
           group,
           std::max<size_t>(1, kBlockRows / group),
           config.storage_dtype,

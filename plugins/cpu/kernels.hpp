@@ -11,6 +11,10 @@
 namespace kvc::cpu {
 
 constexpr size_t kDimAlign = 8;  // f32 lanes of an AVX register
+// The stride of f32 rows for a head dimension.
+constexpr size_t padded_dim(size_t head_dim) {
+  return (head_dim + kDimAlign - 1) / kDimAlign * kDimAlign;
+}
 // Keys scored together: a tile's K and V rows stay in L1/L2 while every query row of a block
 // passes over them. Rows of logits and weights are this long.
 constexpr size_t kTileKeys = 32;

@@ -249,7 +249,8 @@ KVC_AVX512_INLINE void accumulate_rows(float* acc, const float* weights, const v
   const __mmask16 last = lanes_below(dim - (chunks - 1) * kLanes);
   size_t i = 0;
   for (; chunks - i > kBlockChunks; i += kBlockChunks)
-    accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, i * kLanes, kAllLanes, ahead);
+    accumulate_block<R, kBlockChunks, Element>(acc, weights, v, n_keys, dim, i * kLanes,
+                                               kAllLanes, ahead);
   const size_t c = i * kLanes;
   switch (chunks - i) {
     case 4: accumulate_block<R, 4, Element>(acc, weights, v, n_keys, dim, c, last, ahead); break;
