@@ -99,6 +99,9 @@ void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRang
   size_t segment_first = 0;  // the key index of the segment's first token
   for (int32_t si = 0; si < job.n_segments && segment_first < keys.end; ++si) {
     const kvc_segment& segment = job.segments[si];
+    // A block's positions are read before its keys, one tile's compute ahead of them: a
+    // cold miss there stalls the whole pass unless it is asked for a segment earlier.
+    if (si + 1 < job.n_segments) __builtin_prefetch(job.segments[si + 1].pos);
     const size_t count = size_t(segment.count);
     const size_t begin = std::max(keys.first, segment_first) - segment_first;
     const size_t end = std::min(keys.end, segment_first + count) - segment_first;
