@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_half.h"
 #include "reference_attention.hpp"
 #include "test_support.hpp"
 
@@ -445,6 +447,113 @@ TEST_CASE("attention: layers are stored independently and may hold different len
       for (int i = 0; i < QH * D; ++i) err = std::max(err, std::fabs(out[i] - expect[i]));
       INFO("layer " << layer);
       CHECK(err <= 1e-5);
+    }
+  }
+}
+
+// The rows of one stored head of a sequence, oldest first: positions, and K and V as bytes.
+struct StoredHead {
+  std::vector<int32_t> pos;
+  std::vector<unsigned char> k, v;
+};
+
+StoredHead stored_head(const kvc_cache* cache, int32_t seq, int32_t head, size_t row_bytes) {
+  size_t count = 0;
+  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, head, nullptr, 0, &count));
+  std::vector<kvc_segment_view> views(count);
+  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, head, views.data(), views.size(), &count));
+  StoredHead out;
+  for (const kvc_segment_view& view : views) {
+    const size_t n = static_cast<size_t>(view.count);
+    out.pos.insert(out.pos.end(), view.pos, view.pos + n);
+    const auto* k = static_cast<const unsigned char*>(view.k);
+    const auto* v = static_cast<const unsigned char*>(view.v);
+    out.k.insert(out.k.end(), k, k + n * row_bytes);
+    out.v.insert(out.v.end(), v, v + n * row_bytes);
+  }
+  return out;
+}
+
+TEST_CASE("attention: appends of many MiB store every head's rows exactly as given") {
+  // Calls that store over 4 MiB take the CPU backend's streaming path, which copies the heads
+  // of a token side by side; sequences start at different fills, so their jobs split at
+  // different block boundaries. Source rows are f16 with padding, then f32 (converted).
+  const int kHeads = 4, kDim = 64, kSeqs = 8, kChunk = 640;
+  const size_t row = static_cast<size_t>(kHeads) * kDim, pad = 8;
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (kvc_layout layout : {PAGED, CONTIG}) {
+    INFO("layout " << layout);
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.layers = 1;
+    p.kv_heads = kHeads;
+    p.q_heads = kHeads;
+    p.head_dim = kDim;
+    p.dtype = F16;
+    p.layout = layout;
+    p.block_tokens = 16;
+    p.memory_limit = size_t{256} << 20;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    ref::Rng rng(7);
+    std::vector<int32_t> seqs(kSeqs), lengths(kSeqs, 0);
+    std::vector<std::vector<uint16_t>> k_rows(kSeqs), v_rows(kSeqs);  // as stored: [tokens][row]
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      seqs[s] = s;
+      KVT_REQUIRE_OK(kvc_seq_create(cache.get(), s));
+      const int32_t lead = 3 * s;  // a few tokens first, through the small-call path
+      if (lead == 0) continue;
+      std::vector<float> k = rng.vec(lead * row), v = rng.vec(lead * row);
+      std::vector<int32_t> pos(static_cast<size_t>(lead));
+      for (int32_t i = 0; i < lead; ++i) pos[i] = i;
+      kvc_batch b;
+      kvc_batch_init(&b, 1, &s, &lead, pos.data());
+      const kvc_tensor kt = kvt::tensor(k.data(), F32), vt = kvt::tensor(v.data(), F32);
+      KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &b, &kt, &vt));
+      for (float x : k) k_rows[s].push_back(kvc_f32_to_f16(x));
+      for (float x : v) v_rows[s].push_back(kvc_f32_to_f16(x));
+      lengths[s] = lead;
+    }
+    for (kvc_dtype source : {F16, F32}) {
+      INFO("source " << dtype_name(source));
+      const size_t stride = source == F16 ? row + pad : row;
+      const size_t tokens = static_cast<size_t>(kSeqs) * kChunk;
+      std::vector<float> k = rng.vec(tokens * stride), v = rng.vec(tokens * stride);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = kvc_f32_to_f16(k[i]);
+      for (size_t i = 0; i < v.size(); ++i) v16[i] = kvc_f32_to_f16(v[i]);
+      std::vector<int32_t> pos;
+      for (int32_t s = 0; s < kSeqs; ++s)
+        for (int32_t i = 0; i < kChunk; ++i) pos.push_back(lengths[s] + i);
+      const std::vector<int32_t> n_tokens(kSeqs, kChunk);
+      kvc_batch b;
+      kvc_batch_init(&b, kSeqs, seqs.data(), n_tokens.data(), pos.data());
+      const kvc_tensor kt = source == F16 ? kvt::tensor(k16.data(), F16, stride)
+                                          : kvt::tensor(k.data(), F32, stride);
+      const kvc_tensor vt = source == F16 ? kvt::tensor(v16.data(), F16, stride)
+                                          : kvt::tensor(v.data(), F32, stride);
+      KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &b, &kt, &vt));
+      for (size_t t = 0; t < tokens; ++t) {
+        const size_t s = t / kChunk;
+        k_rows[s].insert(k_rows[s].end(), &k16[t * stride], &k16[t * stride] + row);
+        v_rows[s].insert(v_rows[s].end(), &v16[t * stride], &v16[t * stride] + row);
+      }
+      for (int32_t s = 0; s < kSeqs; ++s) lengths[s] += kChunk;
+    }
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      for (int32_t h = 0; h < kHeads; ++h) {
+        INFO("sequence " << s << " head " << h);
+        const StoredHead got = stored_head(cache.get(), s, h, kDim * sizeof(uint16_t));
+        REQUIRE(got.pos.size() == static_cast<size_t>(lengths[s]));
+        std::vector<uint16_t> k_want, v_want;
+        for (size_t t = 0; t < got.pos.size(); ++t) {
+          CHECK(got.pos[t] == static_cast<int32_t>(t));
+          const size_t first = t * row + static_cast<size_t>(h) * kDim;
+          k_want.insert(k_want.end(), &k_rows[s][first], &k_rows[s][first] + kDim);
+          v_want.insert(v_want.end(), &v_rows[s][first], &v_rows[s][first] + kDim);
+        }
+        CHECK(std::memcmp(got.k.data(), k_want.data(), got.k.size()) == 0);
+        CHECK(std::memcmp(got.v.data(), v_want.data(), got.v.size()) == 0);
+      }
     }
   }
 }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
+#include <vector>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -52,8 +54,8 @@ void copy_bytes(void* dst, const void* src, size_t n, bool stream) {
   std::memcpy(dst, src, n);
 }
 
-// Source rows of a strided copy are asked for this many rows ahead: rows of one head are
-// far apart in the source, too far for the hardware prefetcher to follow.
+// Source rows are asked for this many tokens ahead: a group's heads may be only part of each
+// token's row, and the hardware prefetcher does not follow such strided rows far enough.
 constexpr size_t kPrefetchRows = 8;
 
 void prefetch_row(const char* row, size_t bytes) {
@@ -67,41 +69,41 @@ void end_streaming() {
 #endif
 }
 
-void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
-               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens, bool stream) {
-  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
-  auto* dst_bytes = static_cast<char*>(dst);
-  if (src_dtype == storage_dtype) {
-    const size_t src_row_bytes = src_stride * dtype_size(src_dtype);
-    if (src_stride == head_dim) {
-      copy_bytes(dst, src, n_tokens * dst_row_bytes, stream);
-      return;
-    }
-    const auto* src_bytes = static_cast<const char*>(src);
-    for (size_t t = 0; t < n_tokens; ++t) {
-      if (stream) prefetch_row(src_bytes + (t + kPrefetchRows) * src_row_bytes, dst_row_bytes);
-      copy_bytes(dst_bytes + t * dst_row_bytes, src_bytes + t * src_row_bytes, dst_row_bytes,
-                 stream);
-    }
-    return;
-  }
-  const auto* src_f32 = static_cast<const float*>(src);
-  for (size_t t = 0; t < n_tokens; ++t)
-    store_row_f32(src_f32 + t * src_stride, dst_bytes + t * dst_row_bytes, storage_dtype,
-                  head_dim);
+// One head row of a token, converted from f32 where the source is f32.
+void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
+              size_t head_dim, bool stream) {
+  if (src_dtype == storage_dtype)
+    copy_bytes(dst, src, head_dim * dtype_size(storage_dtype), stream);
+  else
+    store_row_f32(static_cast<const float*>(src), dst, storage_dtype, head_dim);
 }
 
-void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype,
-                bool stream) {
-  if (job.n_tokens == 0) return;
+void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
+               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens) {
+  const size_t src_row_bytes = src_stride * dtype_size(src_dtype);
+  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
+  if (src_dtype == storage_dtype && src_stride == head_dim) {
+    std::memcpy(dst, src, n_tokens * dst_row_bytes);
+    return;
+  }
+  for (size_t t = 0; t < n_tokens; ++t)
+    copy_row(static_cast<const char*>(src) + t * src_row_bytes, src_dtype,
+             static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, false);
+}
+
+// Positions and zeroed statistics of a job's tokens.
+void finish_job(const kvc_append_job& job) {
   const size_t n = size_t(job.n_tokens);
-  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n,
-            stream);
-  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n,
-            stream);
   std::memcpy(job.dst_pos, job.src_pos, n * sizeof(int32_t));
   for (float* stat : {job.dst_stats.attn_sum, job.dst_stats.attn_last, job.dst_stats.attn_window})
     if (stat) std::fill_n(stat, n, 0.0f);
+}
+
+void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype) {
+  const size_t n = size_t(job.n_tokens);
+  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
+  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
+  finish_job(job);
 }
 
 // Bytes the jobs store: K and V rows and positions.
@@ -112,6 +114,66 @@ size_t stored_bytes(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
   return tokens * (2 * head_dim * dtype_size(storage_dtype) + sizeof(int32_t));
 }
 
+// Whether job b copies the same tokens as job a from the head next to a's: its source rows
+// start one head row after a's, alike in count, strides and dtype.
+bool next_head(const kvc_append_job& a, const kvc_append_job& b, size_t head_dim) {
+  const size_t row = head_dim * dtype_size(a.src_dtype);
+  return b.n_tokens == a.n_tokens && b.src_dtype == a.src_dtype &&
+         b.src_k_stride == a.src_k_stride && b.src_v_stride == a.src_v_stride &&
+         static_cast<const char*>(b.src_k) == static_cast<const char*>(a.src_k) + row &&
+         static_cast<const char*>(b.src_v) == static_cast<const char*>(a.src_v) + row;
+}
+
+// The jobs in source order, cut into groups of neighbouring heads (next_head): the engine's
+// rows hold every head of a token side by side, and jobs come per head, so copying a group
+// token by token reads the source in order where job by job would sweep it once per head.
+struct HeadGroups {
+  std::vector<const kvc_append_job*> jobs;
+  std::vector<size_t> starts;  // group g is jobs [starts[g], starts[g + 1])
+};
+
+HeadGroups head_groups(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim) {
+  HeadGroups groups;
+  groups.jobs.reserve(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j)
+    if (jobs[j].n_tokens > 0) groups.jobs.push_back(&jobs[j]);
+  std::sort(groups.jobs.begin(), groups.jobs.end(), [](const auto* a, const auto* b) {
+    return std::less<const void*>()(a->src_k, b->src_k);
+  });
+  for (size_t j = 0; j < groups.jobs.size(); ++j)
+    if (j == 0 || !next_head(*groups.jobs[j - 1], *groups.jobs[j], head_dim))
+      groups.starts.push_back(j);
+  groups.starts.push_back(groups.jobs.size());
+  return groups;
+}
+
+void copy_group_rows(const kvc_append_job* const* group, size_t n_heads, bool values,
+                     size_t head_dim, kvc_dtype storage_dtype) {
+  const kvc_append_job& first = *group[0];
+  const size_t stride = values ? first.src_v_stride : first.src_k_stride;
+  const size_t src_row_bytes = stride * dtype_size(first.src_dtype);
+  const size_t src_head_bytes = head_dim * dtype_size(first.src_dtype);
+  const size_t span = n_heads * src_head_bytes;
+  const char* src = static_cast<const char*>(values ? first.src_v : first.src_k);
+  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
+  const size_t n_tokens = size_t(first.n_tokens);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    if (t + kPrefetchRows < n_tokens) prefetch_row(src + (t + kPrefetchRows) * src_row_bytes, span);
+    for (size_t h = 0; h < n_heads; ++h) {
+      char* dst = static_cast<char*>(values ? group[h]->dst_v : group[h]->dst_k);
+      copy_row(src + t * src_row_bytes + h * src_head_bytes, first.src_dtype,
+               dst + t * dst_row_bytes, storage_dtype, head_dim, true);
+    }
+  }
+}
+
+void append_group(const kvc_append_job* const* group, size_t n_heads, size_t head_dim,
+                  kvc_dtype storage_dtype) {
+  copy_group_rows(group, n_heads, false, head_dim, storage_dtype);
+  copy_group_rows(group, n_heads, true, head_dim, storage_dtype);
+  for (size_t h = 0; h < n_heads; ++h) finish_job(*group[h]);
+}
+
 }  // namespace
 
 void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
@@ -120,11 +182,23 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
   if (n_jobs == 0) return;
   const size_t dim = size_t(head_dim);
   const size_t bytes = stored_bytes(jobs, n_jobs, dim, storage_dtype);
-  const size_t grain = std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_jobs));
-  const bool stream = bytes >= kStreamBytes;
-  parallel_for(host, n_jobs, grain, [&](size_t begin, size_t end) {
-    for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype, stream);
-    if (stream) end_streaming();
+  if (bytes < kStreamBytes) {
+    const size_t grain =
+        std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_jobs));
+    parallel_for(host, n_jobs, grain, [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype);
+    });
+    return;
+  }
+  const HeadGroups groups = head_groups(jobs, n_jobs, dim);
+  const size_t n_groups = groups.starts.size() - 1;
+  const size_t grain =
+      std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_groups));
+  parallel_for(host, n_groups, grain, [&](size_t begin, size_t end) {
+    for (size_t g = begin; g < end; ++g)
+      append_group(groups.jobs.data() + groups.starts[g], groups.starts[g + 1] - groups.starts[g],
+                   dim, storage_dtype);
+    end_streaming();
   });
 }
 
