@@ -100,10 +100,16 @@ void finish_job(const kvc_append_job& job) {
 }
 
 void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype) {
+  if (job.n_tokens == 0) return;
   const size_t n = size_t(job.n_tokens);
   copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
   copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
   finish_job(job);
+}
+
+// Work items of a parallel chunk: enough for kMinChunkBytes of the call's `bytes`.
+size_t grain_of(size_t bytes, size_t items) {
+  return std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / items));
 }
 
 // Bytes the jobs store: K and V rows and positions.
@@ -147,22 +153,25 @@ HeadGroups head_groups(const kvc_append_job* jobs, size_t n_jobs, size_t head_di
   return groups;
 }
 
+// K (or V) rows of a group, token by token; the group's sources of one token are contiguous.
 void copy_group_rows(const kvc_append_job* const* group, size_t n_heads, bool values,
                      size_t head_dim, kvc_dtype storage_dtype) {
   const kvc_append_job& first = *group[0];
-  const size_t stride = values ? first.src_v_stride : first.src_k_stride;
-  const size_t src_row_bytes = stride * dtype_size(first.src_dtype);
-  const size_t src_head_bytes = head_dim * dtype_size(first.src_dtype);
-  const size_t span = n_heads * src_head_bytes;
-  const char* src = static_cast<const char*>(values ? first.src_v : first.src_k);
+  const size_t src_row_bytes =
+      (values ? first.src_v_stride : first.src_k_stride) * dtype_size(first.src_dtype);
+  const size_t span = n_heads * head_dim * dtype_size(first.src_dtype);
   const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
   const size_t n_tokens = size_t(first.n_tokens);
+  const auto source = [&](size_t h) {
+    return static_cast<const char*>(values ? group[h]->src_v : group[h]->src_k);
+  };
   for (size_t t = 0; t < n_tokens; ++t) {
-    if (t + kPrefetchRows < n_tokens) prefetch_row(src + (t + kPrefetchRows) * src_row_bytes, span);
+    if (t + kPrefetchRows < n_tokens)
+      prefetch_row(source(0) + (t + kPrefetchRows) * src_row_bytes, span);
     for (size_t h = 0; h < n_heads; ++h) {
       char* dst = static_cast<char*>(values ? group[h]->dst_v : group[h]->dst_k);
-      copy_row(src + t * src_row_bytes + h * src_head_bytes, first.src_dtype,
-               dst + t * dst_row_bytes, storage_dtype, head_dim, true);
+      copy_row(source(h) + t * src_row_bytes, first.src_dtype, dst + t * dst_row_bytes,
+               storage_dtype, head_dim, true);
     }
   }
 }
@@ -183,18 +192,14 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
   const size_t dim = size_t(head_dim);
   const size_t bytes = stored_bytes(jobs, n_jobs, dim, storage_dtype);
   if (bytes < kStreamBytes) {
-    const size_t grain =
-        std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_jobs));
-    parallel_for(host, n_jobs, grain, [&](size_t begin, size_t end) {
+    parallel_for(host, n_jobs, grain_of(bytes, n_jobs), [&](size_t begin, size_t end) {
       for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype);
     });
     return;
   }
   const HeadGroups groups = head_groups(jobs, n_jobs, dim);
   const size_t n_groups = groups.starts.size() - 1;
-  const size_t grain =
-      std::max<size_t>(1, kMinChunkBytes / std::max<size_t>(1, bytes / n_groups));
-  parallel_for(host, n_groups, grain, [&](size_t begin, size_t end) {
+  parallel_for(host, n_groups, grain_of(bytes, n_groups), [&](size_t begin, size_t end) {
     for (size_t g = begin; g < end; ++g)
       append_group(groups.jobs.data() + groups.starts[g], groups.starts[g + 1] - groups.starts[g],
                    dim, storage_dtype);
