@@ -39,7 +39,7 @@ void update_softmax(size_t n_keys, const AttentionShape& s, AttentionWorkspace& 
   for (size_t row = 0; row < w.rows(); ++row) {
     const float* logits = w.logits.data() + row * kTileKeys;
     float* weights = w.weights.data() + row * kTileKeys;
-    const float tile_max = *std::max_element(logits, logits + n_keys);
+    const float tile_max = w.tile_max[row];
     if (tile_max == kNoLogit) {
       std::fill_n(weights, n_keys, 0.0f);
       continue;
@@ -68,6 +68,7 @@ AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
       row_max(s.queries_per_block * s.group_size),
       row_sum(row_max.size()),
       logits(row_max.size() * kTileKeys),
+      tile_max(row_max.size()),
       weights(logits.size()),
       k(kTileKeys * s.padded_dim),
       v(k.size()) {}
@@ -87,16 +88,19 @@ void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w
                 Prefetch& ahead) {
   const TileRows k = tile_rows(tile.segment->k, tile, w.rows(), s, w.k.data());
   s.kernels->logits(w.q.data(), w.rows(), k.data, k.dtype, tile.n, s.padded_dim, w.logits.data(),
-                    ahead);
+                    w.tile_max.data(), ahead);
   const int32_t* pos = tile.segment->pos + tile.first;
   for (size_t row = 0; row < w.rows(); ++row) {
     float* logits = w.logits.data() + row * kTileKeys;
+    const VisibleRange visible = w.visible[row / s.group_size];
+    const bool sees_all = visible.contains(tile.lowest) && visible.contains(tile.highest);
+    if (s.softcap <= 0.0f && sees_all) continue;
     if (s.softcap > 0.0f)
       for (size_t t = 0; t < tile.n; ++t) logits[t] = s.softcap * std::tanh(logits[t] / s.softcap);
-    const VisibleRange visible = w.visible[row / s.group_size];
-    if (visible.contains(tile.lowest) && visible.contains(tile.highest)) continue;
-    for (size_t t = 0; t < tile.n; ++t)
-      if (!visible.contains(pos[t])) logits[t] = kNoLogit;
+    if (!sees_all)
+      for (size_t t = 0; t < tile.n; ++t)
+        if (!visible.contains(pos[t])) logits[t] = kNoLogit;
+    max_of_rows(logits, 1, tile.n, &w.tile_max[row]);
   }
 }
 

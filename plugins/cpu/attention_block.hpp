@@ -50,6 +50,7 @@ struct AttentionWorkspace {
   Rows row_max;                       // [rows], running max logit
   Rows row_sum;                       // [rows], softmax denominator relative to row_max
   Rows logits;                        // [rows, kTileKeys], of the current tile
+  Rows tile_max;                      // [rows], the largest of each row's logits
   Rows weights;                       // [rows, kTileKeys], exp(logit - row_max)
   Rows k;                             // [kTileKeys, padded_dim], a tile converted to f32
   Rows v;
@@ -78,8 +79,8 @@ void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const 
 void write_output(const kvc_attend_job& job, const AttentionShape& s, const AttentionWorkspace& w);
 
 // The logits of every row of the workspace's block for one tile of keys, in w.logits:
-// soft-capped, and -infinity where the row's query does not see the key. Asks for `ahead` on
-// the way.
+// soft-capped, and -infinity where the row's query does not see the key; each row's largest in
+// w.tile_max. Asks for `ahead` on the way.
 void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
                 Prefetch& ahead);
 

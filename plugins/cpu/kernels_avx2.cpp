@@ -132,9 +132,10 @@ KVC_AVX2 void logits_as(const float* q, size_t rows, const void* k, size_t n_key
 }
 
 KVC_AVX2 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype, size_t n_keys,
-                     size_t dim, float* out, Prefetch& ahead) {
+                     size_t dim, float* out, float* row_max, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
                                                                          out, ahead);
+  max_of_rows(out, rows, n_keys, row_max);
 }
 
 // Adds the weighted V rows to R rows of acc, over C chunks of 8 from element c: R * C

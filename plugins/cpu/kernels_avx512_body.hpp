@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kernels.hpp"
 
@@ -153,10 +154,11 @@ KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* k, con
 }
 
 // Logits of query rows [0, R) with keys [key, key + T), R * T = 16 accumulators summed
-// together at the end. Keys from n_keys on repeat the last one and are not stored.
+// together at the end; `maxes` takes their lane-wise max. Keys from n_keys on repeat the last
+// one and are not stored.
 template <size_t R, class Element>
 KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size_t n_keys,
-                                 size_t dim, float* out, Prefetch& ahead) {
+                                 size_t dim, float* out, Prefetch& ahead, __m512& maxes) {
   constexpr size_t T = kLanes / R;
   size_t row[T];
   for (size_t t = 0; t < T; ++t) row[t] = std::min(key + t, n_keys - 1) * dim;
@@ -168,6 +170,7 @@ KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size
   if (c < dim)
     dot_chunk<R, T, Element, true>(acc, q, k, row, dim, c, lanes_below(dim - c), ahead);
   const __m512 sums = sum_each(acc);  // row r's logits in lanes [r * T, r * T + T)
+  maxes = _mm512_max_ps(maxes, sums);
   const __mmask16 stored = lanes_below(std::min(T, n_keys - key));
   // Row r's lanes are stored from out + r * kTileKeys + key: the register is placed r * T
   // floats earlier, still within row 0 as T <= kTileKeys, and its other lanes are masked.
@@ -177,9 +180,19 @@ KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size
 
 template <size_t R, class Element>
 KVC_AVX512_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size_t dim,
-                                float* out, Prefetch& ahead) {
-  for (size_t key = 0; key < n_keys; key += kLanes / R)
-    dot_block<R, Element>(q, k, key, n_keys, dim, out, ahead);
+                                float* out, float* row_max, Prefetch& ahead) {
+  constexpr size_t T = kLanes / R;
+  __m512 maxes = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (size_t key = 0; key < n_keys; key += T)
+    dot_block<R, Element>(q, k, key, n_keys, dim, out, ahead, maxes);
+  // Row r's maximum, over its T lanes, into lane r * T; then into lane r.
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (size_t width = T / 2; width > 0; width /= 2) {
+    const __m512i partner = _mm512_xor_si512(lane, _mm512_set1_epi32(int(width)));
+    maxes = _mm512_max_ps(maxes, _mm512_permutexvar_ps(partner, maxes));
+  }
+  const __m512i firsts = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(T)));
+  _mm512_mask_storeu_ps(row_max, lanes_below(R), _mm512_permutexvar_ps(firsts, maxes));
 }
 
 size_t chunks_of(size_t dim) { return (dim + kLanes - 1) / kLanes; }
@@ -188,25 +201,26 @@ size_t chunks_of(size_t dim) { return (dim + kLanes - 1) / kLanes; }
 // over as 2 by 8 and 1 by 16.
 template <class Element>
 KVC_AVX512 void logits_as(const float* q, size_t rows, const void* k, size_t n_keys, size_t dim,
-                          float* out, Prefetch& ahead) {
+                          float* out, float* row_max, Prefetch& ahead) {
   const size_t blocks = rows / 4 * ((n_keys + 3) / 4) + rows % 4 / 2 * ((n_keys + 7) / 8) +
                         rows % 2 * ((n_keys + 15) / 16);
   ahead.spread_over(blocks * chunks_of(dim));
   size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+    dot_rows<4, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, row_max + r, ahead);
   if (r + 2 <= rows) {
-    dot_rows<2, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+    dot_rows<2, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, row_max + r, ahead);
     r += 2;
   }
-  if (r < rows) dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, ahead);
+  if (r < rows)
+    dot_rows<1, Element>(q + r * dim, k, n_keys, dim, out + r * kTileKeys, row_max + r, ahead);
   ahead.rest();
 }
 
 KVC_AVX512 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype,
-                       size_t n_keys, size_t dim, float* out, Prefetch& ahead) {
+                       size_t n_keys, size_t dim, float* out, float* row_max, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
-                                                                         out, ahead);
+                                                                         out, row_max, ahead);
 }
 
 // Adds the weighted V rows to R rows of acc over C chunks of 16 from element c, the last

@@ -1,5 +1,6 @@
 // The portable tile kernels: plain loops written so that GCC -O3 vectorises them with the
 // baseline ISA (SSE2 on x86-64). They read f32 K/V rows only (max_rows_in_place is 0).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -41,12 +42,13 @@ float dot(const float* __restrict a, const float* __restrict b, size_t n) {
 
 // The portable set asks for the next tile's rows up front: its loops are left to the compiler.
 void logits(const float* q, size_t rows, const void* k, kvc_dtype, size_t n_keys, size_t dim,
-            float* out, Prefetch& ahead) {
+            float* out, float* row_max, Prefetch& ahead) {
   ahead.rest();
   const auto* keys = static_cast<const float*>(k);
   for (size_t r = 0; r < rows; ++r)
     for (size_t t = 0; t < n_keys; ++t)
       out[r * kTileKeys + t] = dot(q + r * dim, keys + t * dim, dim);
+  max_of_rows(out, rows, n_keys, row_max);
 }
 
 // y += sum over j of w[j] * row j of x: four rows per pass, so y is loaded and stored a
@@ -84,6 +86,13 @@ float softmax_weights(const float* logits, size_t n, float max, float* weights) 
 }
 
 }  // namespace
+
+void max_of_rows(const float* logits, size_t rows, size_t n_keys, float* row_max) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * kTileKeys;
+    row_max[r] = *std::max_element(row, row + n_keys);
+  }
+}
 
 const TileKernels portable_kernels = {"portable", 0, convert, logits, accumulate, softmax_weights};
 

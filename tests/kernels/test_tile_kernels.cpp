@@ -4,6 +4,7 @@
 // long as the contract says, so that ASan sees a kernel reading or writing past it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -130,13 +131,20 @@ void check_logits(const TileKernels& set, std::mt19937& rng) {
           const std::vector<float> q = random_floats(rows * dim, -1.0f, 1.0f, rng);
           const Elements k(dtype, n_keys * dim, rng);
           const KernelRows given(set, k, rows);
-          std::vector<float> logits(rows * kTileKeys, kNaN);
+          std::vector<float> logits(rows * kTileKeys, kNaN), row_max(rows, kNaN);
           // The next tile's rows, all of which the kernel must have asked for when it returns.
           Prefetch ahead(k.data(), k.bytes());
-          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data(), ahead);
+          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data(),
+                     row_max.data(), ahead);
           CHECK_MESSAGE(ahead.done(), set.name << " logits left lines unrequested");
           double worst = 0;  // the largest error over its bound
           for (size_t r = 0; r < rows; ++r) {
+            // Each row's max is exactly its largest logit as stored.
+            float largest = -std::numeric_limits<float>::infinity();
+            for (size_t t = 0; t < n_keys; ++t) largest = std::max(largest, logits[r * kTileKeys + t]);
+            CHECK_MESSAGE(row_max[r] == largest, set.name << " row max, dtype " << dtype << " dim "
+                                                          << dim << " rows " << rows << " keys "
+                                                          << n_keys << " row " << r);
             for (size_t t = 0; t < n_keys; ++t) {
               double dot = 0, magnitude = 0;
               for (size_t i = 0; i < dim; ++i) {
