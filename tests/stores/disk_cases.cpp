@@ -1,10 +1,15 @@
 // The disk store's own cases (test suite "disk"): values that outlive an instance, files
-// damaged by hand, leftovers of interrupted writes, several instances on one folder, and the
-// parameters.
+// damaged by hand, leftovers of interrupted writes, failed writes, several instances on one
+// folder, and the parameters.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -129,6 +134,60 @@ TEST_SUITE("disk") {
     }
     CHECK(read_file(leftover) == std::vector<char>{'h', 'a', 'l', 'f'});
     CHECK(value_files(folder).size() == 5);
+  }
+
+  TEST_CASE("an old, unlocked leftover of a crashed write goes when a store opens the folder") {
+    const std::string folder = environment().temp_folder();
+    const auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+    const fs::path stale = folder + "/.tmp-1-1", fresh = folder + "/.tmp-1-2",
+                   being_written = folder + "/.tmp-1-3", other = folder + "/.other-1-4";
+    for (const fs::path& file : {stale, fresh, being_written, other}) write_file(file, {'h'});
+    for (const fs::path& file : {stale, being_written, other})
+      fs::last_write_time(file, an_hour_ago);
+    // A writer's lock, as a put holds it: on its own open file, so the store's attempt fails.
+    const int writer = ::open(being_written.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(writer >= 0);
+    REQUIRE(::flock(writer, LOCK_EX) == 0);
+    StoreUnderTest store(Params{{"path", folder}});
+    REQUIRE(store.ok());
+    CHECK_FALSE(fs::exists(stale));
+    CHECK(fs::exists(fresh));
+    CHECK(fs::exists(being_written));
+    CHECK(fs::exists(other));
+    ::close(writer);
+  }
+
+  TEST_CASE("a put whose write fails is IO, and leaves the old value and no temporary file") {
+    const std::string folder = environment().temp_folder();
+    const std::string key = environment().key("failed-write");
+    StoreUnderTest store(Params{{"path", folder}});
+    REQUIRE(store.ok());
+    REQUIRE(store.put(key, random_bytes(1000, 1)).code == KVC_OK);
+    // A child whose files may not pass 64 KiB: its writes past that fail (EFBIG) as they would
+    // on a full device (ENOSPC, reported as KVC_ERR_OUT_OF_MEMORY), on the same path.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      std::signal(SIGXFSZ, SIG_IGN);
+      const rlimit limit{64 << 10, 64 << 10};
+      bool ok = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+      {
+        Store writer(environment().plugin(), Params{{"path", folder}});
+        const Outcome put = writer.put(key, random_bytes(1 << 20, 2));
+        ok = ok && writer.ok() && put.code == KVC_ERR_IO &&
+             contains(put.message, "cannot write " + folder + "/.tmp-") &&
+             writer.get(key).value == random_bytes(1000, 1);
+      }
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(store.get(key).value == random_bytes(1000, 1));
+    size_t all = 0;
+    for (const auto& entry : fs::directory_iterator(folder)) all += entry.is_regular_file();
+    CHECK(all == 1);
   }
 
   TEST_CASE("a put leaves one file per key and no temporary file") {

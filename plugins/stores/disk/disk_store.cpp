@@ -2,8 +2,11 @@
 // writes a temporary file and renames it over the key's file, so a reader (of this or another
 // process) finds the old value or the new, whole; with `fsync`, the file is synced before the
 // rename and the folder after it, so a confirmed put survives a crash. A get checks the file
-// against its header and its checksum.
+// against its header and its checksum. A writer holds a lock on its temporary file; one that
+// is old and unlocked was left by a crash, and the next instance that opens the folder removes it.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -80,7 +84,37 @@ void make_folders(const std::string& path, bool sync) {
 }
 
 // Every temporary file this process makes has its own name: ".tmp-<pid>-<n>".
+constexpr char kTempPrefix[] = ".tmp-";
 std::atomic<uint64_t> temp_counter{0};
+
+// A temporary file unlocked and unwritten for this long was left by a writer that crashed.
+// The age covers the moment between a writer's create and its lock, and between its close and
+// its rename (a put that loses its file there fails; no value is lost or damaged).
+constexpr time_t kStaleTempSeconds = 600;
+
+// Removes the stale temporary files of the folder; best effort: a file that cannot be opened,
+// read or locked is left where it is.
+void remove_stale_temp_files(int folder_fd) {
+  const int listing_fd = ::dup(folder_fd);
+  if (listing_fd < 0) return;
+  DIR* listing = ::fdopendir(listing_fd);
+  if (listing == nullptr) {
+    ::close(listing_fd);
+    return;
+  }
+  const time_t now = std::time(nullptr);
+  while (const dirent* entry = ::readdir(listing)) {
+    if (std::strncmp(entry->d_name, kTempPrefix, sizeof kTempPrefix - 1) != 0) continue;
+    Fd file(::openat(folder_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat info {};
+    if (file.get() < 0 || ::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode) ||
+        now - info.st_mtime < kStaleTempSeconds || ::flock(file.get(), LOCK_EX | LOCK_NB) != 0) {
+      continue;
+    }
+    ::unlinkat(folder_fd, entry->d_name, 0);
+  }
+  ::closedir(listing);
+}
 
 class DiskStore {
  public:
@@ -91,7 +125,9 @@ class DiskStore {
   DiskStore(const StoreParams& params, const kvc_host_api* /*host*/)
       : folder_(params.required_text("path", "a folder")),
         fsync_(params.boolean("fsync", true)),
-        folder_fd_(open_folder(folder_, fsync_)) {}
+        folder_fd_(open_folder(folder_, fsync_)) {
+    remove_stale_temp_files(folder_fd_.get());
+  }
 
   void put(const std::string& key, const void* data, size_t size) {
     FileHeader header;
@@ -204,11 +240,20 @@ class DiskStore {
   std::pair<int, std::string> create_temp_file() const {
     char name[64];
     for (;;) {
-      std::snprintf(name, sizeof name, ".tmp-%ld-%llu", static_cast<long>(::getpid()),
+      std::snprintf(name, sizeof name, "%s%ld-%llu", kTempPrefix, static_cast<long>(::getpid()),
                     static_cast<unsigned long long>(temp_counter.fetch_add(1)));
       const int fd =
           ::openat(folder_fd_.get(), name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd >= 0) return {fd, name};
+      if (fd >= 0) {
+        // Held until the file is closed: it tells other instances the write is live.
+        if (::flock(fd, LOCK_EX) != 0) {
+          const int error_number = errno;
+          ::close(fd);
+          ::unlinkat(folder_fd_.get(), name, 0);
+          io_error(error_number, "cannot lock " + path(name));
+        }
+        return {fd, name};
+      }
       // Another process of the same pid (another PID namespace) may share the folder.
       if (errno != EEXIST) io_error(errno, "cannot create " + path(name));
     }
