@@ -119,7 +119,8 @@ kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,
     kvc::require(out_tokens_saved != nullptr, "out_tokens_saved is NULL");
     const kvc::Store& target = cache->impl->context().store(store);
     const int32_t n_chunks = p.n_tokens / p.chunk_tokens;
-    const kvc::SequenceImage image = cache->impl->export_sequence(seq_id);
+    const kvc::SequenceImage image =
+        cache->impl->export_sequence(seq_id, static_cast<size_t>(n_chunks) * p.chunk_tokens);
     kvc::check_prefix_heads(image, seq_id, n_chunks * p.chunk_tokens);
     kvc::PrefixKeys keys(identity_of(*cache->impl, p), p.token_ids);
     for (int32_t c = 0; c < n_chunks; ++c) {

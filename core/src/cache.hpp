@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,9 +50,11 @@ class Cache {
   void fork_sequence(int32_t source_id, int32_t target_id);
   // Drops the stored tokens at positions in [first, end) on every layer and head.
   void remove_positions(int32_t seq_id, int32_t first, int32_t end);
-  // Everything stored for a sequence, and a new sequence made from such an image (converted
-  // to this cache's dtype where that is exact; all or nothing).
-  SequenceImage export_sequence(int32_t seq_id);
+  // Everything stored for a sequence (of each head, its first max_tokens tokens at most), and
+  // a new sequence made from such an image (converted to this cache's dtype where that is
+  // exact; all or nothing).
+  SequenceImage export_sequence(int32_t seq_id,
+                                size_t max_tokens = std::numeric_limits<size_t>::max());
   void import_sequence(int32_t seq_id, SequenceImage image);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;

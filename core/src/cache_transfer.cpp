@@ -1,4 +1,5 @@
 // Export and import of one sequence as a SequenceImage (the format is sequence_image.cpp's).
+#include <algorithm>
 #include <mutex>
 
 #include "cache.hpp"
@@ -17,9 +18,23 @@ const char* stat_name(kvc_stat_flags stat) {
   }
 }
 
+// Cuts a head's segments down to its first n tokens.
+void keep_first_tokens(std::vector<kvc_segment>& segments, size_t n) {
+  size_t kept = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const size_t count = static_cast<size_t>(segments[s].count);
+    if (kept + count >= n) {
+      segments[s].count = static_cast<int32_t>(n - kept);
+      segments.resize(n == kept ? s : s + 1);
+      return;
+    }
+    kept += count;
+  }
+}
+
 }  // namespace
 
-SequenceImage Cache::export_sequence(int32_t seq_id) {
+SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   const Sequence& sequence = find(seq_id);
   SequenceImage image;
@@ -41,13 +56,14 @@ SequenceImage Cache::export_sequence(int32_t seq_id) {
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     const HeadStore& head = sequence.heads[i];
     HeadImage& out = image.heads[i];
-    const size_t n = static_cast<size_t>(head.length());
+    const size_t n = std::min(static_cast<size_t>(head.length()), max_tokens);
     out.seen = head.seen();
     out.effective_budget = head.effective_budget();
     out.positions.resize(n);
     out.k.resize(n * geometry_.row_bytes);
     out.v.resize(n * geometry_.row_bytes);
     head.gather(segments[i], geometry_);
+    keep_first_tokens(segments[i], n);
     kvc_read_tokens_job job{};
     job.struct_size = sizeof(job);
     job.n_segments = static_cast<int32_t>(segments[i].size());
