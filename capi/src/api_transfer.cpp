@@ -26,7 +26,7 @@ kvc_status* kvc_seq_export_size(kvc_cache* cache, int32_t seq_id, size_t* out_si
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(out_size != nullptr, "out_size is NULL");
-    *out_size = kvc::encoded_size(cache->impl->export_sequence(seq_id));
+    *out_size = cache->impl->export_size(seq_id);
   });
 }
 

@@ -56,6 +56,8 @@ class Cache {
   SequenceImage export_sequence(int32_t seq_id,
                                 size_t max_tokens = std::numeric_limits<size_t>::max());
   void import_sequence(int32_t seq_id, SequenceImage image);
+  // The encoded size of export_sequence(seq_id), from the heads' lengths alone.
+  size_t export_size(int32_t seq_id) const;
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }

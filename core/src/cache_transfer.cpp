@@ -91,6 +91,17 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   return image;
 }
 
+size_t Cache::export_size(int32_t seq_id) const {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const Sequence& sequence = find(seq_id);
+  std::vector<size_t> head_tokens;
+  for (const HeadStore& head : sequence.heads) {
+    head_tokens.push_back(static_cast<size_t>(head.length()));
+  }
+  return encoded_size(config_.layers, config_.head_dim, config_.dtype, geometry_.stats,
+                      head_tokens);
+}
+
 void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   if (seq_id < 0) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "sequence ids must be >= 0, got " + std::to_string(seq_id));

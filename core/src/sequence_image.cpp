@@ -224,6 +224,20 @@ struct Sections {
   uint64_t triggers;
 };
 
+// The bytes of each token of a head: its position, K and V rows and statistics.
+uint64_t token_bytes(int32_t head_dim, kvc_dtype dtype, uint32_t stats) {
+  return 4 + 2 * static_cast<uint64_t>(head_dim) * dtype_size(dtype) +
+         4 * static_cast<uint64_t>(stat_count(stats));
+}
+
+uint64_t head_section_bytes(size_t tokens, uint64_t per_token) {
+  return kHeadFixedBytes + tokens * per_token;
+}
+
+uint64_t image_bytes(const Sections& s) {
+  return kHeaderBytes + s.heads + s.triggers + kChecksumBytes;
+}
+
 // Checks an image about to be encoded as decode() checks one read, and sizes its sections.
 Sections check_image(const SequenceImage& image) {
   check_header(image.layers, image.kv_heads, image.q_heads, image.head_dim,
@@ -239,7 +253,7 @@ Sections check_image(const SequenceImage& image) {
          std::to_string(image.layers) + " layers");
   }
   const uint64_t row = row_bytes(image);
-  const uint64_t token_bytes = 4 + 2 * row + 4 * static_cast<uint64_t>(stat_count(image.stats));
+  const uint64_t per_token = token_bytes(image.head_dim, image.dtype, image.stats);
   Sections sections{0, kTriggerBytes * image.triggers.size()};
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
@@ -267,7 +281,7 @@ Sections check_image(const SequenceImage& image) {
              " expected");
       }
     }
-    sections.heads += kHeadFixedBytes + n * token_bytes;
+    sections.heads += head_section_bytes(n, per_token);
   }
   for (size_t layer = 0; layer < image.triggers.size(); ++layer) {
     check_trigger(image.triggers[layer].decode_steps, layer);
@@ -375,13 +389,20 @@ std::string lossy_reason(kvc_dtype from, kvc_dtype to) {
 }  // namespace
 
 size_t encoded_size(const SequenceImage& image) {
-  const Sections s = check_image(image);
-  return static_cast<size_t>(kHeaderBytes + s.heads + s.triggers + kChecksumBytes);
+  return static_cast<size_t>(image_bytes(check_image(image)));
+}
+
+size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype dtype, uint32_t stats,
+                    const std::vector<size_t>& head_tokens) {
+  const uint64_t per_token = token_bytes(head_dim, dtype, stats);
+  Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers)};
+  for (size_t n : head_tokens) s.heads += head_section_bytes(n, per_token);
+  return static_cast<size_t>(image_bytes(s));
 }
 
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity) {
   const Sections s = check_image(image);
-  const uint64_t size = kHeaderBytes + s.heads + s.triggers + kChecksumBytes;
+  const uint64_t size = image_bytes(s);
   if (capacity < size) {
     fail("a buffer of " + std::to_string(capacity) + " bytes is too small for the image's " +
          std::to_string(size));

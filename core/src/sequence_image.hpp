@@ -42,6 +42,11 @@ constexpr uint32_t kSequenceFormatVersion = 1;
 // The exact byte count of encode(image). Throws kvc::Error INVALID_ARGUMENT when the image is
 // not one decode() would accept (sizes, positions, counters), naming what is wrong.
 size_t encoded_size(const SequenceImage& image);
+// The byte count of encode() of an image of `layers` layers whose heads hold head_tokens[h]
+// tokens of head_dim elements of `dtype`, with the statistics of `stats`, without the image
+// (nothing is checked).
+size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype dtype, uint32_t stats,
+                    const std::vector<size_t>& head_tokens);
 // Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
 // nothing, when capacity is smaller or the image is inconsistent.
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);

@@ -305,7 +305,8 @@ KVC_API kvc_status *kvc_seq_truncate(kvc_cache *cache, int32_t seq_id, int32_t p
 KVC_API kvc_status *kvc_seq_remove_range(kvc_cache *cache, int32_t seq_id, int32_t first,
                                          int32_t end);
 /**
- * @brief The size in bytes of kvc_seq_export()'s output for the sequence as it is now.
+ * @brief The size in bytes of kvc_seq_export()'s output for the sequence as it is now,
+ * counted from its heads' lengths (nothing is copied).
  */
 KVC_API kvc_status *kvc_seq_export_size(kvc_cache *cache, int32_t seq_id, size_t *out_size);
 /**
