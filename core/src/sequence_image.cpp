@@ -75,16 +75,23 @@ void le_to_host(const uint8_t* le, uint8_t* host, size_t count) {
   }
 }
 
+// On a little-endian host the bytes are the elements: the arrays are copied whole.
+constexpr bool kHostIsLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
 // Elements of 2 or 4 bytes (storage dtypes, positions, statistics).
 void host_to_le(const void* host, uint8_t* le, size_t count, size_t width) {
   const auto* h = static_cast<const uint8_t*>(host);
-  if (width == 2) host_to_le<uint16_t>(h, le, count);
+  if (count == 0) return;
+  if (kHostIsLittleEndian) std::memcpy(le, h, count * width);
+  else if (width == 2) host_to_le<uint16_t>(h, le, count);
   else host_to_le<uint32_t>(h, le, count);
 }
 
 void le_to_host(const uint8_t* le, void* host, size_t count, size_t width) {
   auto* h = static_cast<uint8_t*>(host);
-  if (width == 2) le_to_host<uint16_t>(le, h, count);
+  if (count == 0) return;
+  if (kHostIsLittleEndian) std::memcpy(h, le, count * width);
+  else if (width == 2) le_to_host<uint16_t>(le, h, count);
   else le_to_host<uint32_t>(le, h, count);
 }
 
