@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -383,6 +385,13 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     const std::string path = (std::filesystem::temp_directory_path() / "kvc_test_sequence.kvcseq").string();
     KVT_CHECK_OK(kvc_seq_export_file(cache.get(), 0, path.c_str()));
     KVT_CHECK_OK(kvc_seq_import_file(same.get(), 0, path.c_str()));
+    // The file holds the bytes kvc_seq_export writes.
+    {
+      std::ifstream in(path, std::ios::binary);
+      const std::vector<uint8_t> file_bytes((std::istreambuf_iterator<char>(in)),
+                                            std::istreambuf_iterator<char>());
+      CHECK(file_bytes == bytes);
+    }
     std::filesystem::remove(path);
 
     const std::vector<unsigned char> original = stored(cache.get(), 0, p.dtype);

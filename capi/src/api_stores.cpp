@@ -72,7 +72,7 @@ kvc_status* kvc_seq_offload(kvc_cache* cache, int32_t seq_id, const char* store,
     require_store_name(store);
     const std::string checked = checked_key(key);
     const kvc::Store& target = cache->impl->context().store(store);
-    const std::vector<uint8_t> bytes = kvc::encode(cache->impl->export_sequence(seq_id));
+    const std::vector<uint8_t> bytes = cache->impl->export_bytes(seq_id);
     target.put(checked, bytes.data(), bytes.size());
     cache->impl->remove_sequence(seq_id);
   });

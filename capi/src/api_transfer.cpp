@@ -36,15 +36,13 @@ kvc_status* kvc_seq_export(kvc_cache* cache, int32_t seq_id, void* buffer, size_
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(out_written != nullptr, "out_written is NULL");
     kvc::require(buffer != nullptr || capacity == 0, "buffer is NULL");
-    const kvc::SequenceImage image = cache->impl->export_sequence(seq_id);
-    const size_t size = kvc::encoded_size(image);
+    const size_t size = cache->impl->export_size(seq_id);
     if (capacity < size) {
       throw kvc::Error(KVC_ERR_INVALID_ARGUMENT, "export: the buffer holds " +
                                                      std::to_string(capacity) + " bytes, " +
                                                      std::to_string(size) + " are needed");
     }
-    kvc::encode(image, static_cast<uint8_t*>(buffer), capacity);
-    *out_written = size;
+    *out_written = cache->impl->export_to(seq_id, static_cast<uint8_t*>(buffer), capacity);
   });
 }
 
@@ -60,7 +58,7 @@ kvc_status* kvc_seq_export_file(kvc_cache* cache, int32_t seq_id, const char* pa
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
-    const std::vector<uint8_t> bytes = kvc::encode(cache->impl->export_sequence(seq_id));
+    const std::vector<uint8_t> bytes = cache->impl->export_bytes(seq_id);
     const std::string target(path);
     kvc::require_not_folder(target, "export:");
     const std::string temporary = target + ".tmp";

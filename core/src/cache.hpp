@@ -58,6 +58,11 @@ class Cache {
   void import_sequence(int32_t seq_id, SequenceImage image);
   // The encoded size of export_sequence(seq_id), from the heads' lengths alone.
   size_t export_size(int32_t seq_id) const;
+  // encode(export_sequence(seq_id)) into out[0, capacity), the rows copied from storage
+  // straight into it; returns the bytes written. INVALID_ARGUMENT when capacity is short.
+  size_t export_to(int32_t seq_id, uint8_t* out, size_t capacity);
+  // encode(export_sequence(seq_id)) the same way, in a new buffer.
+  std::vector<uint8_t> export_bytes(int32_t seq_id);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }
@@ -193,6 +198,16 @@ class Cache {
   }
   Sequence& find(int32_t seq_id) const;
   void check_head(int32_t layer, int32_t kv_head) const;
+  // The image of a sequence but for its K and V rows (each head's first max_tokens tokens at
+  // most), and the segments that hold those rows; the caller holds sequences_mutex_.
+  SequenceImage image_without_rows(const Sequence& sequence, size_t max_tokens,
+                                   std::vector<std::vector<kvc_segment>>& segments);
+  // A head's K and V rows from its segments into k and v, in order.
+  void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
+  // encode() of an image_without_rows(), its rows copied from `segments` into `out`.
+  size_t encode_rows_from_storage(const SequenceImage& image,
+                                  const std::vector<std::vector<kvc_segment>>& segments,
+                                  uint8_t* out, size_t capacity);
 
   Context& context_;
   CacheConfig config_;

@@ -1,5 +1,6 @@
 // Export and import of one sequence as a SequenceImage (the format is sequence_image.cpp's).
 #include <algorithm>
+#include <limits>
 #include <mutex>
 
 #include "cache.hpp"
@@ -34,9 +35,8 @@ void keep_first_tokens(std::vector<kvc_segment>& segments, size_t n) {
 
 }  // namespace
 
-SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  const Sequence& sequence = find(seq_id);
+SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tokens,
+                                        std::vector<std::vector<kvc_segment>>& segments) {
   SequenceImage image;
   image.layers = config_.layers;
   image.kv_heads = config_.kv_heads;
@@ -50,8 +50,8 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
     image.triggers.push_back(LayerTriggers{t.decode_steps, t.prefill_pending});
   }
 
-  // Positions and statistics in one batched read, then K and V segment by segment.
-  std::vector<std::vector<kvc_segment>> segments(sequence.heads.size());
+  // Positions and statistics in one batched read.
+  segments.assign(sequence.heads.size(), {});
   std::vector<kvc_read_tokens_job> reads;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     const HeadStore& head = sequence.heads[i];
@@ -60,8 +60,6 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
     out.seen = head.seen();
     out.effective_budget = head.effective_budget();
     out.positions.resize(n);
-    out.k.resize(n * geometry_.row_bytes);
-    out.v.resize(n * geometry_.row_bytes);
     head.gather(segments[i], geometry_);
     keep_first_tokens(segments[i], n);
     kvc_read_tokens_job job{};
@@ -79,16 +77,69 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
     if (n > 0) reads.push_back(job);
   }
   backend_.read_tokens(reads, nullptr);
-  for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    size_t at = 0;
-    for (const kvc_segment& s : segments[i]) {
-      const size_t bytes = static_cast<size_t>(s.count) * geometry_.row_bytes;
-      backend_.copy(image.heads[i].k.data() + at, s.k, bytes, KVC_COPY_DEVICE_TO_HOST);
-      backend_.copy(image.heads[i].v.data() + at, s.v, bytes, KVC_COPY_DEVICE_TO_HOST);
-      at += bytes;
-    }
+  return image;
+}
+
+void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v) {
+  size_t at = 0;
+  for (const kvc_segment& s : segments) {
+    const size_t bytes = static_cast<size_t>(s.count) * geometry_.row_bytes;
+    backend_.copy(k + at, s.k, bytes, KVC_COPY_DEVICE_TO_HOST);
+    backend_.copy(v + at, s.v, bytes, KVC_COPY_DEVICE_TO_HOST);
+    at += bytes;
+  }
+}
+
+SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  std::vector<std::vector<kvc_segment>> segments;
+  SequenceImage image = image_without_rows(find(seq_id), max_tokens, segments);
+  for (size_t i = 0; i < image.heads.size(); ++i) {
+    HeadImage& head = image.heads[i];
+    head.k.resize(head.positions.size() * geometry_.row_bytes);
+    head.v.resize(head.k.size());
+    copy_rows(segments[i], head.k.data(), head.v.data());
   }
   return image;
+}
+
+size_t Cache::encode_rows_from_storage(const SequenceImage& image,
+                                       const std::vector<std::vector<kvc_segment>>& segments,
+                                       uint8_t* out, size_t capacity) {
+  class SegmentRows final : public RowWriter {
+   public:
+    SegmentRows(Cache& cache, const std::vector<std::vector<kvc_segment>>& segments)
+        : cache_(cache), segments_(segments) {}
+    void write(size_t head, uint8_t* k, uint8_t* v) const override {
+      cache_.copy_rows(segments_[head], k, v);
+    }
+
+   private:
+    Cache& cache_;
+    const std::vector<std::vector<kvc_segment>>& segments_;
+  };
+  return encode(image, SegmentRows(*this, segments), out, capacity);
+}
+
+size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  std::vector<std::vector<kvc_segment>> segments;
+  const SequenceImage image =
+      image_without_rows(find(seq_id), std::numeric_limits<size_t>::max(), segments);
+  return encode_rows_from_storage(image, segments, out, capacity);
+}
+
+std::vector<uint8_t> Cache::export_bytes(int32_t seq_id) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  std::vector<std::vector<kvc_segment>> segments;
+  const SequenceImage image =
+      image_without_rows(find(seq_id), std::numeric_limits<size_t>::max(), segments);
+  std::vector<size_t> head_tokens;
+  for (const HeadImage& head : image.heads) head_tokens.push_back(head.positions.size());
+  std::vector<uint8_t> bytes(encoded_size(config_.layers, config_.head_dim, config_.dtype,
+                                          geometry_.stats, head_tokens));
+  encode_rows_from_storage(image, segments, bytes.data(), bytes.size());
+  return bytes;
 }
 
 size_t Cache::export_size(int32_t seq_id) const {

@@ -52,6 +52,20 @@ size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype dtype, uint32_t 
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);
 // The same bytes in a new buffer.
 std::vector<uint8_t> encode(const SequenceImage& image);
+
+// Writes the K and V rows of head h of an image (in host order, HeadImage::k's layout) where
+// the encoder will store them: an exporter copies them from storage straight into the bytes.
+class RowWriter {
+ public:
+  virtual void write(size_t head, uint8_t* k, uint8_t* v) const = 0;
+
+ protected:
+  ~RowWriter() = default;
+};
+// encode(image, out, capacity) for an image whose heads leave k and v empty: `rows` writes
+// them. The same bytes; the same checks but for the rows' sizes, which are rows' to keep.
+// Returns the bytes written.
+size_t encode(const SequenceImage& image, const RowWriter& rows, uint8_t* out, size_t capacity);
 // Reads an image; throws kvc::Error naming what is wrong: UNSUPPORTED for a newer format
 // version, INVALID_ARGUMENT for anything else (truncated, corrupted, inconsistent).
 SequenceImage decode(const uint8_t* bytes, size_t n);
