@@ -204,10 +204,10 @@ class Cache {
                                    std::vector<std::vector<kvc_segment>>& segments);
   // A head's K and V rows from its segments into k and v, in order.
   void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
-  // encode() of an image_without_rows(), its rows copied from `segments` into `out`.
-  size_t encode_rows_from_storage(const SequenceImage& image,
-                                  const std::vector<std::vector<kvc_segment>>& segments,
-                                  uint8_t* out, size_t capacity);
+  // The encoded size of a sequence's image, from its heads' lengths; the encoding itself, the
+  // rows copied from storage straight into `out`. The caller holds sequences_mutex_.
+  size_t encoded_size_of(const Sequence& sequence) const;
+  size_t encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity);
 
   Context& context_;
   CacheConfig config_;

@@ -103,9 +103,16 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   return image;
 }
 
-size_t Cache::encode_rows_from_storage(const SequenceImage& image,
-                                       const std::vector<std::vector<kvc_segment>>& segments,
-                                       uint8_t* out, size_t capacity) {
+size_t Cache::encoded_size_of(const Sequence& sequence) const {
+  std::vector<size_t> head_tokens;
+  for (const HeadStore& head : sequence.heads) {
+    head_tokens.push_back(static_cast<size_t>(head.length()));
+  }
+  return encoded_size(config_.layers, config_.head_dim, config_.dtype, geometry_.stats,
+                      head_tokens);
+}
+
+size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity) {
   class SegmentRows final : public RowWriter {
    public:
     SegmentRows(Cache& cache, const std::vector<std::vector<kvc_segment>>& segments)
@@ -118,39 +125,28 @@ size_t Cache::encode_rows_from_storage(const SequenceImage& image,
     Cache& cache_;
     const std::vector<std::vector<kvc_segment>>& segments_;
   };
+  std::vector<std::vector<kvc_segment>> segments;
+  const SequenceImage image =
+      image_without_rows(sequence, std::numeric_limits<size_t>::max(), segments);
   return encode(image, SegmentRows(*this, segments), out, capacity);
-}
-
-size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  std::vector<std::vector<kvc_segment>> segments;
-  const SequenceImage image =
-      image_without_rows(find(seq_id), std::numeric_limits<size_t>::max(), segments);
-  return encode_rows_from_storage(image, segments, out, capacity);
-}
-
-std::vector<uint8_t> Cache::export_bytes(int32_t seq_id) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  std::vector<std::vector<kvc_segment>> segments;
-  const SequenceImage image =
-      image_without_rows(find(seq_id), std::numeric_limits<size_t>::max(), segments);
-  std::vector<size_t> head_tokens;
-  for (const HeadImage& head : image.heads) head_tokens.push_back(head.positions.size());
-  std::vector<uint8_t> bytes(encoded_size(config_.layers, config_.head_dim, config_.dtype,
-                                          geometry_.stats, head_tokens));
-  encode_rows_from_storage(image, segments, bytes.data(), bytes.size());
-  return bytes;
 }
 
 size_t Cache::export_size(int32_t seq_id) const {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  return encoded_size_of(find(seq_id));
+}
+
+size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  return encode_sequence(find(seq_id), out, capacity);
+}
+
+std::vector<uint8_t> Cache::export_bytes(int32_t seq_id) {
+  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   const Sequence& sequence = find(seq_id);
-  std::vector<size_t> head_tokens;
-  for (const HeadStore& head : sequence.heads) {
-    head_tokens.push_back(static_cast<size_t>(head.length()));
-  }
-  return encoded_size(config_.layers, config_.head_dim, config_.dtype, geometry_.stats,
-                      head_tokens);
+  std::vector<uint8_t> bytes(encoded_size_of(sequence));
+  encode_sequence(sequence, bytes.data(), bytes.size());
+  return bytes;
 }
 
 void Cache::import_sequence(int32_t seq_id, SequenceImage image) {

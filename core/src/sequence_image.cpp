@@ -287,11 +287,13 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
     check_positions(head.positions, where);
     const std::pair<const char*, const std::vector<uint8_t>*> rows[] = {{"keys", &head.k},
                                                                         {"values", &head.v}};
+    const uint64_t expected_rows = rows_streamed ? 0 : n * row;
     for (const auto& [part, data] : rows) {
-      if (data->size() != (rows_streamed ? 0 : n * row)) {
+      if (data->size() != expected_rows) {
         fail(where + " " + part + ": " + std::to_string(data->size()) + " bytes, " +
              std::to_string(n) + " tokens of " + std::to_string(image.head_dim) + " x " +
-             dtype_name(image.dtype) + " need " + std::to_string(n * row));
+             dtype_name(image.dtype) + " need " + std::to_string(expected_rows) +
+             (rows_streamed ? " (a RowWriter writes them)" : ""));
       }
     }
     for (int s = 0; s < 3; ++s) {
