@@ -86,10 +86,9 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s) {
 
 void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
                 Prefetch& ahead) {
-  const TileRows k = tile_rows(tile.segment->k, tile, w.rows(), s, w.k.data());
-  s.kernels->logits(w.q.data(), w.rows(), k.data, k.dtype, tile.n, s.padded_dim, w.logits.data(),
+  const TileRows k = tile_rows(tile.k, tile, w.rows(), s, w.k.data(), w.k_rows);
+  s.kernels->logits(w.q.data(), w.rows(), k.rows, k.dtype, tile.n, s.padded_dim, w.logits.data(),
                     w.tile_max.data(), ahead);
-  const int32_t* pos = tile.segment->pos + tile.first;
   for (size_t row = 0; row < w.rows(); ++row) {
     float* logits = w.logits.data() + row * kTileKeys;
     const VisibleRange visible = w.visible[row / s.group_size];
@@ -99,7 +98,7 @@ void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w
       for (size_t t = 0; t < tile.n; ++t) logits[t] = s.softcap * std::tanh(logits[t] / s.softcap);
     if (!sees_all)
       for (size_t t = 0; t < tile.n; ++t)
-        if (!visible.contains(pos[t])) logits[t] = kNoLogit;
+        if (!visible.contains(tile.pos[t])) logits[t] = kNoLogit;
     max_of_rows(logits, 1, tile.n, &w.tile_max[row]);
   }
 }
@@ -108,9 +107,9 @@ void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const 
                     AttentionWorkspace& w) {
   w.keep_logits = false;
   if (!wanted) return;
-  size_t tiles = 0;
-  for (int32_t si = 0; si < job.n_segments; ++si)
-    tiles += (size_t(job.segments[si].count) + kTileKeys - 1) / kTileKeys;
+  size_t keys = 0;
+  for (int32_t si = 0; si < job.n_segments; ++si) keys += size_t(job.segments[si].count);
+  const size_t tiles = (keys + kTileKeys - 1) / kTileKeys;  // all but the last are full
   const size_t floats = tiles * count * s.group_size * kTileKeys;
   w.keep_logits = floats <= kMaxKeptLogits;
   if (w.keep_logits && w.kept_logits.size() < floats) w.kept_logits.resize(floats);
@@ -125,19 +124,19 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
   std::fill_n(w.acc.begin(), w.rows() * s.padded_dim, 0.0f);
   std::fill_n(w.row_max.begin(), w.rows(), kNoLogit);
   std::fill_n(w.row_sum.begin(), w.rows(), 0.0f);
-  for_each_visible_tile(job, keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
+  for_each_visible_tile(job, keys, w.block_visible, s, [&](const Tile& tile, const Tile* next) {
     // The next tile's K is asked for while this one's is scored, its V while this one's V is
     // weighed.
-    Prefetch next_keys = next ? prefetch_rows(next->segment->k, *next, s) : Prefetch{};
+    Prefetch next_keys = next ? prefetch_rows(next->k_runs, *next) : Prefetch{};
     score_tile(tile, s, w, next_keys);
     if (w.keep_logits) {
       const size_t floats = w.rows() * kTileKeys;
       std::copy_n(w.logits.data(), floats, w.kept_logits.data() + w.kept_tiles++ * floats);
     }
     update_softmax(tile.n, s, w);
-    Prefetch next_values = next ? prefetch_rows(next->segment->v, *next, s) : Prefetch{};
-    const TileRows v = tile_rows(tile.segment->v, tile, w.rows(), s, w.v.data());
-    s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.data, v.dtype, tile.n,
+    Prefetch next_values = next ? prefetch_rows(next->v_runs, *next) : Prefetch{};
+    const TileRows v = tile_rows(tile.v, tile, w.rows(), s, w.v.data(), w.v_rows);
+    s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.rows, v.dtype, tile.n,
                           s.padded_dim, next_values);
   });
 }

@@ -54,6 +54,8 @@ struct AttentionWorkspace {
   Rows weights;                       // [rows, kTileKeys], exp(logit - row_max)
   Rows k;                             // [kTileKeys, padded_dim], a tile converted to f32
   Rows v;
+  const void* k_rows[kTileKeys];      // where tile_rows left the rows of k and v
+  const void* v_rows[kTileKeys];
   // With keep_logits set, attend_block leaves every tile's scored logits here, tile i at
   // i * rows() * kTileKeys, for the statistics pass to read instead of scoring again.
   bool keep_logits = false;

@@ -51,12 +51,12 @@ void accumulate_stats(const kvc_attend_job& job, StatsRequest request, const Att
   const KeyRange all_keys{0, std::numeric_limits<size_t>::max()};
   // The tiles come in the order attend_block scored them, with the same keys and range.
   size_t tile_index = 0;
-  for_each_visible_tile(job, all_keys, w.block_visible, [&](const Tile& tile, const Tile* next) {
+  for_each_visible_tile(job, all_keys, w.block_visible, s, [&](const Tile& tile, const Tile* next) {
     const float* logits = w.logits.data();
     if (w.keep_logits && tile_index < w.kept_tiles) {
       logits = w.kept_logits.data() + tile_index++ * w.rows() * kTileKeys;
     } else {
-      Prefetch next_keys = next ? prefetch_rows(next->segment->k, *next, s) : Prefetch{};
+      Prefetch next_keys = next ? prefetch_rows(next->k_runs, *next) : Prefetch{};
       score_tile(tile, s, w, next_keys);
     }
     const kvc_head_stats& stats = job.stats;

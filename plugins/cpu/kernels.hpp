@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kvcache/kvcache_plugin.h"
 
@@ -26,28 +27,59 @@ constexpr size_t kTileKeys = 32;
 // 15 spread, against 16 for the arithmetic alone). The lines go to the outer caches (locality
 // 1, prefetcht2 on x86), which leaves the first level's miss buffers to the kernel's own
 // loads: 10% faster than into L1 in six paired runs on Zen 4.
+// Bytes [begin, begin + bytes).
+struct ByteRange {
+  const char* begin;
+  size_t bytes;
+};
+
 class Prefetch {
  public:
   Prefetch() = default;
-  Prefetch(const void* begin, size_t bytes)
-      : next_(static_cast<const char*>(begin)), end_(next_ + bytes) {}
+  // The lines of ranges[0, n); `ranges` must outlive the requests.
+  Prefetch(const ByteRange* ranges, size_t n) : ranges_(ranges), n_ranges_(n) {
+    if (n_ranges_ > 0) start_range();
+  }
   // The remaining lines go out over `steps` calls of step().
   void spread_over(size_t steps) {
-    const size_t lines = size_t(end_ - next_ + kLine - 1) / kLine;
+    size_t lines = size_t(end_ - next_ + kLine - 1) / kLine;
+    for (size_t r = range_ + 1; r < n_ranges_; ++r) lines += (ranges_[r].bytes + kLine - 1) / kLine;
     per_step_ = steps == 0 ? lines : (lines + steps - 1) / steps;
   }
   void step() {
-    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kLine)
+    for (size_t i = 0; i < per_step_; ++i) {
+      if (__builtin_expect(next_ >= end_, 0) && !next_range()) return;
       __builtin_prefetch(next_, 0, kLocality);
+      next_ += kLine;
+    }
   }
   void rest() {
-    for (; next_ < end_; next_ += kLine) __builtin_prefetch(next_, 0, kLocality);
+    for (;;) {
+      for (; next_ < end_; next_ += kLine) __builtin_prefetch(next_, 0, kLocality);
+      if (!next_range()) return;
+    }
   }
-  bool done() const { return next_ >= end_; }
+  bool done() const { return next_ >= end_ && range_ + 1 >= n_ranges_; }
 
  private:
   static constexpr size_t kLine = 64;
   static constexpr int kLocality = 1;
+  // From the line of the range's first byte.
+  void start_range() {
+    const ByteRange& r = ranges_[range_];
+    next_ = r.begin - reinterpret_cast<uintptr_t>(r.begin) % kLine;
+    end_ = r.begin + r.bytes;
+  }
+  // Moves on to the next range; false when there is none.
+  bool next_range() {
+    if (range_ + 1 >= n_ranges_) return false;
+    ++range_;
+    start_range();
+    return true;
+  }
+  const ByteRange* ranges_ = nullptr;
+  size_t n_ranges_ = 0;
+  size_t range_ = 0;
   const char* next_ = nullptr;
   const char* end_ = nullptr;
   size_t per_step_ = 0;
@@ -62,16 +94,17 @@ struct TileKernels {
   size_t max_rows_in_place;
   // dst[0..n) = src[0..n) of `dtype` as f32.
   void (*convert)(const void* src, kvc_dtype dtype, float* dst, size_t n);
-  // logits[r * kTileKeys + t] = dot(q row r, k row t) for r < rows, t < n_keys, and
-  // row_max[r] = the largest of row r's. k rows are f32, or of the storage dtype for blocks of
-  // up to max_rows_in_place rows. Asks for all of `ahead` by the time it returns. The maxima
-  // come from the kernel's registers: read back from `logits`, they waited for the partial
-  // stores that wrote them (7-11% of a decode pass on Zen 4).
-  void (*logits)(const float* q, size_t rows, const void* k, kvc_dtype k_dtype, size_t n_keys,
-                 size_t dim, float* logits, float* row_max, Prefetch& ahead);
-  // acc row r += sum over t < n_keys of weights[r * kTileKeys + t] * v row t, for r < rows;
-  // v rows as k rows above; `ahead` as for logits.
-  void (*accumulate)(float* acc, size_t rows, const float* weights, const void* v,
+  // logits[r * kTileKeys + t] = dot(q row r, key row t) for r < rows, t < n_keys, and
+  // row_max[r] = the largest of row r's. Key row t starts at k[t]: a tile's keys may come
+  // from several blocks. They are f32, or of the storage dtype for blocks of up to
+  // max_rows_in_place rows. Asks for all of `ahead` by the time it returns. The maxima come
+  // from the kernel's registers: read back from `logits`, they waited for the partial stores
+  // that wrote them (7-11% of a decode pass on Zen 4).
+  void (*logits)(const float* q, size_t rows, const void* const* k, kvc_dtype k_dtype,
+                 size_t n_keys, size_t dim, float* logits, float* row_max, Prefetch& ahead);
+  // acc row r += sum over t < n_keys of weights[r * kTileKeys + t] * value row t, for
+  // r < rows; value row t starts at v[t], as key rows above; `ahead` as for logits.
+  void (*accumulate)(float* acc, size_t rows, const float* weights, const void* const* v,
                      kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead);
   // weights[t] = exp(logits[t] - max) for t < n (0 for a logit of -infinity); returns their
   // sum. max >= every logit; both arrays are kTileKeys long, and weights past n may be

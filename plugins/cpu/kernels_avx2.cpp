@@ -80,14 +80,14 @@ KVC_AVX2_INLINE __m256 sum_lanes8(const __m256* a) {
 // Dots of query rows [0, R) with key rows [key, key + T): R * T accumulators, each key chunk
 // loaded (and converted) once for R rows and each query chunk once for T keys.
 template <size_t R, size_t T, class Element>
-KVC_AVX2_INLINE void dot_block(const float* q, const void* k, size_t key, size_t dim, float* out,
-                               Prefetch& ahead) {
+KVC_AVX2_INLINE void dot_block(const float* q, const void* const* k, size_t key, size_t dim,
+                               float* out, Prefetch& ahead) {
   __m256 acc[R * T];
   for (size_t i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
   for (size_t c = 0; c < dim; c += kDimAlign) {
     ahead.step();
     __m256 keys[T];
-    for (size_t t = 0; t < T; ++t) keys[t] = Element::load(k, (key + t) * dim + c);
+    for (size_t t = 0; t < T; ++t) keys[t] = Element::load(k[key + t], c);
     for (size_t r = 0; r < R; ++r) {
       const __m256 query = _mm256_loadu_ps(q + r * dim + c);
       for (size_t t = 0; t < T; ++t)
@@ -111,7 +111,7 @@ KVC_AVX2_INLINE void dot_block(const float* q, const void* k, size_t key, size_t
 }
 
 template <size_t R, class Element>
-KVC_AVX2_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size_t dim,
+KVC_AVX2_INLINE void dot_rows(const float* q, const void* const* k, size_t n_keys, size_t dim,
                               float* out, Prefetch& ahead) {
   size_t t = 0;
   for (; t + 2 <= n_keys; t += 2) dot_block<R, 2, Element>(q, k, t, dim, out, ahead);
@@ -119,8 +119,8 @@ KVC_AVX2_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size
 }
 
 template <class Element>
-KVC_AVX2 void logits_as(const float* q, size_t rows, const void* k, size_t n_keys, size_t dim,
-                        float* out, Prefetch& ahead) {
+KVC_AVX2 void logits_as(const float* q, size_t rows, const void* const* k, size_t n_keys,
+                        size_t dim, float* out, Prefetch& ahead) {
   const size_t row_blocks = rows / 4 + rows % 4;
   ahead.spread_over(row_blocks * ((n_keys + 1) / 2) * (dim / kDimAlign));
   size_t r = 0;
@@ -131,8 +131,8 @@ KVC_AVX2 void logits_as(const float* q, size_t rows, const void* k, size_t n_key
   ahead.rest();
 }
 
-KVC_AVX2 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype, size_t n_keys,
-                     size_t dim, float* out, float* row_max, Prefetch& ahead) {
+KVC_AVX2 void logits(const float* q, size_t rows, const void* const* k, kvc_dtype k_dtype,
+                     size_t n_keys, size_t dim, float* out, float* row_max, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
                                                                          out, ahead);
   max_of_rows(out, rows, n_keys, row_max);
@@ -141,14 +141,14 @@ KVC_AVX2 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dty
 // Adds the weighted V rows to R rows of acc, over C chunks of 8 from element c: R * C
 // accumulators, each V chunk loaded (and converted) once for R rows.
 template <size_t R, size_t C, class Element>
-KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const void* v,
+KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const void* const* v,
                                       size_t n_keys, size_t dim, size_t c, Prefetch& ahead) {
   __m256 sums[R * C];
   for (size_t i = 0; i < R * C; ++i) sums[i] = _mm256_setzero_ps();
   for (size_t t = 0; t < n_keys; ++t) {
     ahead.step();
     __m256 values[C];
-    for (size_t i = 0; i < C; ++i) values[i] = Element::load(v, t * dim + c + i * kDimAlign);
+    for (size_t i = 0; i < C; ++i) values[i] = Element::load(v[t], c + i * kDimAlign);
     for (size_t r = 0; r < R; ++r) {
       const __m256 w = _mm256_set1_ps(weights[r * kTileKeys + t]);
       for (size_t i = 0; i < C; ++i)
@@ -164,8 +164,8 @@ KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const vo
 }
 
 template <size_t R, class Element>
-KVC_AVX2_INLINE void accumulate_rows(float* acc, const float* weights, const void* v, size_t n_keys,
-                                     size_t dim, Prefetch& ahead) {
+KVC_AVX2_INLINE void accumulate_rows(float* acc, const float* weights, const void* const* v,
+                                     size_t n_keys, size_t dim, Prefetch& ahead) {
   size_t c = 0;
   for (; c + 2 * kDimAlign <= dim; c += 2 * kDimAlign)
     accumulate_block<R, 2, Element>(acc, weights, v, n_keys, dim, c, ahead);
@@ -173,7 +173,7 @@ KVC_AVX2_INLINE void accumulate_rows(float* acc, const float* weights, const voi
 }
 
 template <class Element>
-KVC_AVX2 void accumulate_as(float* acc, size_t rows, const float* weights, const void* v,
+KVC_AVX2 void accumulate_as(float* acc, size_t rows, const float* weights, const void* const* v,
                             size_t n_keys, size_t dim, Prefetch& ahead) {
   const size_t row_blocks = rows / 4 + rows % 4;
   const size_t column_blocks = (dim / kDimAlign + 1) / 2;
@@ -186,7 +186,7 @@ KVC_AVX2 void accumulate_as(float* acc, size_t rows, const float* weights, const
   ahead.rest();
 }
 
-KVC_AVX2 void accumulate(float* acc, size_t rows, const float* weights, const void* v,
+KVC_AVX2 void accumulate(float* acc, size_t rows, const float* weights, const void* const* v,
                          kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead) {
   for_elements(v_dtype, accumulate_as<F32>, accumulate_as<F16>, accumulate_as<BF16>)(
       acc, rows, weights, v, n_keys, dim, ahead);

@@ -32,6 +32,10 @@ KVC_AVX512_INLINE __mmask16 lanes_below(size_t n) {
 // Sixteen consecutive elements of a row, from element i on, as f32; load_masked reads only
 // the lanes of `lanes` (the others are 0).
 struct F32 {
+  // Where element i of a row starts.
+  KVC_AVX512_INLINE static const void* at(const void* row, size_t i) {
+    return static_cast<const float*>(row) + i;
+  }
   KVC_AVX512_INLINE static __m512 load(const void* rows, size_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(rows) + i);
   }
@@ -40,6 +44,9 @@ struct F32 {
   }
 };
 struct F16 {
+  KVC_AVX512_INLINE static const void* at(const void* row, size_t i) {
+    return static_cast<const uint16_t*>(row) + i;
+  }
   KVC_AVX512_INLINE static __m512 load(const void* rows, size_t i) {
     const auto* h = static_cast<const uint16_t*>(rows) + i;
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
@@ -51,6 +58,9 @@ struct F16 {
 struct BF16 {
   KVC_AVX512_INLINE static __m512 widen(__m256i bits) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+  KVC_AVX512_INLINE static const void* at(const void* row, size_t i) {
+    return static_cast<const uint16_t*>(row) + i;
   }
   KVC_AVX512_INLINE static __m512 load(const void* rows, size_t i) {
     const auto* b = static_cast<const uint16_t*>(rows) + i;
@@ -140,12 +150,12 @@ KVC_AVX512_INLINE float sum_lanes(__m512 x) {
 // acc[r * T + t] += query row r times key row t over the 16 elements from c (the lanes of
 // `lanes` when Masked): each key chunk is loaded (and converted) once for the R rows.
 template <size_t R, size_t T, class Element, bool Masked>
-KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* k, const size_t* row,
+KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* const* key_row,
                                  size_t dim, size_t c, __mmask16 lanes, Prefetch& ahead) {
   ahead.step();
   __m512 keys[T];
   for (size_t t = 0; t < T; ++t)
-    keys[t] = Masked ? Element::load_masked(k, row[t] + c, lanes) : Element::load(k, row[t] + c);
+    keys[t] = Masked ? Element::load_masked(key_row[t], c, lanes) : Element::load(key_row[t], c);
   for (size_t r = 0; r < R; ++r) {
     const float* query = q + r * dim + c;
     const __m512 x = Masked ? _mm512_maskz_loadu_ps(lanes, query) : _mm512_loadu_ps(query);
@@ -157,18 +167,18 @@ KVC_AVX512_INLINE void dot_chunk(__m512* acc, const float* q, const void* k, con
 // together at the end; `maxes` takes their lane-wise max. Keys from n_keys on repeat the last
 // one and are not stored.
 template <size_t R, class Element>
-KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size_t n_keys,
+KVC_AVX512_INLINE void dot_block(const float* q, const void* const* k, size_t key, size_t n_keys,
                                  size_t dim, float* out, Prefetch& ahead, __m512& maxes) {
   constexpr size_t T = kLanes / R;
-  size_t row[T];
-  for (size_t t = 0; t < T; ++t) row[t] = std::min(key + t, n_keys - 1) * dim;
+  const void* key_row[T];
+  for (size_t t = 0; t < T; ++t) key_row[t] = k[std::min(key + t, n_keys - 1)];
   __m512 acc[kLanes];
   for (size_t i = 0; i < kLanes; ++i) acc[i] = _mm512_setzero_ps();
   size_t c = 0;
   for (; c + kLanes <= dim; c += kLanes)
-    dot_chunk<R, T, Element, false>(acc, q, k, row, dim, c, kAllLanes, ahead);
+    dot_chunk<R, T, Element, false>(acc, q, key_row, dim, c, kAllLanes, ahead);
   if (c < dim)
-    dot_chunk<R, T, Element, true>(acc, q, k, row, dim, c, lanes_below(dim - c), ahead);
+    dot_chunk<R, T, Element, true>(acc, q, key_row, dim, c, lanes_below(dim - c), ahead);
   const __m512 sums = sum_each(acc);  // row r's logits in lanes [r * T, r * T + T)
   maxes = _mm512_max_ps(maxes, sums);
   const __mmask16 stored = lanes_below(std::min(T, n_keys - key));
@@ -179,7 +189,7 @@ KVC_AVX512_INLINE void dot_block(const float* q, const void* k, size_t key, size
 }
 
 template <size_t R, class Element>
-KVC_AVX512_INLINE void dot_rows(const float* q, const void* k, size_t n_keys, size_t dim,
+KVC_AVX512_INLINE void dot_rows(const float* q, const void* const* k, size_t n_keys, size_t dim,
                                 float* out, float* row_max, Prefetch& ahead) {
   constexpr size_t T = kLanes / R;
   __m512 maxes = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -200,8 +210,8 @@ size_t chunks_of(size_t dim) { return (dim + kLanes - 1) / kLanes; }
 // Blocks of 4 query rows by 4 keys (decode's GQA groups share each K chunk), the rows left
 // over as 2 by 8 and 1 by 16.
 template <class Element>
-KVC_AVX512 void logits_as(const float* q, size_t rows, const void* k, size_t n_keys, size_t dim,
-                          float* out, float* row_max, Prefetch& ahead) {
+KVC_AVX512 void logits_as(const float* q, size_t rows, const void* const* k, size_t n_keys,
+                          size_t dim, float* out, float* row_max, Prefetch& ahead) {
   const size_t blocks = rows / 4 * ((n_keys + 3) / 4) + rows % 4 / 2 * ((n_keys + 7) / 8) +
                         rows % 2 * ((n_keys + 15) / 16);
   ahead.spread_over(blocks * chunks_of(dim));
@@ -217,7 +227,7 @@ KVC_AVX512 void logits_as(const float* q, size_t rows, const void* k, size_t n_k
   ahead.rest();
 }
 
-KVC_AVX512 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_dtype,
+KVC_AVX512 void logits(const float* q, size_t rows, const void* const* k, kvc_dtype k_dtype,
                        size_t n_keys, size_t dim, float* out, float* row_max, Prefetch& ahead) {
   for_elements(k_dtype, logits_as<F32>, logits_as<F16>, logits_as<BF16>)(q, rows, k, n_keys, dim,
                                                                          out, row_max, ahead);
@@ -227,16 +237,17 @@ KVC_AVX512 void logits(const float* q, size_t rows, const void* k, kvc_dtype k_d
 // chunk holding the lanes of `last`: R * C accumulators, each V chunk loaded (and
 // converted) once for the R rows.
 template <size_t R, size_t C, class Element>
-KVC_AVX512_INLINE void accumulate_block(float* acc, const float* weights, const void* v,
+KVC_AVX512_INLINE void accumulate_block(float* acc, const float* weights, const void* const* v,
                                         size_t n_keys, size_t dim, size_t c, __mmask16 last,
                                         Prefetch& ahead) {
   __m512 sums[R * C];
   for (size_t i = 0; i < R * C; ++i) sums[i] = _mm512_setzero_ps();
   for (size_t t = 0; t < n_keys; ++t) {
     ahead.step();
+    const void* row = Element::at(v[t], c);
     __m512 values[C];
-    for (size_t i = 0; i + 1 < C; ++i) values[i] = Element::load(v, t * dim + c + i * kLanes);
-    values[C - 1] = Element::load_masked(v, t * dim + c + (C - 1) * kLanes, last);
+    for (size_t i = 0; i + 1 < C; ++i) values[i] = Element::load(row, i * kLanes);
+    values[C - 1] = Element::load_masked(row, (C - 1) * kLanes, last);
     for (size_t r = 0; r < R; ++r) {
       const __m512 w = _mm512_set1_ps(weights[r * kTileKeys + t]);
       for (size_t i = 0; i < C; ++i)
@@ -257,7 +268,7 @@ KVC_AVX512_INLINE void accumulate_block(float* acc, const float* weights, const 
 constexpr size_t kBlockChunks = 4;
 
 template <size_t R, class Element>
-KVC_AVX512_INLINE void accumulate_rows(float* acc, const float* weights, const void* v,
+KVC_AVX512_INLINE void accumulate_rows(float* acc, const float* weights, const void* const* v,
                                        size_t n_keys, size_t dim, Prefetch& ahead) {
   const size_t chunks = chunks_of(dim);
   const __mmask16 last = lanes_below(dim - (chunks - 1) * kLanes);
@@ -275,7 +286,7 @@ KVC_AVX512_INLINE void accumulate_rows(float* acc, const float* weights, const v
 }
 
 template <class Element>
-KVC_AVX512 void accumulate_as(float* acc, size_t rows, const float* weights, const void* v,
+KVC_AVX512 void accumulate_as(float* acc, size_t rows, const float* weights, const void* const* v,
                               size_t n_keys, size_t dim, Prefetch& ahead) {
   const size_t row_blocks = rows / 4 + rows % 4 / 2 + rows % 2;
   const size_t column_blocks = (chunks_of(dim) + kBlockChunks - 1) / kBlockChunks;
@@ -292,7 +303,7 @@ KVC_AVX512 void accumulate_as(float* acc, size_t rows, const float* weights, con
   ahead.rest();
 }
 
-KVC_AVX512 void accumulate(float* acc, size_t rows, const float* weights, const void* v,
+KVC_AVX512 void accumulate(float* acc, size_t rows, const float* weights, const void* const* v,
                            kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead) {
   for_elements(v_dtype, accumulate_as<F32>, accumulate_as<F16>, accumulate_as<BF16>)(
       acc, rows, weights, v, n_keys, dim, ahead);

@@ -41,39 +41,39 @@ float dot(const float* __restrict a, const float* __restrict b, size_t n) {
 }
 
 // The portable set asks for the next tile's rows up front: its loops are left to the compiler.
-void logits(const float* q, size_t rows, const void* k, kvc_dtype, size_t n_keys, size_t dim,
-            float* out, float* row_max, Prefetch& ahead) {
+void logits(const float* q, size_t rows, const void* const* k, kvc_dtype, size_t n_keys,
+            size_t dim, float* out, float* row_max, Prefetch& ahead) {
   ahead.rest();
-  const auto* keys = static_cast<const float*>(k);
   for (size_t r = 0; r < rows; ++r)
     for (size_t t = 0; t < n_keys; ++t)
-      out[r * kTileKeys + t] = dot(q + r * dim, keys + t * dim, dim);
+      out[r * kTileKeys + t] = dot(q + r * dim, static_cast<const float*>(k[t]), dim);
   max_of_rows(out, rows, n_keys, row_max);
 }
 
-// y += sum over j of w[j] * row j of x: four rows per pass, so y is loaded and stored a
-// quarter as often as with one pass per row.
-void weighted_sum(float* __restrict y, const float* w, const float* x, size_t n_rows, size_t n) {
+// y += sum over j of w[j] * x[j] (rows of n floats): four rows per pass, so y is loaded and
+// stored a quarter as often as with one pass per row.
+void weighted_sum(float* __restrict y, const float* w, const void* const* x, size_t n_rows,
+                  size_t n) {
   size_t j = 0;
   for (; j + 4 <= n_rows; j += 4) {
-    const float* __restrict x0 = x + j * n;
-    const float* __restrict x1 = x0 + n;
-    const float* __restrict x2 = x1 + n;
-    const float* __restrict x3 = x2 + n;
+    const auto* __restrict x0 = static_cast<const float*>(x[j]);
+    const auto* __restrict x1 = static_cast<const float*>(x[j + 1]);
+    const auto* __restrict x2 = static_cast<const float*>(x[j + 2]);
+    const auto* __restrict x3 = static_cast<const float*>(x[j + 3]);
     const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
     for (size_t i = 0; i < n; ++i) y[i] += w0 * x0[i] + w1 * x1[i] + w2 * x2[i] + w3 * x3[i];
   }
   for (; j < n_rows; ++j) {
-    const float* __restrict xj = x + j * n;
+    const auto* __restrict xj = static_cast<const float*>(x[j]);
     for (size_t i = 0; i < n; ++i) y[i] += w[j] * xj[i];
   }
 }
 
-void accumulate(float* acc, size_t rows, const float* weights, const void* v, kvc_dtype,
+void accumulate(float* acc, size_t rows, const float* weights, const void* const* v, kvc_dtype,
                 size_t n_keys, size_t dim, Prefetch& ahead) {
   ahead.rest();
   for (size_t r = 0; r < rows; ++r)
-    weighted_sum(acc + r * dim, weights + r * kTileKeys, static_cast<const float*>(v), n_keys, dim);
+    weighted_sum(acc + r * dim, weights + r * kTileKeys, v, n_keys, dim);
 }
 
 float softmax_weights(const float* logits, size_t n, float max, float* weights) {

@@ -92,22 +92,37 @@ std::vector<float> random_floats(size_t count, float low, float high, std::mt199
 
 // The rows a kernel is given for a block of `rows` query rows: where they are stored (f32,
 // or 16-bit for blocks the set reads in place), else converted to f32 by the set's convert.
+// Stored rows each have an allocation of their own, as the keys of a tile that spans blocks
+// do: a kernel that steps from one row to the next by the row length reads elsewhere, and
+// one that reads past a row's end is caught by ASan.
 struct KernelRows {
+  std::vector<std::vector<char>> stored;
   std::vector<float> converted;
-  const void* data;
+  std::vector<const void*> rows;
+  std::vector<kvc::cpu::ByteRange> lines;  // the rows' bytes
   kvc_dtype dtype;
 
-  KernelRows(const TileKernels& set, const Elements& e, size_t rows) {
-    if (e.dtype == KVC_DTYPE_F32 || rows <= set.max_rows_in_place) {
-      data = e.data();
+  KernelRows(const TileKernels& set, const Elements& e, size_t block_rows, size_t n_keys) {
+    const size_t dim = e.value.size() / n_keys;
+    if (e.dtype == KVC_DTYPE_F32 || block_rows <= set.max_rows_in_place) {
       dtype = e.dtype;
+      const size_t row_bytes = e.bytes() / n_keys;
+      for (size_t t = 0; t < n_keys; ++t) {
+        const char* row = static_cast<const char*>(e.data()) + t * row_bytes;
+        stored.emplace_back(row, row + row_bytes);
+        rows.push_back(stored.back().data());
+        lines.push_back({stored.back().data(), row_bytes});
+      }
       return;
     }
+    dtype = KVC_DTYPE_F32;
     converted.resize(e.value.size());
     set.convert(e.data(), e.dtype, converted.data(), converted.size());
-    data = converted.data();
-    dtype = KVC_DTYPE_F32;
+    for (size_t t = 0; t < n_keys; ++t) rows.push_back(converted.data() + t * dim);
+    lines.push_back({reinterpret_cast<const char*>(converted.data()), converted.size() * sizeof(float)});
   }
+  // The rows' lines, all of which the kernel must have asked for when it returns.
+  Prefetch prefetch() const { return {lines.data(), lines.size()}; }
 };
 
 void check_convert(const TileKernels& set, std::mt19937& rng) {
@@ -130,11 +145,10 @@ void check_logits(const TileKernels& set, std::mt19937& rng) {
         for (size_t n_keys = 1; n_keys <= kTileKeys; ++n_keys) {
           const std::vector<float> q = random_floats(rows * dim, -1.0f, 1.0f, rng);
           const Elements k(dtype, n_keys * dim, rng);
-          const KernelRows given(set, k, rows);
+          const KernelRows given(set, k, rows, n_keys);
           std::vector<float> logits(rows * kTileKeys, kNaN), row_max(rows, kNaN);
-          // The next tile's rows, all of which the kernel must have asked for when it returns.
-          Prefetch ahead(k.data(), k.bytes());
-          set.logits(q.data(), rows, given.data, given.dtype, n_keys, dim, logits.data(),
+          Prefetch ahead = given.prefetch();
+          set.logits(q.data(), rows, given.rows.data(), given.dtype, n_keys, dim, logits.data(),
                      row_max.data(), ahead);
           CHECK_MESSAGE(ahead.done(), set.name << " logits left lines unrequested");
           double worst = 0;  // the largest error over its bound
@@ -169,7 +183,7 @@ void check_accumulate(const TileKernels& set, std::mt19937& rng) {
       for (size_t rows = 1; rows <= kMaxRows; ++rows) {
         for (size_t n_keys = 1; n_keys <= kTileKeys; ++n_keys) {
           const Elements v(dtype, n_keys * dim, rng);
-          const KernelRows given(set, v, rows);
+          const KernelRows given(set, v, rows, n_keys);
           // Weights past n_keys are NaN: a kernel that reads them spoils its rows.
           std::vector<float> weights(rows * kTileKeys, kNaN);
           for (size_t r = 0; r < rows; ++r)
@@ -177,9 +191,9 @@ void check_accumulate(const TileKernels& set, std::mt19937& rng) {
               weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
           const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
           std::vector<float> acc = before;
-          Prefetch ahead(v.data(), v.bytes());
-          set.accumulate(acc.data(), rows, weights.data(), given.data, given.dtype, n_keys, dim,
-                         ahead);
+          Prefetch ahead = given.prefetch();
+          set.accumulate(acc.data(), rows, weights.data(), given.rows.data(), given.dtype, n_keys,
+                         dim, ahead);
           CHECK_MESSAGE(ahead.done(), set.name << " accumulate left lines unrequested");
           double worst = 0;
           for (size_t r = 0; r < rows; ++r) {
