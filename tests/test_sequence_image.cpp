@@ -225,6 +225,48 @@ TEST_CASE("sequence image: random images round-trip bit for bit, at the size the
   }
 }
 
+TEST_CASE("sequence image: rows decoded in place are the encoded rows, and convert as copied ones") {
+  std::mt19937 rng(31);
+  for (kvc_dtype dtype : {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16}) {
+    for (int round = 0; round < 20; ++round) {
+      CAPTURE(dtype);
+      CAPTURE(round);
+      const SequenceImage image = random_image(rng, dtype, KVC_STAT_ATTN_SUM);
+      const std::vector<uint8_t> bytes = encoded(image);
+      SequenceImage copied = kvc::decode(bytes.data(), bytes.size());
+      SequenceImage in_place =
+          kvc::decode(bytes.data(), bytes.size(), kvc::DecodedRows::in_place);
+      const uint8_t* end = bytes.data() + bytes.size();
+      for (size_t h = 0; h < image.heads.size(); ++h) {
+        CAPTURE(h);
+        const HeadImage& head = in_place.heads[h];
+        const size_t n = image.heads[h].k.size();
+        CHECK(head.k.empty());
+        CHECK(head.v.empty());
+        REQUIRE(head.k_in_place != nullptr);
+        REQUIRE(head.v_in_place != nullptr);
+        CHECK(head.k_rows() >= bytes.data());
+        CHECK(head.v_rows() + n <= end);
+        CHECK(std::memcmp(head.k_rows(), image.heads[h].k.data(), n) == 0);
+        CHECK(std::memcmp(head.v_rows(), image.heads[h].v.data(), n) == 0);
+        CHECK(head.positions == image.heads[h].positions);
+        CHECK(same_floats(head.stats[0], image.heads[h].stats[0]));
+      }
+      kvc::convert_storage(copied, KVC_DTYPE_F32);
+      kvc::convert_storage(in_place, KVC_DTYPE_F32);
+      if (dtype == KVC_DTYPE_F32) {
+        CHECK(in_place.heads[0].k_in_place != nullptr);  // nothing to convert: still in place
+        continue;
+      }
+      for (const HeadImage& head : in_place.heads) {
+        CHECK(head.k_in_place == nullptr);
+        CHECK(head.v_in_place == nullptr);
+      }
+      check_same(in_place, copied);
+    }
+  }
+}
+
 TEST_CASE("sequence image: encoded_size is what encode writes, and a smaller buffer is refused") {
   std::mt19937 rng(5);
   const SequenceImage image = random_image(rng, KVC_DTYPE_BF16, kAllStats);

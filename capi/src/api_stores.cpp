@@ -29,12 +29,12 @@ std::string checked_key(const char* key) {
   return std::string(key, length);
 }
 
-// A value read back from a store as a sequence image: one that does not decode is a damaged
-// value (IO); a newer format keeps its UNSUPPORTED.
+// A value read back from a store as a sequence image, its rows left in `bytes`: one that does
+// not decode is a damaged value (IO); a newer format keeps its UNSUPPORTED.
 kvc::SequenceImage decode_value(const std::vector<uint8_t>& bytes, const kvc::Store& store,
                                 const std::string& key) {
   try {
-    return kvc::decode(bytes.data(), bytes.size());
+    return kvc::decode(bytes.data(), bytes.size(), kvc::DecodedRows::in_place);
   } catch (const kvc::Error& e) {
     const kvc_status_code code = e.code() == KVC_ERR_UNSUPPORTED ? e.code() : KVC_ERR_IO;
     throw kvc::Error(code, "store " + kvc::quote(store.name()) + ": the value under " +
@@ -86,7 +86,8 @@ kvc_status* kvc_seq_restore(kvc_cache* cache, int32_t seq_id, const char* store,
     const std::string checked = checked_key(key);
     const kvc::Store& source = cache->impl->context().store(store);
     cache->impl->check_new_sequence_id(seq_id);
-    cache->impl->import_sequence(seq_id, decode_value(source.get(checked), source, checked));
+    const std::vector<uint8_t> bytes = source.get(checked);
+    cache->impl->import_sequence(seq_id, decode_value(bytes, source, checked));
   });
 }
 

@@ -50,7 +50,8 @@ kvc_status* kvc_seq_import(kvc_cache* cache, int32_t seq_id, const void* data, s
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(data != nullptr || size == 0, "data is NULL");
-    cache->impl->import_sequence(seq_id, kvc::decode(static_cast<const uint8_t*>(data), size));
+    cache->impl->import_sequence(
+        seq_id, kvc::decode(static_cast<const uint8_t*>(data), size, kvc::DecodedRows::in_place));
   });
 }
 
@@ -86,7 +87,8 @@ kvc_status* kvc_seq_import_file(kvc_cache* cache, int32_t seq_id, const char* pa
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
     const std::string bytes = kvc::read_file(path, "import:");
     cache->impl->import_sequence(
-        seq_id, kvc::decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+        seq_id, kvc::decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                            kvc::DecodedRows::in_place));
   });
 }
 

@@ -193,7 +193,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
     for (size_t i = 0; i < image.heads.size(); ++i) {
       const HeadImage& head = image.heads[i];
       if (head.positions.empty()) continue;
-      AppendSource source{head.k.data(), head.v.data(), static_cast<size_t>(config_.head_dim),
+      AppendSource source{head.k_rows(), head.v_rows(), static_cast<size_t>(config_.head_dim),
                           static_cast<size_t>(config_.head_dim), dtype_size(config_.dtype),
                           config_.dtype, KVC_DEVICE_HOST, head.positions.data()};
       stores[i]->plan_append(lengths[i], source, geometry_, jobs);

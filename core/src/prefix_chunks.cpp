@@ -119,12 +119,14 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     // whose policy compresses once reads it).
     joined.triggers.assign(static_cast<size_t>(chunk.layers), LayerTriggers{0, true});
   }
+  const size_t row = row_bytes(chunk);
   for (size_t h = 0; h < joined.heads.size(); ++h) {
     HeadImage& to = joined.heads[h];
     const HeadImage& from = chunk.heads[h];
     to.positions.insert(to.positions.end(), from.positions.begin(), from.positions.end());
-    to.k.insert(to.k.end(), from.k.begin(), from.k.end());
-    to.v.insert(to.v.end(), from.v.begin(), from.v.end());
+    const size_t rows_bytes = from.positions.size() * row;
+    to.k.insert(to.k.end(), from.k_rows(), from.k_rows() + rows_bytes);
+    to.v.insert(to.v.end(), from.v_rows(), from.v_rows() + rows_bytes);
     for (size_t s = 0; s < std::size(to.stats); ++s) {
       to.stats[s].insert(to.stats[s].end(), from.stats[s].begin(), from.stats[s].end());
     }

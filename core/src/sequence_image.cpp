@@ -366,7 +366,8 @@ void check_envelope(const Sections& s, const uint8_t* bytes, size_t n) {
   }
 }
 
-HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& where) {
+HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& where,
+                    DecodedRows rows) {
   r.at(where);
   HeadImage head;
   const int32_t n = r.i32("token count");
@@ -378,8 +379,13 @@ HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& wh
   check_positions(head.positions, where);
   const uint64_t elements = count * static_cast<uint64_t>(image.head_dim);
   const uint64_t width = dtype_size(image.dtype);
-  r.array(head.k, elements, width, "keys");
-  r.array(head.v, elements, width, "values");
+  if (rows == DecodedRows::in_place && kHostIsLittleEndian) {
+    head.k_in_place = r.take(elements, width, "keys");
+    head.v_in_place = r.take(elements, width, "values");
+  } else {
+    r.array(head.k, elements, width, "keys");
+    r.array(head.v, elements, width, "values");
+  }
   for (int s = 0; s < 3; ++s) {
     if ((image.stats & kStats[s].flag) == 0) continue;
     const std::string part = std::string(kStats[s].name) + " statistics";
@@ -390,11 +396,12 @@ HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& wh
 
 // ------------------------------------------------------------------ storage conversion
 
-std::vector<uint8_t> widen_to_f32(const std::vector<uint8_t>& half, kvc_dtype from) {
-  std::vector<uint8_t> wide(half.size() * 2);
-  for (size_t i = 0; i < half.size() / 2; ++i) {
+// `bytes` bytes of f16 or bf16 elements as f32.
+std::vector<uint8_t> widen_to_f32(const uint8_t* half, size_t bytes, kvc_dtype from) {
+  std::vector<uint8_t> wide(bytes * 2);
+  for (size_t i = 0; i < bytes / 2; ++i) {
     uint16_t h;
-    std::memcpy(&h, half.data() + 2 * i, 2);
+    std::memcpy(&h, half + 2 * i, 2);
     const float f = from == KVC_DTYPE_F16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
     std::memcpy(wide.data() + 4 * i, &f, 4);
   }
@@ -493,7 +500,7 @@ std::vector<uint8_t> encode(const SequenceImage& image) {
   return bytes;
 }
 
-SequenceImage decode(const uint8_t* bytes, size_t n) {
+SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   Reader r(bytes, n);
   const Header h = read_header(r);
   check_envelope(h.sections, bytes, n);
@@ -522,7 +529,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n) {
   Reader heads(bytes + kHeaderBytes, static_cast<size_t>(s.heads));
   image.heads.reserve(static_cast<size_t>(head_count));
   for (size_t i = 0; i < head_count; ++i) {
-    image.heads.push_back(read_head(heads, image, head_name(i, image.kv_heads)));
+    image.heads.push_back(read_head(heads, image, head_name(i, image.kv_heads), rows));
   }
   if (heads.left() != 0) {
     fail("the head section has " + std::to_string(heads.left()) + " bytes after the last head");
@@ -558,12 +565,17 @@ void convert_storage(SequenceImage& image, kvc_dtype target) {
   // All heads are converted before any is replaced, so a failed allocation changes nothing.
   std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> wide;
   wide.reserve(image.heads.size());
+  const size_t row = static_cast<size_t>(row_bytes(image));
   for (const HeadImage& head : image.heads) {
-    wide.emplace_back(widen_to_f32(head.k, image.dtype), widen_to_f32(head.v, image.dtype));
+    const size_t in_place = head.positions.size() * row;
+    wide.emplace_back(
+        widen_to_f32(head.k_rows(), head.k_in_place ? in_place : head.k.size(), image.dtype),
+        widen_to_f32(head.v_rows(), head.v_in_place ? in_place : head.v.size(), image.dtype));
   }
   for (size_t h = 0; h < image.heads.size(); ++h) {
     image.heads[h].k = std::move(wide[h].first);
     image.heads[h].v = std::move(wide[h].second);
+    image.heads[h].k_in_place = image.heads[h].v_in_place = nullptr;
   }
   image.dtype = KVC_DTYPE_F32;
 }

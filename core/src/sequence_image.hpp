@@ -15,6 +15,12 @@ namespace kvc {
 struct HeadImage {
   std::vector<int32_t> positions;  // [n]
   std::vector<uint8_t> k, v;       // [n * head_dim * dtype_size(dtype)] each, raw storage bytes
+  // An image decoded with its rows in place leaves k and v empty, and these pointing at the
+  // same bytes where they lie in the decoded buffer; k_rows() and v_rows() say where they are.
+  const uint8_t* k_in_place = nullptr;
+  const uint8_t* v_in_place = nullptr;
+  const uint8_t* k_rows() const { return k_in_place ? k_in_place : k.data(); }
+  const uint8_t* v_rows() const { return v_in_place ? v_in_place : v.data(); }
   // attn_sum, attn_last, attn_window (kStoredStats order): [n] each, or empty when that
   // statistic is not in the image's `stats`.
   std::vector<float> stats[3];
@@ -66,9 +72,17 @@ class RowWriter {
 // them. The same bytes; the same checks but for the rows' sizes, which are rows' to keep.
 // Returns the bytes written.
 size_t encode(const SequenceImage& image, const RowWriter& rows, uint8_t* out, size_t capacity);
+// Where decode() leaves an image's K and V rows: copied into each head's k and v, or, on a
+// little-endian host (where the encoded rows are the host's), in place in the decoded bytes,
+// which must then outlive the image. An import appends them straight from there: a copy of
+// the whole image into fresh arrays was most of its time (docs/stores.md). Elsewhere
+// in_place copies them.
+enum class DecodedRows { copied, in_place };
+
 // Reads an image; throws kvc::Error naming what is wrong: UNSUPPORTED for a newer format
-// version, INVALID_ARGUMENT for anything else (truncated, corrupted, inconsistent).
-SequenceImage decode(const uint8_t* bytes, size_t n);
+// version, INVALID_ARGUMENT for anything else (truncated, corrupted, inconsistent). encode()
+// takes images with their rows copied.
+SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows = DecodedRows::copied);
 
 // Makes the image one a cache storing `target` holds: the same dtype is left as it is,
 // f16 and bf16 become f32 exactly. Anything lossy (f32 -> f16 or bf16, f16 <-> bf16) throws

@@ -326,7 +326,8 @@ KVC_API kvc_status *kvc_seq_export(kvc_cache *cache, int32_t seq_id, void *buffe
  * reads a statistic the bytes lack refuses them (UNSUPPORTED). Truncated, corrupted or
  * inconsistent bytes are INVALID_ARGUMENT naming what is wrong; the memory limit applies all
  * or nothing (OUT_OF_MEMORY). On any error no sequence is created. Waits for calls on other
- * sequences of the cache to finish.
+ * sequences of the cache to finish. @p data is only read, during the call, and must not
+ * change while the call runs: the rows are copied from it after its checksum was verified.
  */
 KVC_API kvc_status *kvc_seq_import(kvc_cache *cache, int32_t seq_id, const void *data,
                                    size_t size);
