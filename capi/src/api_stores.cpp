@@ -31,7 +31,7 @@ std::string checked_key(const char* key) {
 
 // A value read back from a store as a sequence image, its rows left in `bytes`: one that does
 // not decode is a damaged value (IO); a newer format keeps its UNSUPPORTED.
-kvc::SequenceImage decode_value(const std::vector<uint8_t>& bytes, const kvc::Store& store,
+kvc::SequenceImage decode_value(const kvc::StoredValue& bytes, const kvc::Store& store,
                                 const std::string& key) {
   try {
     return kvc::decode(bytes.data(), bytes.size(), kvc::DecodedRows::in_place);
@@ -72,7 +72,7 @@ kvc_status* kvc_seq_offload(kvc_cache* cache, int32_t seq_id, const char* store,
     require_store_name(store);
     const std::string checked = checked_key(key);
     const kvc::Store& target = cache->impl->context().store(store);
-    const std::vector<uint8_t> bytes = cache->impl->export_bytes(seq_id);
+    const kvc::support::LargeBytes bytes = cache->impl->export_bytes(seq_id);
     target.put(checked, bytes.data(), bytes.size());
     cache->impl->remove_sequence(seq_id);
   });
@@ -86,7 +86,7 @@ kvc_status* kvc_seq_restore(kvc_cache* cache, int32_t seq_id, const char* store,
     const std::string checked = checked_key(key);
     const kvc::Store& source = cache->impl->context().store(store);
     cache->impl->check_new_sequence_id(seq_id);
-    const std::vector<uint8_t> bytes = source.get(checked);
+    const kvc::StoredValue bytes = source.get(checked);
     cache->impl->import_sequence(seq_id, decode_value(bytes, source, checked));
   });
 }
@@ -149,7 +149,7 @@ kvc_status* kvc_prefix_load(kvc_cache* cache, int32_t seq_id, const char* store,
     int32_t found = 0;
     while (found < p.n_tokens / p.chunk_tokens) {
       const std::string key = keys.next();
-      std::vector<uint8_t> bytes;
+      kvc::StoredValue bytes;
       try {
         bytes = source.get(key);
       } catch (const kvc::Error& e) {

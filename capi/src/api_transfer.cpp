@@ -59,7 +59,7 @@ kvc_status* kvc_seq_export_file(kvc_cache* cache, int32_t seq_id, const char* pa
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     kvc::require(path != nullptr && *path != '\0', "path is NULL or empty");
-    const std::vector<uint8_t> bytes = cache->impl->export_bytes(seq_id);
+    const kvc::support::LargeBytes bytes = cache->impl->export_bytes(seq_id);
     const std::string target(path);
     kvc::require_not_folder(target, "export:");
     const std::string temporary = target + ".tmp";

@@ -17,6 +17,7 @@
 #include "context.hpp"
 #include "head_snapshot.hpp"
 #include "head_store.hpp"
+#include "kvcache_support/large_bytes.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
 #include "sequence_image.hpp"
@@ -61,8 +62,8 @@ class Cache {
   // encode(export_sequence(seq_id)) into out[0, capacity), the rows copied from storage
   // straight into it; returns the bytes written. INVALID_ARGUMENT when capacity is short.
   size_t export_to(int32_t seq_id, uint8_t* out, size_t capacity);
-  // encode(export_sequence(seq_id)) the same way, in a new buffer.
-  std::vector<uint8_t> export_bytes(int32_t seq_id);
+  // encode(export_sequence(seq_id)) the same way, in a new buffer (std::bad_alloc when none).
+  support::LargeBytes export_bytes(int32_t seq_id);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <new>
 
 #include "cache.hpp"
 #include "dtype.hpp"
@@ -141,10 +142,11 @@ size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
   return encode_sequence(find(seq_id), out, capacity);
 }
 
-std::vector<uint8_t> Cache::export_bytes(int32_t seq_id) {
+support::LargeBytes Cache::export_bytes(int32_t seq_id) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   const Sequence& sequence = find(seq_id);
-  std::vector<uint8_t> bytes(encoded_size_of(sequence));
+  support::LargeBytes bytes = support::LargeBytes::allocate(encoded_size_of(sequence));
+  if (bytes.data() == nullptr) throw std::bad_alloc();
   encode_sequence(sequence, bytes.data(), bytes.size());
   return bytes;
 }

@@ -1,7 +1,5 @@
 #include "store.hpp"
 
-#include <new>
-
 #include "error.hpp"
 #include "quote.hpp"
 
@@ -10,24 +8,17 @@ namespace {
 
 // The memory a get reserves through kvc_store_reserve_fn; called by C code, so nothing thrown.
 struct Reservation {
-  std::vector<uint8_t> bytes;
-  size_t size = 0;
+  StoredValue value;
   bool reserved = false;
 };
 
 void* reserve_value(void* user_data, size_t size) noexcept {
   auto* reservation = static_cast<Reservation*>(user_data);
   if (reservation->reserved) return nullptr;  // at most once per get
-  try {
-    reservation->bytes.resize(size > 0 ? size : 1);  // never NULL, even for an empty value
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  } catch (const std::length_error&) {
-    return nullptr;
-  }
-  reservation->size = size;
+  reservation->value = StoredValue::allocate(size);
+  if (reservation->value.data() == nullptr) return nullptr;
   reservation->reserved = true;
-  return reservation->bytes.data();
+  return reservation->value.data();
 }
 
 std::string key_text(const char* action, const std::string& key) {
@@ -58,13 +49,12 @@ void Store::put(const std::string& key, const void* data, size_t size) const {
                     key_text("put", key).c_str());
 }
 
-std::vector<uint8_t> Store::get(const std::string& key) const {
+StoredValue Store::get(const std::string& key) const {
   Reservation reservation;
   kvc_plugin_error error{};
   check_plugin_call(vtable_.get(instance_, key.c_str(), reserve_value, &reservation, &error),
                     error, who_, key_text("get", key).c_str());
-  reservation.bytes.resize(reservation.size);
-  return std::move(reservation.bytes);
+  return std::move(reservation.value);
 }
 
 bool Store::exists(const std::string& key) const {

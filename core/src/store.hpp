@@ -5,12 +5,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "config.hpp"
+#include "kvcache_support/large_bytes.hpp"
 #include "plugin_registry.hpp"
 
 namespace kvc {
+
+// A value read from a store, as the plugin wrote it into memory that was not cleared first.
+using StoredValue = support::LargeBytes;
 
 class Store {
  public:
@@ -24,7 +27,7 @@ class Store {
 
   void put(const std::string& key, const void* data, size_t size) const;
   // The value under `key`; NOT_FOUND when there is none.
-  std::vector<uint8_t> get(const std::string& key) const;
+  StoredValue get(const std::string& key) const;
   bool exists(const std::string& key) const;
   // NOT_FOUND when there is no value under `key`.
   void remove(const std::string& key) const;

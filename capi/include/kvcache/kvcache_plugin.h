@@ -438,7 +438,8 @@ typedef kvc_key_value kvc_store_param;
 /**
  * @brief Called by kvc_store_vtable::get once it knows a value's size: returns @p size bytes
  * of host memory for the value (valid until get returns), or NULL when they cannot be had;
- * get then fails with KVC_ERR_OUT_OF_MEMORY. Called at most once per get.
+ * get then fails with KVC_ERR_OUT_OF_MEMORY. Called at most once per get. The memory is not
+ * cleared first: a get that succeeds has written all @p size bytes.
  */
 typedef void *(*kvc_store_reserve_fn)(void *user_data, size_t size);
 /**

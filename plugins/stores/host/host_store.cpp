@@ -10,13 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "kvcache_support/large_bytes.hpp"
 #include "kvcache_support/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {
 
 // Values are immutable once stored, so a get copies one out after releasing the lock.
-using Value = std::shared_ptr<const std::vector<unsigned char>>;
+using Value = std::shared_ptr<const kvc::support::LargeBytes>;
 
 class HostStore {
  public:
@@ -32,8 +33,12 @@ class HostStore {
       fail(KVC_ERR_OUT_OF_MEMORY, "value of %zu bytes exceeds the store's capacity of %zu",
            size, capacity_);
     }
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    Value value = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + size);
+    auto bytes = kvc::support::LargeBytes::allocate(size);
+    if (bytes.data() == nullptr) {
+      fail(KVC_ERR_OUT_OF_MEMORY, "no memory for a value of %zu bytes", size);
+    }
+    if (size > 0) std::memcpy(bytes.data(), data, size);
+    Value value = std::make_shared<const kvc::support::LargeBytes>(std::move(bytes));
     std::vector<Value> released;  // freed after the lock
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto found = index_.find(key); found != index_.end()) {
@@ -60,7 +65,7 @@ class HostStore {
       value = found->second->second;
     }
     void* out = buffer.reserve(value->size());
-    if (!value->empty()) std::memcpy(out, value->data(), value->size());
+    if (value->size() > 0) std::memcpy(out, value->data(), value->size());
   }
 
   bool exists(const std::string& key) {
