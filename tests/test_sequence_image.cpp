@@ -247,8 +247,10 @@ TEST_CASE("sequence image: rows decoded in place are the encoded rows, and conve
         REQUIRE(head.v_in_place != nullptr);
         CHECK(head.k_rows() >= bytes.data());
         CHECK(head.v_rows() + n <= end);
-        CHECK(std::memcmp(head.k_rows(), image.heads[h].k.data(), n) == 0);
-        CHECK(std::memcmp(head.v_rows(), image.heads[h].v.data(), n) == 0);
+        if (n > 0) {  // an empty vector's data() may be null, which memcmp may not take
+          CHECK(std::memcmp(head.k_rows(), image.heads[h].k.data(), n) == 0);
+          CHECK(std::memcmp(head.v_rows(), image.heads[h].v.data(), n) == 0);
+        }
         CHECK(head.positions == image.heads[h].positions);
         CHECK(same_floats(head.stats[0], image.heads[h].stats[0]));
       }
