@@ -63,3 +63,8 @@ inline __m512 _mm512_cvtph_ps(__m256i a) {
   return _mm512_loadu_ps(lanes);
 }
 #endif
+
+// SIMDe emulates this one but names no native alias for it.
+#ifndef _mm512_shuffle_f32x4
+#define _mm512_shuffle_f32x4(a, b, imm8) simde_mm512_shuffle_f32x4(a, b, imm8)
+#endif
