@@ -20,6 +20,12 @@ constexpr size_t padded_dim(size_t head_dim) {
 // passes over them. Rows of logits and weights are this long.
 constexpr size_t kTileKeys = 32;
 
+// Bytes [begin, begin + bytes).
+struct ByteRange {
+  const char* begin;
+  size_t bytes;
+};
+
 // Memory a kernel asks for while it computes: the next tile's K rows during the logits, its V
 // rows during the accumulate. The kernel spreads the requests over its steps, a few lines at a
 // time: a burst of a whole tile's lines before the kernel filled the core's miss buffers, and
@@ -27,12 +33,6 @@ constexpr size_t kTileKeys = 32;
 // 15 spread, against 16 for the arithmetic alone). The lines go to the outer caches (locality
 // 1, prefetcht2 on x86), which leaves the first level's miss buffers to the kernel's own
 // loads: 10% faster than into L1 in six paired runs on Zen 4.
-// Bytes [begin, begin + bytes).
-struct ByteRange {
-  const char* begin;
-  size_t bytes;
-};
-
 class Prefetch {
  public:
   Prefetch() = default;
@@ -43,7 +43,8 @@ class Prefetch {
   // The remaining lines go out over `steps` calls of step().
   void spread_over(size_t steps) {
     size_t lines = size_t(end_ - next_ + kLine - 1) / kLine;
-    for (size_t r = range_ + 1; r < n_ranges_; ++r) lines += (ranges_[r].bytes + kLine - 1) / kLine;
+    for (size_t r = range_ + 1; r < n_ranges_; ++r)
+      lines += (ranges_[r].bytes + kLine - 1) / kLine;
     per_step_ = steps == 0 ? lines : (lines + steps - 1) / steps;
   }
   void step() {
