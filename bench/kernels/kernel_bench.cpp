@@ -1,11 +1,15 @@
 // kvc-kernel-bench: the CPU backend's decode attention (attend_block, the kernels the backend
 // picks) over paged blocks laid out as the block pool lays them, timed in each thread's CPU
 // time, so that a neighbour's steal on a shared VM counts less than in kvc-bench attention's
-// wall-clock figures. Three rates of K/V bytes, from the same blocks in the same run:
+// wall-clock figures. Rates of K/V bytes, from the same blocks in the same run:
 //   cold_kv_gbps        decode over --cold_mib of K/V, every block read from memory once;
 //   arithmetic_kv_gbps  the same decode over one job per thread whose blocks stay in L2;
-//   blocks_read_gbps    the cold blocks summed without arithmetic, in the kernel's order.
-// Cold decode can reach neither of the other two; 1 / (1/arithmetic + 1/read) is what it gets
+//   blocks_read_gbps    the cold blocks summed without arithmetic, in the kernel's order;
+//   stream_read_gbps    as many bytes in one allocation summed the same way, on the same
+//                       threads, beside the block read in each round: the median of the
+//                       rounds' ratios (blocks_over_stream_read) is what reading paged blocks
+//                       instead of one stream costs, paired against the host's swings.
+// Cold decode can reach neither the arithmetic rate nor the block read; 1 / (1/arithmetic + 1/read) is what it gets
 // when memory time and arithmetic do not overlap at all (serial_model_kv_gbps), min of the two
 // when they overlap fully. overlap_fraction places the cold figure between them (0: serial, 1:
 // full overlap).
@@ -26,6 +30,7 @@
 #include "machine.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "sum_words.hpp"
 #include "timer.hpp"
 
 namespace {
@@ -37,7 +42,8 @@ using kvc::cpu::AttentionWorkspace;
 const char* const kHelp =
     "usage: kvc-kernel-bench [--key=value ...] [--json]\n"
     "  --threads=N       threads, each timed in its own CPU time (default: all cores)\n"
-    "  --cold_mib=N      K/V of the cold jobs (default 1024)\n"
+    "  --cold_mib=N      K/V of the cold jobs, and as many bytes again for the stream read\n"
+    "                    (default 1024)\n"
     "  --keys=N          keys of each cold job (default 4096)\n"
     "  --l2_keys=N       keys of each thread's L2-resident job (default 1024)\n"
     "  --block_tokens=N  tokens per paged block (default 16)\n"
@@ -103,10 +109,8 @@ class PagedJobs {
   // The sum of the K and V bytes of jobs [begin, end), block by block in the kernel's order.
   uint64_t read(size_t begin, size_t end) const {
     uint64_t sum = 0;
-    for (size_t i = begin * blocks_per_job_; i < end * blocks_per_job_; ++i) {
-      const auto* words = reinterpret_cast<const uint64_t*>(blocks_[i]);
-      for (size_t w = 0; w < kv_bytes_per_block() / sizeof(uint64_t); ++w) sum += words[w];
-    }
+    for (size_t i = begin * blocks_per_job_; i < end * blocks_per_job_; ++i)
+      sum += sum_words(blocks_[i], kv_bytes_per_block());
     return sum;
   }
 
@@ -215,16 +219,34 @@ int run(Options& opts) {
   auto attend_cold = [&](size_t, size_t b, size_t e) { cold_decode.run(b, e); };
   auto read_cold = [&](size_t t, size_t b, size_t e) { sums[t] += cold.read(b, e); };
   auto attend_hot = [&](size_t, size_t b, size_t e) { hot_decode.run(b, e); };
-  double cold_s = 1e300, read_s = 1e300, hot_s = 1e300;
+  // The blocks' bytes again as one stream, a job's share after another's.
+  const size_t stream_job_bytes = size_t(cold.kv_bytes() / cold.jobs());
+  std::vector<uint64_t> stream(stream_job_bytes * cold.jobs() / sizeof(uint64_t), 1);
+  auto read_stream = [&](size_t t, size_t b, size_t e) {
+    sums[t] += sum_words(reinterpret_cast<const unsigned char*>(stream.data()) +
+                             b * stream_job_bytes,
+                         (e - b) * stream_job_bytes);
+  };
+  double cold_s = 1e300, read_s = 1e300, stream_s = 1e300, hot_s = 1e300;
+  std::vector<double> blocks_over_stream;
   cpu_seconds(threads, cold.jobs(), 1, attend_cold);  // touches every page once
   for (int round = 0; round < rounds; ++round) {
     cold_s = std::min(cold_s, cpu_seconds(threads, cold.jobs(), 1, attend_cold));
-    read_s = std::min(read_s, cpu_seconds(threads, cold.jobs(), 1, read_cold));
+    // In turn first, so that neither always follows the other.
+    double blocks_s = 0, one_stream_s = 0;
+    for (int i = 0; i < 2; ++i) {
+      if ((round + i) % 2 == 0) blocks_s = cpu_seconds(threads, cold.jobs(), 1, read_cold);
+      else one_stream_s = cpu_seconds(threads, cold.jobs(), 1, read_stream);
+    }
+    read_s = std::min(read_s, blocks_s);
+    stream_s = std::min(stream_s, one_stream_s);
+    blocks_over_stream.push_back(one_stream_s / blocks_s);
     clobber_memory(sums.data());
     hot_s = std::min(hot_s, cpu_seconds(threads, hot.jobs(), hot_reps, attend_hot));
   }
   const double cold_gbps = double(cold.kv_bytes()) / cold_s / 1e9;
   const double read_gbps = double(cold.kv_bytes()) / read_s / 1e9;
+  const double stream_gbps = double(stream.size() * sizeof(uint64_t)) / stream_s / 1e9;
   const double hot_gbps = double(hot.kv_bytes()) / hot_s / 1e9;
   const double serial = 1.0 / (1.0 / hot_gbps + 1.0 / read_gbps);
   const double overlapped = std::min(hot_gbps, read_gbps);
@@ -236,6 +258,8 @@ int run(Options& opts) {
   report("dtype", dtype_name(shape.dtype));
   report("cold_kv_bytes", cold.kv_bytes());
   report("blocks_read_gbps", read_gbps);
+  report("stream_read_gbps", stream_gbps);
+  report("blocks_over_stream_read", median(blocks_over_stream));
   report("arithmetic_kv_gbps", hot_gbps);
   report("serial_model_kv_gbps", serial);
   report("cold_kv_gbps", cold_gbps);
