@@ -9,10 +9,10 @@
 //                       threads, beside the block read in each round: the median of the
 //                       rounds' ratios (blocks_over_stream_read) is what reading paged blocks
 //                       instead of one stream costs, paired against the host's swings.
-// Cold decode can reach neither the arithmetic rate nor the block read; 1 / (1/arithmetic + 1/read) is what it gets
-// when memory time and arithmetic do not overlap at all (serial_model_kv_gbps), min of the two
-// when they overlap fully. overlap_fraction places the cold figure between them (0: serial, 1:
-// full overlap).
+// Cold decode can reach neither the arithmetic rate nor the block read; 1 / (1/arithmetic +
+// 1/read) is what it gets when memory time and arithmetic do not overlap at all
+// (serial_model_kv_gbps), min of the two when they overlap fully. overlap_fraction places the
+// cold figure between them (0: serial, 1: full overlap).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
