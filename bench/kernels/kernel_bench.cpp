@@ -221,7 +221,7 @@ int run(Options& opts) {
   auto attend_hot = [&](size_t, size_t b, size_t e) { hot_decode.run(b, e); };
   // The blocks' bytes again as one stream, a job's share after another's.
   const size_t stream_job_bytes = size_t(cold.kv_bytes() / cold.jobs());
-  std::vector<uint64_t> stream(stream_job_bytes * cold.jobs() / sizeof(uint64_t), 1);
+  std::vector<uint64_t> stream(cold.kv_bytes() / sizeof(uint64_t), 1);
   auto read_stream = [&](size_t t, size_t b, size_t e) {
     sums[t] += sum_words(reinterpret_cast<const unsigned char*>(stream.data()) +
                              b * stream_job_bytes,
@@ -233,11 +233,10 @@ int run(Options& opts) {
   for (int round = 0; round < rounds; ++round) {
     cold_s = std::min(cold_s, cpu_seconds(threads, cold.jobs(), 1, attend_cold));
     // In turn first, so that neither always follows the other.
-    double blocks_s = 0, one_stream_s = 0;
-    for (int i = 0; i < 2; ++i) {
-      if ((round + i) % 2 == 0) blocks_s = cpu_seconds(threads, cold.jobs(), 1, read_cold);
-      else one_stream_s = cpu_seconds(threads, cold.jobs(), 1, read_stream);
-    }
+    const bool blocks_first = round % 2 == 0;
+    double blocks_s = blocks_first ? cpu_seconds(threads, cold.jobs(), 1, read_cold) : 0;
+    const double one_stream_s = cpu_seconds(threads, cold.jobs(), 1, read_stream);
+    if (!blocks_first) blocks_s = cpu_seconds(threads, cold.jobs(), 1, read_cold);
     read_s = std::min(read_s, blocks_s);
     stream_s = std::min(stream_s, one_stream_s);
     blocks_over_stream.push_back(one_stream_s / blocks_s);
@@ -246,7 +245,7 @@ int run(Options& opts) {
   }
   const double cold_gbps = double(cold.kv_bytes()) / cold_s / 1e9;
   const double read_gbps = double(cold.kv_bytes()) / read_s / 1e9;
-  const double stream_gbps = double(stream.size() * sizeof(uint64_t)) / stream_s / 1e9;
+  const double stream_gbps = double(cold.kv_bytes()) / stream_s / 1e9;
   const double hot_gbps = double(hot.kv_bytes()) / hot_s / 1e9;
   const double serial = 1.0 / (1.0 / hot_gbps + 1.0 / read_gbps);
   const double overlapped = std::min(hot_gbps, read_gbps);
