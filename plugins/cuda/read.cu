@@ -69,10 +69,10 @@ struct ReadTables {
   std::vector<int64_t> begins;
   int64_t total = 0;
 
-  ReadTables(const Job* jobs, size_t n_jobs, const char* call) {
+  ReadTables(const Job* jobs, size_t n_jobs, const char* call, Reads reads) {
     std::vector<int32_t> counts(n_jobs);
     for (size_t j = 0; j < n_jobs; ++j)
-      counts[j] = count_tokens(jobs[j].segments, jobs[j].n_segments, call, j);
+      counts[j] = count_tokens(jobs[j].segments, jobs[j].n_segments, call, j, reads);
     total = token_begins(counts, begins);
     table = upload.add_array<DevTokensJob>(nullptr, n_jobs);
     begins_at = upload.add_array(begins.data(), n_jobs);
@@ -97,7 +97,7 @@ void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
                    const kvc_read_keys_call& call) {
   check_storage(call.head_dim, call.storage_dtype);
   check_jobs(jobs, call.n_jobs, "read_keys");
-  ReadTables<kvc_read_keys_job> tables(jobs, call.n_jobs, "read_keys");
+  ReadTables<kvc_read_keys_job> tables(jobs, call.n_jobs, "read_keys", Reads::rows_and_positions);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const int64_t end = j + 1 < call.n_jobs ? tables.begins[j + 1] : tables.total;
     if (end > tables.begins[j] && jobs[j].out == nullptr)
@@ -128,7 +128,7 @@ void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
 void run_read_tokens(Instance& instance, const kvc_read_tokens_job* jobs,
                      const kvc_read_tokens_call& call) {
   check_jobs(jobs, call.n_jobs, "read_tokens");
-  ReadTables<kvc_read_tokens_job> tables(jobs, call.n_jobs, "read_tokens");
+  ReadTables<kvc_read_tokens_job> tables(jobs, call.n_jobs, "read_tokens", Reads::positions);
   std::vector<DevStats> stats(call.n_jobs);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_read_tokens_job& job = jobs[j];

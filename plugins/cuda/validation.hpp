@@ -28,17 +28,23 @@ inline void check_device(kvc_device device, const char* what, size_t job) {
     fail(KVC_ERR_INVALID_ARGUMENT, "job %zu: unknown device %d for %s", job, int(device), what);
 }
 
+// Which of a segment's arrays a call reads: read_tokens reads positions only, and the core
+// sends it segments without K and V.
+enum class Reads { rows_and_positions, positions };
+
 // The number of tokens in a job's segment list (at most INT32_MAX: the kernels index keys
 // with 32 bits).
 inline int32_t count_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
-                            size_t job) {
+                            size_t job, Reads reads = Reads::rows_and_positions) {
   if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
     fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
   int64_t tokens = 0;
   for (int32_t s = 0; s < n_segments; ++s) {
     if (segments[s].count < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
-    if (segments[s].count > 0 && (!segments[s].k || !segments[s].v || !segments[s].pos))
+    const bool rows_missing =
+        reads == Reads::rows_and_positions && (!segments[s].k || !segments[s].v);
+    if (segments[s].count > 0 && (rows_missing || !segments[s].pos))
       fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a NULL pointer", call, job, s);
     tokens += segments[s].count;
   }
