@@ -9,8 +9,6 @@
 #include <set>
 #include <vector>
 
-#include "kvcache/kvcache.h"
-
 namespace cref {
 
 struct HeadHistory {
@@ -116,19 +114,5 @@ class SequenceModel {
   int layers_, kv_heads_, q_heads_, d_, window_;
   std::vector<HeadHistory> heads_;
 };
-
-// The positions a cache holds for (seq, layer, kv_head), read through kvc_seq_view.
-inline std::vector<int32_t> stored_positions(const kvc_cache* cache, int32_t seq, int32_t layer,
-                                             int32_t kv_head) {
-  size_t count = 0;
-  kvc_status_free(kvc_seq_view(cache, seq, layer, kv_head, nullptr, 0, &count));
-  std::vector<kvc_segment_view> views(count);
-  kvc_status_free(kvc_seq_view(cache, seq, layer, kv_head, views.data(), views.size(), &count));
-  std::vector<int32_t> positions;
-  for (const kvc_segment_view& view : views) {
-    positions.insert(positions.end(), view.pos, view.pos + view.count);
-  }
-  return positions;
-}
 
 }  // namespace cref

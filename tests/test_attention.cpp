@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "host_reads.hpp"
 #include "kvcache/kvcache.h"
 #include "kvcache/kvcache_half.h"
 #include "reference_attention.hpp"
@@ -451,29 +452,6 @@ TEST_CASE("attention: layers are stored independently and may hold different len
   }
 }
 
-// The rows of one stored head of a sequence, oldest first: positions, and K and V as bytes.
-struct StoredHead {
-  std::vector<int32_t> pos;
-  std::vector<unsigned char> k, v;
-};
-
-StoredHead stored_head(const kvc_cache* cache, int32_t seq, int32_t head, size_t row_bytes) {
-  size_t count = 0;
-  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, head, nullptr, 0, &count));
-  std::vector<kvc_segment_view> views(count);
-  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, head, views.data(), views.size(), &count));
-  StoredHead out;
-  for (const kvc_segment_view& view : views) {
-    const size_t n = static_cast<size_t>(view.count);
-    out.pos.insert(out.pos.end(), view.pos, view.pos + n);
-    const auto* k = static_cast<const unsigned char*>(view.k);
-    const auto* v = static_cast<const unsigned char*>(view.v);
-    out.k.insert(out.k.end(), k, k + n * row_bytes);
-    out.v.insert(out.v.end(), v, v + n * row_bytes);
-  }
-  return out;
-}
-
 TEST_CASE("attention: appends of many MiB store every head's rows exactly as given") {
   // Calls that store over 4 MiB take the CPU backend's streaming path, which copies the heads
   // of a token side by side; sequences start at different fills, so their jobs split at
@@ -542,15 +520,17 @@ TEST_CASE("attention: appends of many MiB store every head's rows exactly as giv
     for (int32_t s = 0; s < kSeqs; ++s) {
       for (int32_t h = 0; h < kHeads; ++h) {
         INFO("sequence " << s << " head " << h);
-        const StoredHead got = stored_head(cache.get(), s, h, kDim * sizeof(uint16_t));
-        REQUIRE(got.pos.size() == static_cast<size_t>(lengths[s]));
+        const kvc::HeadImage got = kvt::stored_head(cache.get(), s, 0, h);
+        REQUIRE(got.positions.size() == static_cast<size_t>(lengths[s]));
         std::vector<uint16_t> k_want, v_want;
-        for (size_t t = 0; t < got.pos.size(); ++t) {
-          CHECK(got.pos[t] == static_cast<int32_t>(t));
+        for (size_t t = 0; t < got.positions.size(); ++t) {
+          CHECK(got.positions[t] == static_cast<int32_t>(t));
           const size_t first = t * row + static_cast<size_t>(h) * kDim;
           k_want.insert(k_want.end(), &k_rows[s][first], &k_rows[s][first] + kDim);
           v_want.insert(v_want.end(), &v_rows[s][first], &v_rows[s][first] + kDim);
         }
+        REQUIRE(got.k.size() == k_want.size() * sizeof(uint16_t));
+        REQUIRE(got.v.size() == got.k.size());
         CHECK(std::memcmp(got.k.data(), k_want.data(), got.k.size()) == 0);
         CHECK(std::memcmp(got.v.data(), v_want.data(), got.v.size()) == 0);
       }

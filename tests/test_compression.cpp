@@ -11,6 +11,7 @@
 #include <string>
 
 #include "compression_reference.hpp"
+#include "host_reads.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -64,10 +65,10 @@ double step(kvc_cache* cache, cref::SequenceModel& model, int32_t seq, const Inp
 }
 
 // Makes the model forget what the cache evicted.
-void sync_model(const kvc_cache* cache, cref::SequenceModel& model, int32_t seq) {
+void sync_model(kvc_cache* cache, cref::SequenceModel& model, int32_t seq) {
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int h = 0; h < kKvHeads; ++h) {
-      std::vector<int32_t> kept = cref::stored_positions(cache, seq, layer, h);
+      std::vector<int32_t> kept = kvt::stored_positions(cache, seq, layer, h);
       model.keep(layer, h, std::set<int32_t>(kept.begin(), kept.end()));
     }
   }
@@ -355,7 +356,7 @@ TEST_CASE("compression: manual compress frees blocks at once") {
   // window keeps the newest tokens of layer 1 only; layer 0 was not named.
   std::vector<int32_t> expected(8);
   std::iota(expected.begin(), expected.end(), 132);
-  CHECK(cref::stored_positions(cache.get(), 9, 1, 0) == expected);
+  CHECK(kvt::stored_positions(cache.get(), 9, 1, 0) == expected);
   CHECK(kvt::seq_length(cache.get(), 9, 0, 0) == 40);
 }
 
@@ -373,7 +374,7 @@ TEST_CASE("compression: streaming keeps 4 sinks and the newest tokens") {
   REQUIRE(kvc_compress(cache.get(), -1, 1, &seq) == nullptr);
   const std::vector<int32_t> expected = {0, 1, 2, 3, 24, 25, 26, 27, 28, 29};
   for (int layer = 0; layer < kLayers; ++layer) {
-    for (int h = 0; h < kKvHeads; ++h) CHECK(cref::stored_positions(cache.get(), 1, layer, h) == expected);
+    for (int h = 0; h < kKvHeads; ++h) CHECK(kvt::stored_positions(cache.get(), 1, layer, h) == expected);
   }
 }
 
@@ -406,7 +407,7 @@ TEST_CASE("compression: prefill 'once' compresses when the first decode token ar
   step(cache.get(), model, 0, random_inputs(rng, 1, 40));
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int h = 0; h < kKvHeads; ++h) {
-      std::vector<int32_t> kept = cref::stored_positions(cache.get(), 0, layer, h);
+      std::vector<int32_t> kept = kvt::stored_positions(cache.get(), 0, layer, h);
       CHECK(kept.size() == 13);
       std::set<int32_t> kept_prompt(kept.begin(), kept.end() - 1);
       CHECK(kept_prompt == predicted[static_cast<size_t>(layer * kKvHeads + h)]);
@@ -429,13 +430,13 @@ TEST_CASE("compression: a failing policy leaves the cache unchanged") {
   std::mt19937 rng(8);
   step(cache.get(), model, 0, random_inputs(rng, 20, 0));
   kvc_cache_stats before = kvt::get_stats(cache.get());
-  std::vector<int32_t> positions_before = cref::stored_positions(cache.get(), 0, 1, 1);
+  std::vector<int32_t> positions_before = kvt::stored_positions(cache.get(), 0, 1, 1);
   int32_t seq = 0;
   Status s(kvc_compress(cache.get(), -1, 1, &seq));
   CHECK(s.code() == KVC_ERR_PLUGIN);
   CHECK(kvt::contains(s.message(), "stats_probe was told to fail"));
   CHECK(kvt::stats_equal(before, kvt::get_stats(cache.get())));
-  CHECK(cref::stored_positions(cache.get(), 0, 1, 1) == positions_before);
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1) == positions_before);
   // The stored data is intact: attention still matches the uncompressed reference.
   CHECK(step(cache.get(), model, 0, random_inputs(rng, 1, 20)) < 1e-5);
 }
@@ -587,7 +588,7 @@ TEST_CASE("compression: a custom C policy loaded through YAML follows its rule")
       std::sort(scored.rbegin(), scored.rend());
       std::set<int32_t> expected;
       for (size_t i = 0; i < 10; ++i) expected.insert(scored[i].second);
-      std::vector<int32_t> kept = cref::stored_positions(cache.get(), 0, layer, h);
+      std::vector<int32_t> kept = kvt::stored_positions(cache.get(), 0, layer, h);
       CHECK(std::set<int32_t>(kept.begin(), kept.end()) == expected);
     }
   }
@@ -611,10 +612,10 @@ Status store_chunk(kvc_cache* cache, int layer, int32_t seq, const Inputs& in, b
   return Status(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
 }
 
-std::vector<std::vector<int32_t>> all_positions(const kvc_cache* cache, int32_t seq) {
+std::vector<std::vector<int32_t>> all_positions(kvc_cache* cache, int32_t seq) {
   std::vector<std::vector<int32_t>> heads;
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int h = 0; h < kKvHeads; ++h) heads.push_back(cref::stored_positions(cache, seq, layer, h));
+  for (const kvc::HeadImage& head : kvt::stored_sequence(cache, seq).heads) {
+    heads.push_back(head.positions);
   }
   return heads;
 }

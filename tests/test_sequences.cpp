@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "compression_reference.hpp"
+#include "host_reads.hpp"
 #include "kvcache/kvcache_half.h"
 #include "test_support.hpp"
 
@@ -72,28 +72,13 @@ std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
 }
 
 // Everything stored for one sequence: positions, K and V bytes of every (layer, head).
-std::vector<unsigned char> stored(const kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
-  const size_t row = kHeadDim * kvc_dtype_size(dtype);
+std::vector<unsigned char> stored(kvc_cache* cache, int32_t seq) {
   std::vector<unsigned char> bytes;
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int h = 0; h < kKvHeads; ++h) {
-      size_t count = 0;
-      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, nullptr, 0, &count));
-      std::vector<kvc_segment_view> views(count);
-      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, views.data(), views.size(), &count));
-      // Positions, then K, then V of the head, whatever its segments.
-      std::vector<unsigned char> pos_bytes, k_bytes, v_bytes;
-      for (const kvc_segment_view& view : views) {
-        const auto* pos = reinterpret_cast<const unsigned char*>(view.pos);
-        const auto* k = static_cast<const unsigned char*>(view.k);
-        const auto* v = static_cast<const unsigned char*>(view.v);
-        const size_t n = static_cast<size_t>(view.count);
-        pos_bytes.insert(pos_bytes.end(), pos, pos + n * sizeof(int32_t));
-        k_bytes.insert(k_bytes.end(), k, k + n * row);
-        v_bytes.insert(v_bytes.end(), v, v + n * row);
-      }
-      for (const auto* part : {&pos_bytes, &k_bytes, &v_bytes}) bytes.insert(bytes.end(), part->begin(), part->end());
-    }
+  for (const kvc::HeadImage& head : kvt::stored_sequence(cache, seq).heads) {
+    const auto* pos = reinterpret_cast<const unsigned char*>(head.positions.data());
+    bytes.insert(bytes.end(), pos, pos + head.positions.size() * sizeof(int32_t));
+    bytes.insert(bytes.end(), head.k.begin(), head.k.end());
+    bytes.insert(bytes.end(), head.v.begin(), head.v.end());
   }
   return bytes;
 }
@@ -142,7 +127,7 @@ TEST_CASE("sequences: a fork behaves bit for bit like an independent sequence, s
     CHECK(after_fork.bytes_shared > 0);
     // Only the branch's statistics were copied; the K/V blocks count once.
     CHECK(after_fork.bytes_used - before_fork.bytes_used < after_fork.bytes_shared);
-    CHECK(stored(forked.get(), 1, p.dtype) == stored(forked.get(), 0, p.dtype));
+    CHECK(stored(forked.get(), 1) == stored(forked.get(), 0));
 
     // Divergent decode steps, and compression on both branches in between.
     for (int step = 0; step < 24; ++step) {
@@ -157,7 +142,7 @@ TEST_CASE("sequences: a fork behaves bit for bit like an independent sequence, s
         }
       }
     }
-    for (int32_t s : {0, 1}) CHECK(stored(forked.get(), s, p.dtype) == stored(separate.get(), s, p.dtype));
+    for (int32_t s : {0, 1}) CHECK(stored(forked.get(), s) == stored(separate.get(), s));
     // The shared blocks once plus the divergent ones.
     const kvc_cache_stats a = kvt::get_stats(forked.get());
     const kvc_cache_stats b = kvt::get_stats(separate.get());
@@ -199,8 +184,8 @@ TEST_CASE("sequences: each branch's statistics are its own (kvc_report_stats)") 
   compress(cache.get(), 0);
   compress(cache.get(), 1);
   // h2o keeps half its budget as heavy hitters and half as the most recent tokens.
-  CHECK(cref::stored_positions(cache.get(), 0, 1, 1) == std::vector<int32_t>{0, 1, 10, 11});
-  CHECK(cref::stored_positions(cache.get(), 1, 1, 1) == std::vector<int32_t>{8, 9, 10, 11});
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1) == std::vector<int32_t>{0, 1, 10, 11});
+  CHECK(kvt::stored_positions(cache.get(), 1, 1, 1) == std::vector<int32_t>{8, 9, 10, 11});
 }
 
 TEST_CASE("sequences: truncate and remove-range equal a sequence that never held the tokens") {
@@ -228,7 +213,7 @@ TEST_CASE("sequences: truncate and remove-range equal a sequence that never held
       REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
       feed(cache.get(), 0, all);
       if (fork_first) KVT_CHECK_OK(kvc_seq_fork(cache.get(), 0, 1));
-      const std::vector<unsigned char> source_before = stored(cache.get(), 0, p.dtype);
+      const std::vector<unsigned char> source_before = stored(cache.get(), 0);
 
       SUBCASE("truncate at 20") {
         const uint64_t stored_before = kvt::get_stats(cache.get()).tokens_stored;
@@ -241,16 +226,16 @@ TEST_CASE("sequences: truncate and remove-range equal a sequence that never held
       }
       SUBCASE("remove [10, 20)") {
         KVT_CHECK_OK(kvc_seq_remove_range(cache.get(), seq, 10, 20));
-        CHECK(cref::stored_positions(cache.get(), seq, 0, 0).size() == 20);
+        CHECK(kvt::stored_positions(cache.get(), seq, 0, 0).size() == 20);
         REQUIRE(kvc_seq_create(fresh.get(), seq) == nullptr);
         feed(fresh.get(), seq, rows(0, 10));
         feed(fresh.get(), seq, rows(20, 30));
-        CHECK(stored(cache.get(), seq, p.dtype) == stored(fresh.get(), seq, p.dtype));
+        CHECK(stored(cache.get(), seq) == stored(fresh.get(), seq));
         const Chunk next = random_chunk(rng, range(30, 35));
         CHECK(feed(cache.get(), seq, next) == feed(fresh.get(), seq, next));
       }
       // A fork's source is untouched by what the fork drops.
-      if (fork_first) CHECK(stored(cache.get(), 0, p.dtype) == source_before);
+      if (fork_first) CHECK(stored(cache.get(), 0) == source_before);
     }
   }
 }
@@ -280,10 +265,10 @@ TEST_CASE("sequences: failed sequence operations change nothing") {
   std::mt19937 rng(9);
   feed(cache.get(), 0, random_chunk(rng, range(0, 12)));
   const kvc_cache_stats before = kvt::get_stats(cache.get());
-  const std::vector<unsigned char> data = stored(cache.get(), 0, p.dtype);
+  const std::vector<unsigned char> data = stored(cache.get(), 0);
   auto unchanged = [&] {
     CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
-    CHECK(stored(cache.get(), 0, p.dtype) == data);
+    CHECK(stored(cache.get(), 0) == data);
   };
   KVT_CHECK_ERR(kvc_seq_fork(cache.get(), 0, 2), KVC_ERR_ALREADY_EXISTS);
   unchanged();
@@ -311,7 +296,7 @@ TEST_CASE("sequences: copying a shared block past the memory limit is OUT_OF_MEM
   KVT_CHECK_OK(kvc_seq_fork(cache.get(), 0, 1));
   const kvc_cache_stats before = kvt::get_stats(cache.get());
   CHECK(before.bytes_shared == before.bytes_used);
-  const std::vector<unsigned char> data = stored(cache.get(), 1, p.dtype);
+  const std::vector<unsigned char> data = stored(cache.get(), 1);
   // Appending to the fork copies each (layer, head)'s shared partly filled block first: layer
   // 0's two copies fit, layer 1's do not.
   const Chunk token = random_chunk(rng, {4});
@@ -322,40 +307,32 @@ TEST_CASE("sequences: copying a shared block past the memory limit is OUT_OF_MEM
   KVT_CHECK_OK(kvc_append(cache.get(), 0, &batch, &k, &k));
   const kvc_cache_stats mid = kvt::get_stats(cache.get());
   CHECK(mid.bytes_shared == before.bytes_shared / 2);
-  const std::vector<unsigned char> mid_data = stored(cache.get(), 1, p.dtype);
+  const std::vector<unsigned char> mid_data = stored(cache.get(), 1);
   KVT_CHECK_ERR(kvc_append(cache.get(), 1, &batch, &k, &k), KVC_ERR_OUT_OF_MEMORY);
   CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), mid));
-  CHECK(stored(cache.get(), 1, p.dtype) == mid_data);
-  CHECK(stored(cache.get(), 0, p.dtype) == data);
+  CHECK(stored(cache.get(), 1) == mid_data);
+  CHECK(stored(cache.get(), 0) == data);
 }
 
 namespace {
 
-std::vector<uint8_t> export_bytes(kvc_cache* cache, int32_t seq) {
-  size_t size = 0;
-  KVT_CHECK_OK(kvc_seq_export_size(cache, seq, &size));
-  std::vector<uint8_t> bytes(size);
-  size_t written = 0;
-  KVT_CHECK_OK(kvc_seq_export(cache, seq, bytes.data(), bytes.size(), &written));
-  CHECK(written == size);
-  return bytes;
+// Element i of raw storage bytes holding T.
+template <typename T>
+T element(const std::vector<uint8_t>& bytes, size_t i) {
+  T value;
+  std::memcpy(&value, bytes.data() + i * sizeof(T), sizeof(T));
+  return value;
 }
 
-// The stored K rows of one sequence as f32, whatever the storage dtype.
-std::vector<float> stored_keys(const kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
+// The stored K rows of one sequence as f32, from storage of `dtype` (f32 or f16).
+std::vector<float> stored_keys(kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
+  const kvc::SequenceImage image = kvt::stored_sequence(cache, seq);
+  REQUIRE(image.dtype == dtype);
   std::vector<float> keys;
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int h = 0; h < kKvHeads; ++h) {
-      size_t count = 0;
-      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, nullptr, 0, &count));
-      std::vector<kvc_segment_view> views(count);
-      KVT_CHECK_OK(kvc_seq_view(cache, seq, layer, h, views.data(), views.size(), &count));
-      for (const kvc_segment_view& view : views) {
-        for (size_t i = 0; i < static_cast<size_t>(view.count) * kHeadDim; ++i) {
-          keys.push_back(dtype == KVC_DTYPE_F32 ? static_cast<const float*>(view.k)[i]
-                                                : kvc_f16_to_f32(static_cast<const uint16_t*>(view.k)[i]));
-        }
-      }
+  for (const kvc::HeadImage& head : image.heads) {
+    for (size_t i = 0; i < head.k.size() / kvc_dtype_size(dtype); ++i) {
+      keys.push_back(dtype == KVC_DTYPE_F32 ? element<float>(head.k, i)
+                                            : kvc_f16_to_f32(element<uint16_t>(head.k, i)));
     }
   }
   return keys;
@@ -378,7 +355,7 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     compress(cache.get(), 0);  // evicts, and leaves effective budgets and statistics behind
     for (int step = 0; step < 5; ++step) feed(cache.get(), 0, random_chunk(rng, {30 + step}));
 
-    const std::vector<uint8_t> bytes = export_bytes(cache.get(), 0);
+    const std::vector<uint8_t> bytes = kvt::export_bytes(cache.get(), 0);
     KVT_CHECK_OK(kvc_seq_import(cache.get(), 1, bytes.data(), bytes.size()));
     KVT_CHECK_OK(kvc_seq_import(other.get(), 0, bytes.data(), bytes.size()));
     // Through a file, as another process would.
@@ -394,11 +371,11 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     }
     std::filesystem::remove(path);
 
-    const std::vector<unsigned char> original = stored(cache.get(), 0, p.dtype);
-    CHECK(stored(cache.get(), 1, p.dtype) == original);
-    CHECK(stored(same.get(), 0, p.dtype) == original);
-    CHECK(stored(other.get(), 0, p.dtype) == original);
-    CHECK(export_bytes(same.get(), 0) == bytes);
+    const std::vector<unsigned char> original = stored(cache.get(), 0);
+    CHECK(stored(cache.get(), 1) == original);
+    CHECK(stored(same.get(), 0) == original);
+    CHECK(stored(other.get(), 0) == original);
+    CHECK(kvt::export_bytes(same.get(), 0) == bytes);
     // The same later inputs give the same outputs and, through the statistics and counters,
     // the same compression. Another layout cuts the keys into other segments, so its sums run
     // in another order: equal to rounding.
@@ -413,8 +390,8 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     }
     for (int32_t s : {0, 1}) compress(cache.get(), s);
     compress(same.get(), 0);
-    CHECK(stored(cache.get(), 1, p.dtype) == stored(cache.get(), 0, p.dtype));
-    CHECK(stored(same.get(), 0, p.dtype) == stored(cache.get(), 0, p.dtype));
+    CHECK(stored(cache.get(), 1) == stored(cache.get(), 0));
+    CHECK(stored(same.get(), 0) == stored(cache.get(), 0));
   }
 }
 
@@ -430,13 +407,13 @@ TEST_CASE("sequences: f16 bytes import exactly into an f32 cache; lossy imports 
   REQUIRE(kvc_seq_create(half.get(), 0) == nullptr);
   std::mt19937 rng(17);
   feed(half.get(), 0, random_chunk(rng, range(0, 20)));
-  const std::vector<uint8_t> bytes = export_bytes(half.get(), 0);
+  const std::vector<uint8_t> bytes = kvt::export_bytes(half.get(), 0);
   KVT_CHECK_OK(kvc_seq_import(full.get(), 0, bytes.data(), bytes.size()));
   CHECK(stored_keys(full.get(), 0, KVC_DTYPE_F32) == stored_keys(half.get(), 0, KVC_DTYPE_F16));
-  CHECK(cref::stored_positions(full.get(), 0, 1, 1) == cref::stored_positions(half.get(), 0, 1, 1));
+  CHECK(kvt::stored_positions(full.get(), 0, 1, 1) == kvt::stored_positions(half.get(), 0, 1, 1));
   // f16 into bf16 would lose mantissa bits; f32 into f16 too.
   KVT_CHECK_ERR(kvc_seq_import(brain.get(), 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
-  const std::vector<uint8_t> wide = export_bytes(full.get(), 0);
+  const std::vector<uint8_t> wide = kvt::export_bytes(full.get(), 0);
   KVT_CHECK_ERR(kvc_seq_import(half.get(), 1, wide.data(), wide.size()), KVC_ERR_UNSUPPORTED);
   CHECK(kvt::get_stats(brain.get()).sequences == 0);
   CHECK(kvt::get_stats(half.get()).sequences == 1);
@@ -448,7 +425,7 @@ TEST_CASE("sequences: bad export bytes and refused imports are clear errors that
   REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
   std::mt19937 rng(19);
   feed(cache.get(), 0, random_chunk(rng, range(0, 10)));
-  const std::vector<uint8_t> bytes = export_bytes(cache.get(), 0);
+  const std::vector<uint8_t> bytes = kvt::export_bytes(cache.get(), 0);
   const kvc_cache_stats before = kvt::get_stats(cache.get());
   auto refused = [&](const std::vector<uint8_t>& data, kvc_status_code code) {
     kvt::Status st{kvc_seq_import(cache.get(), 1, data.data(), data.size())};
