@@ -12,6 +12,7 @@
 
 #include "compression_reference.hpp"
 #include "host_reads.hpp"
+#include "test_plugin_path.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -88,13 +89,14 @@ kvc_cache_params f32_params() {
 }
 
 std::string probe_yaml() {
-  return std::string("plugins: { paths: [") + KVC_TEST_STATS_PROBE_PLUGIN + "] }\n";
+  return "plugins: { paths: [" + kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN) + "] }\n";
 }
 
 using ProbeRead = int32_t (*)(int32_t, int32_t, int32_t, const int32_t**, const float**);
 
 ProbeRead probe_reader() {
-  void* handle = dlopen(KVC_TEST_STATS_PROBE_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  void* handle =
+      dlopen(kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN).c_str(), RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(handle != nullptr);
   auto read = reinterpret_cast<ProbeRead>(dlsym(handle, "kvc_probe_read"));
   dlclose(handle);
