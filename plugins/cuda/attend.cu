@@ -5,7 +5,12 @@
 // Each group of lanes keeps its own online softmax; the block merges them, and a split-K
 // merge combines the parts of long caches. The policy statistics are a second kernel of the
 // same call that re-scores each key against the rows' final softmax state.
+#include <cuda_pipeline.h>
+
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "attend_plan.hpp"
@@ -97,6 +102,80 @@ __device__ __forceinline__ float* output_row(const DevAttendJob& job, int32_t ro
   return job.out + int64_t(row / group) * job.out_stride + int64_t(row % group) * head_dim;
 }
 
+// The start of a work item: each lane's chunks of its rows' queries (scaled), their
+// positions (INT_MIN for rows past the item's), empty accumulators and softmax states.
+template <int R, int CPL, int E>
+__device__ __forceinline__ void start_item(const AttendParams& p, const WorkItem& item,
+                                           const DevAttendJob& job, int sub,
+                                           float (&q)[R][CPL][E], int32_t (&q_pos)[R],
+                                           float (&acc)[R][CPL][E], RowState (&state)[R]) {
+  const int D = p.head_dim, L = p.lanes_per_key;
+  const size_t q_elem = dtype_bytes(job.q_dtype);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int32_t row = item.row_begin + r;
+    const bool used = r < item.n_rows;
+    q_pos[r] = used ? job.q_pos[row / p.group] : INT_MIN;
+    const char* q_row = static_cast<const char*>(job.q) +
+                        (int64_t(row / p.group) * job.q_stride + int64_t(row % p.group) * D) * q_elem;
+    state[r] = empty_row();
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int d = (sub + c * L) * E + e;
+        q[r][c][e] = used && d < D ? load_as_f32(q_row, job.q_dtype, size_t(d)) * p.scale : 0.0f;
+        acc[r][c][e] = 0.0f;
+      }
+  }
+}
+
+// The end of a work item: the block merges its kWarps * slots partial states of each row
+// through shared memory and writes the output rows (or its split-K part). `part` is the lane
+// group's index in the block, `sub` the lane's index in its group.
+template <int R, int CPL, int E>
+__device__ __forceinline__ void finish_item(const AttendParams& p, const WorkItem& item,
+                                            const DevAttendJob& job, float (&acc)[R][CPL][E],
+                                            const RowState (&state)[R], float* shared, int part,
+                                            int sub) {
+  const int D = p.head_dim, L = p.lanes_per_key;
+  const int P = kWarps * (32 / L);
+  float* acc_s = shared;                                          // [R][P][D]
+  RowState* state_s = reinterpret_cast<RowState*>(acc_s + R * P * D);  // [R][P]
+  float* weight_s = reinterpret_cast<float*>(state_s + R * P);    // [R][P]
+  RowState* merged_s = reinterpret_cast<RowState*>(weight_s + R * P);  // [R]
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int d = (sub + c * L) * E + e;
+        if (d < D) acc_s[(r * P + part) * D + d] = acc[r][c][e];
+      }
+    if (sub == 0) state_s[r * P + part] = state[r];
+  }
+  __syncthreads();
+  if (threadIdx.x < R)
+    merged_s[threadIdx.x] = merge_rows(state_s + threadIdx.x * P, P, weight_s + threadIdx.x * P);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < item.n_rows * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    float sum = 0.0f;
+    for (int i = 0; i < P; ++i) sum = fmaf(weight_s[r * P + i], acc_s[(r * P + i) * D + d], sum);
+    if (item.part < 0)
+      output_row(job, item.row_begin + r, p.group, D)[d] = sum * output_factor(merged_s[r]);
+    else
+      p.part_acc[(int64_t(item.part) * p.rows_per_item + r) * D + d] = sum;
+  }
+  if (threadIdx.x < item.n_rows) {
+    if (item.part < 0)
+      job.rows[item.row_begin + threadIdx.x] = merged_s[threadIdx.x];
+    else
+      p.part_rows[int64_t(item.part) * p.rows_per_item + threadIdx.x] = merged_s[threadIdx.x];
+  }
+}
+
 // CPL: chunks of a row per lane (lanes_per_key * CPL >= n_chunks).
 template <int DT, int CPL>
 __global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
@@ -110,36 +189,12 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
   const int L = p.lanes_per_key, slots = 32 / L, slot = lane / L, sub = lane % L;
   const int D = p.head_dim;
   const size_t row_bytes = size_t(D) * (DT == kF32 ? 4 : 2);
-  const size_t q_elem = dtype_bytes(job.q_dtype);
 
   float q[R][CPL][E];
   int32_t q_pos[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int32_t row = item.row_begin + r;
-    const bool used = r < item.n_rows;
-    q_pos[r] = used ? job.q_pos[row / p.group] : INT_MIN;
-    const char* q_row = static_cast<const char*>(job.q) +
-                        (int64_t(row / p.group) * job.q_stride + int64_t(row % p.group) * D) * q_elem;
-#pragma unroll
-    for (int c = 0; c < CPL; ++c)
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int d = (sub + c * L) * E + e;
-        q[r][c][e] = used && d < D ? load_as_f32(q_row, job.q_dtype, size_t(d)) * p.scale : 0.0f;
-      }
-  }
-
   float acc[R][CPL][E];
   RowState state[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    state[r] = empty_row();
-#pragma unroll
-    for (int c = 0; c < CPL; ++c)
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[r][c][e] = 0.0f;
-  }
+  start_item<R, CPL, E>(p, item, job, sub, q, q_pos, acc, state);
 
   const int32_t n = item.key_end - item.key_begin;
   const int32_t first = item.key_begin + int32_t(int64_t(n) * warp / kWarps);
@@ -213,42 +268,133 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
     }
   }
 
-  // Merge the block's kWarps * slots partial states of each row.
-  const int P = kWarps * slots;
-  float* acc_s = shared;                                          // [R][P][D]
-  RowState* state_s = reinterpret_cast<RowState*>(acc_s + R * P * D);  // [R][P]
-  float* weight_s = reinterpret_cast<float*>(state_s + R * P);    // [R][P]
-  RowState* merged_s = reinterpret_cast<RowState*>(weight_s + R * P);  // [R]
-  const int part = warp * slots + slot;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int c = 0; c < CPL; ++c)
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int d = (sub + c * L) * E + e;
-        if (d < D) acc_s[(r * P + part) * D + d] = acc[r][c][e];
+  finish_item<R, CPL, E>(p, item, job, acc, state, shared, warp * slots + slot, sub);
+}
+
+// The staged path, for rows of at most one 16-byte chunk per lane (cpl 1) that are 16-byte
+// aligned, which covers head_dim up to 256 (f16/bf16) or 128 (f32): the block copies
+// the K and V rows and positions of kStagedKeys(L) keys at a time into shared memory with
+// asynchronous copies, kStages - 1 stages ahead of the stage its warps compute on, so that many
+// keys' loads are in flight per multiprocessor without waiting on the arithmetic. Each lane
+// group then takes kStagedUnroll keys of the stage; the rest is as in attend_kernel.
+constexpr int kStages = 3;
+constexpr int kStagedUnroll = 4;
+constexpr int kStageBytes = 2 * kThreads * kStagedUnroll * 16;  // K and V rows of a stage
+
+__host__ __device__ constexpr int staged_keys(int lanes_per_key) {
+  return kStageBytes / (2 * 16 * lanes_per_key);
+}
+
+size_t staged_shared_bytes(int lanes_per_key) {
+  return size_t(kStages) * (kStageBytes + sizeof(int32_t) * size_t(staged_keys(lanes_per_key)));
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p) {
+  constexpr int E = chunk_elems<DT>();
+  constexpr int R = row_cap<1>();
+  constexpr int U = kStagedUnroll;
+  extern __shared__ float shared[];
+  const WorkItem item = p.items[blockIdx.x];
+  const DevAttendJob& job = p.jobs[item.job];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int L = p.lanes_per_key, slots = 32 / L, slot = lane / L, sub = lane % L;
+  const int lane_groups = kWarps * slots, lane_group = warp * slots + slot;
+  const int keys_per_stage = staged_keys(L);
+  const size_t row_bytes = size_t(p.head_dim) * (DT == kF32 ? 4 : 2);
+  uint4* rows_s = reinterpret_cast<uint4*>(shared);  // [kStages][K, V][keys_per_stage][L]
+  int32_t* pos_s = reinterpret_cast<int32_t*>(rows_s + kStages * kStageBytes / 16);
+
+  float q[R][1][E];
+  int32_t q_pos[R];
+  float acc[R][1][E];
+  RowState state[R];
+  start_item<R, 1, E>(p, item, job, sub, q, q_pos, acc, state);
+
+  const int32_t n_keys = item.key_end - item.key_begin;
+  const int n_stages = (n_keys + keys_per_stage - 1) / keys_per_stage;
+  // This thread copies chunks of keys that only grow, so its segment only moves forward.
+  int32_t segment =
+      n_keys > 0 ? find_range(job.segment_begins, job.n_segments, item.key_begin) : 0;
+  const auto issue = [&](int stage) {
+    if (stage < n_stages) {
+      const int buffer = stage % kStages;
+      const int32_t base = item.key_begin + stage * keys_per_stage;
+      for (int idx = threadIdx.x; idx < keys_per_stage * L; idx += kThreads) {
+        const int at = idx / L, chunk = idx % L;
+        const int32_t key = base + at;
+        if (key >= item.key_end || chunk >= p.n_chunks) continue;
+        while (segment + 1 < job.n_segments && job.segment_begins[segment + 1] <= key) ++segment;
+        const DevSegment& s = job.segments[segment];
+        const int64_t local = key - job.segment_begins[segment];
+        const size_t from = size_t(local) * row_bytes + size_t(chunk) * 16;
+        uint4* k_to = rows_s + (size_t(buffer * 2) * keys_per_stage + at) * L + chunk;
+        __pipeline_memcpy_async(k_to, static_cast<const char*>(s.k) + from, 16);
+        __pipeline_memcpy_async(k_to + keys_per_stage * L, static_cast<const char*>(s.v) + from,
+                                16);
+        if (chunk == 0)
+          __pipeline_memcpy_async(pos_s + buffer * keys_per_stage + at, s.pos + local, 4);
       }
-    if (sub == 0) state_s[r * P + part] = state[r];
+    }
+    __pipeline_commit();  // an empty group past the last stage keeps the wait counts uniform
+  };
+  for (int stage = 0; stage < kStages - 1; ++stage) issue(stage);
+
+  for (int stage = 0; stage < n_stages; ++stage) {
+    issue(stage + kStages - 1);
+    __pipeline_wait_prior(kStages - 1);
+    __syncthreads();
+    const int buffer = stage % kStages;
+    const uint4* k_s = rows_s + size_t(buffer * 2) * keys_per_stage * L;
+    const uint4* v_s = k_s + keys_per_stage * L;
+    const int32_t base = item.key_begin + stage * keys_per_stage;
+    float logits[R][U];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int at = u * lane_groups + lane_group;
+      valid[u] = base + at < item.key_end;
+      const int32_t key_pos = valid[u] ? pos_s[buffer * keys_per_stage + at] : INT_MAX;
+      float kf[E];
+      if (valid[u] && sub < p.n_chunks) {
+        unpack<DT>(k_s[at * L + sub], kf);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) kf[e] = 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dot = fmaf(q[r][0][e], kf[e], dot);
+        for (int offset = L / 2; offset > 0; offset /= 2)
+          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        logits[r][u] =
+            final_logit(dot, p.softcap, valid[u] && key_visible(q_pos[r], p.window, key_pos));
+      }
+    }
+    float weights[R][U];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float correction = fold_logits(state[r], logits[r], U, weights[r]);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[r][0][e] *= correction;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!valid[u] || sub >= p.n_chunks) continue;
+      float vf[E];
+      unpack<DT>(v_s[(u * lane_groups + lane_group) * L + sub], vf);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][0][e] = fmaf(weights[r][u], vf[e], acc[r][0][e]);
+    }
+    __syncthreads();  // every warp is done with this buffer before a later stage fills it
   }
+  __pipeline_wait_prior(0);
   __syncthreads();
-  if (threadIdx.x < R) merged_s[threadIdx.x] = merge_rows(state_s + threadIdx.x * P, P, weight_s + threadIdx.x * P);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < item.n_rows * D; idx += kThreads) {
-    const int r = idx / D, d = idx % D;
-    float sum = 0.0f;
-    for (int i = 0; i < P; ++i) sum = fmaf(weight_s[r * P + i], acc_s[(r * P + i) * D + d], sum);
-    if (item.part < 0)
-      output_row(job, item.row_begin + r, p.group, D)[d] = sum * output_factor(merged_s[r]);
-    else
-      p.part_acc[(int64_t(item.part) * p.rows_per_item + r) * D + d] = sum;
-  }
-  if (threadIdx.x < item.n_rows) {
-    if (item.part < 0)
-      job.rows[item.row_begin + threadIdx.x] = merged_s[threadIdx.x];
-    else
-      p.part_rows[int64_t(item.part) * p.rows_per_item + threadIdx.x] = merged_s[threadIdx.x];
-  }
+  finish_item<R, 1, E>(p, item, job, acc, state, shared, lane_group, sub);
 }
 
 // Split-K: one block per SplitRows combines its parts and writes the output rows.
@@ -379,8 +525,31 @@ void launch_attend(const AttendParams& params, size_t items, size_t shared_bytes
 }
 
 template <int DT>
-void launch_attend_dtype(int cpl, const AttendParams& params, size_t items, size_t shared_bytes,
-                         cudaStream_t stream) {
+void launch_staged(const AttendParams& params, size_t items, size_t shared_bytes,
+                   cudaStream_t stream) {
+  check_cuda(cudaFuncSetAttribute(attend_staged_kernel<DT>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
+             "raising the staged attention's shared memory");
+  attend_staged_kernel<DT><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
+}
+
+// KVC_CUDA_ATTEND=generic: the generic kernel even where the staged one applies (A/B runs of
+// the device kit).
+bool staged_allowed() {
+  static const bool allowed = [] {
+    const char* choice = std::getenv("KVC_CUDA_ATTEND");
+    return choice == nullptr || std::string(choice) != "generic";
+  }();
+  return allowed;
+}
+
+template <int DT>
+void launch_attend_dtype(int cpl, bool vector_loads, const AttendParams& params, size_t items,
+                         size_t shared_bytes, cudaStream_t stream) {
+  if (cpl == 1 && vector_loads && staged_allowed())
+    return launch_staged<DT>(params, items,
+                             std::max(shared_bytes, staged_shared_bytes(params.lanes_per_key)),
+                             stream);
   switch (cpl) {
     case 1: return launch_attend<DT, 1>(params, items, shared_bytes, stream);
     case 2: return launch_attend<DT, 2>(params, items, shared_bytes, stream);
@@ -491,10 +660,11 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   const size_t shared_bytes = size_t(rows_per_item) * parts_per_row *
                                   (size_t(D) * sizeof(float) + sizeof(RowState) + sizeof(float)) +
                               size_t(rows_per_item) * sizeof(RowState);
+  const size_t n_items = plan.items.size();
   switch (dtype) {
-    case kF32: launch_attend_dtype<kF32>(cpl, params, plan.items.size(), shared_bytes, stream); break;
-    case kF16: launch_attend_dtype<kF16>(cpl, params, plan.items.size(), shared_bytes, stream); break;
-    default: launch_attend_dtype<kBF16>(cpl, params, plan.items.size(), shared_bytes, stream); break;
+    case kF32: launch_attend_dtype<kF32>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+    case kF16: launch_attend_dtype<kF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+    default: launch_attend_dtype<kBF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
   }
   check_cuda(cudaGetLastError(), "launching attend");
   if (!plan.splits.empty()) {
