@@ -289,8 +289,10 @@ size_t staged_shared_bytes(int lanes_per_key) {
   return size_t(kStages) * (kStageBytes + sizeof(int32_t) * size_t(staged_keys(lanes_per_key)));
 }
 
-template <int DT>
-__global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p) {
+// L: lanes per key (p.lanes_per_key), fixed so that the dot products' lane sums unroll. At
+// most 128 registers a thread, so that four blocks (16 warps) share a multiprocessor.
+template <int DT, int L>
+__global__ void __launch_bounds__(kThreads, 4) attend_staged_kernel(AttendParams p) {
   constexpr int E = chunk_elems<DT>();
   constexpr int R = row_cap<1>();
   constexpr int U = kStagedUnroll;
@@ -298,9 +300,9 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
   const WorkItem item = p.items[blockIdx.x];
   const DevAttendJob& job = p.jobs[item.job];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int L = p.lanes_per_key, slots = 32 / L, slot = lane / L, sub = lane % L;
-  const int lane_groups = kWarps * slots, lane_group = warp * slots + slot;
-  const int keys_per_stage = staged_keys(L);
+  constexpr int slots = 32 / L, lane_groups = kWarps * slots;
+  constexpr int keys_per_stage = staged_keys(L);
+  const int slot = lane / L, sub = lane % L, lane_group = warp * slots + slot;
   const size_t row_bytes = size_t(p.head_dim) * (DT == kF32 ? 4 : 2);
   uint4* rows_s = reinterpret_cast<uint4*>(shared);  // [kStages][K, V][keys_per_stage][L]
   int32_t* pos_s = reinterpret_cast<int32_t*>(rows_s + kStages * kStageBytes / 16);
@@ -313,9 +315,21 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
 
   const int32_t n_keys = item.key_end - item.key_begin;
   const int n_stages = (n_keys + keys_per_stage - 1) / keys_per_stage;
-  // This thread copies chunks of keys that only grow, so its segment only moves forward.
+  // The segment of the key this thread copies next: its keys only grow, so it only moves
+  // forward, and its pointers are reloaded only when a key crosses into the next segment.
+  const int32_t n_segments = job.n_segments;
+  const int64_t* segment_begins = job.segment_begins;
   int32_t segment =
-      n_keys > 0 ? find_range(job.segment_begins, job.n_segments, item.key_begin) : 0;
+      n_keys > 0 ? find_range(segment_begins, n_segments, item.key_begin) : n_segments;
+  DevSegment current{};
+  int64_t current_begin = 0, next_begin = INT64_MAX;
+  const auto enter = [&](int32_t to) {
+    segment = to;
+    current = job.segments[segment];
+    current_begin = segment_begins[segment];
+    next_begin = segment + 1 < n_segments ? segment_begins[segment + 1] : INT64_MAX;
+  };
+  if (segment < n_segments) enter(segment);
   const auto issue = [&](int stage) {
     if (stage < n_stages) {
       const int buffer = stage % kStages;
@@ -324,16 +338,15 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
         const int at = idx / L, chunk = idx % L;
         const int32_t key = base + at;
         if (key >= item.key_end || chunk >= p.n_chunks) continue;
-        while (segment + 1 < job.n_segments && job.segment_begins[segment + 1] <= key) ++segment;
-        const DevSegment& s = job.segments[segment];
-        const int64_t local = key - job.segment_begins[segment];
+        while (key >= next_begin) enter(segment + 1);
+        const int64_t local = key - current_begin;
         const size_t from = size_t(local) * row_bytes + size_t(chunk) * 16;
         uint4* k_to = rows_s + (size_t(buffer * 2) * keys_per_stage + at) * L + chunk;
-        __pipeline_memcpy_async(k_to, static_cast<const char*>(s.k) + from, 16);
-        __pipeline_memcpy_async(k_to + keys_per_stage * L, static_cast<const char*>(s.v) + from,
-                                16);
+        __pipeline_memcpy_async(k_to, static_cast<const char*>(current.k) + from, 16);
+        __pipeline_memcpy_async(k_to + keys_per_stage * L,
+                                static_cast<const char*>(current.v) + from, 16);
         if (chunk == 0)
-          __pipeline_memcpy_async(pos_s + buffer * keys_per_stage + at, s.pos + local, 4);
+          __pipeline_memcpy_async(pos_s + buffer * keys_per_stage + at, current.pos + local, 4);
       }
     }
     __pipeline_commit();  // an empty group past the last stage keeps the wait counts uniform
@@ -341,9 +354,11 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
   for (int stage = 0; stage < kStages - 1; ++stage) issue(stage);
 
   for (int stage = 0; stage < n_stages; ++stage) {
-    issue(stage + kStages - 1);
-    __pipeline_wait_prior(kStages - 1);
+    __pipeline_wait_prior(kStages - 2);
+    // Every thread's copies of this stage have landed, and every warp is done with the buffer
+    // the next issue refills (the one computed on in the previous iteration).
     __syncthreads();
+    issue(stage + kStages - 1);
     const int buffer = stage % kStages;
     const uint4* k_s = rows_s + size_t(buffer * 2) * keys_per_stage * L;
     const uint4* v_s = k_s + keys_per_stage * L;
@@ -367,6 +382,7 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; ++e) dot = fmaf(q[r][0][e], kf[e], dot);
+#pragma unroll
         for (int offset = L / 2; offset > 0; offset /= 2)
           dot += __shfl_xor_sync(0xffffffffu, dot, offset);
         logits[r][u] =
@@ -390,7 +406,6 @@ __global__ void __launch_bounds__(kThreads) attend_staged_kernel(AttendParams p)
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[r][0][e] = fmaf(weights[r][u], vf[e], acc[r][0][e]);
     }
-    __syncthreads();  // every warp is done with this buffer before a later stage fills it
   }
   __pipeline_wait_prior(0);
   __syncthreads();
@@ -524,13 +539,13 @@ void launch_attend(const AttendParams& params, size_t items, size_t shared_bytes
   attend_kernel<DT, CPL><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
 }
 
-template <int DT>
+template <int DT, int L>
 void launch_staged(const AttendParams& params, size_t items, size_t shared_bytes,
                    cudaStream_t stream) {
-  check_cuda(cudaFuncSetAttribute(attend_staged_kernel<DT>,
+  check_cuda(cudaFuncSetAttribute(attend_staged_kernel<DT, L>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
              "raising the staged attention's shared memory");
-  attend_staged_kernel<DT><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
+  attend_staged_kernel<DT, L><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
 }
 
 // KVC_CUDA_ATTEND=generic: the generic kernel even where the staged one applies (A/B runs of
@@ -543,13 +558,25 @@ bool staged_allowed() {
   return allowed;
 }
 
+// The staged kernel where rows are 16-byte aligned and one 16-byte chunk a lane covers them
+// with 8 to 32 lanes (head_dim 64 to 256 in f16/bf16, 32 to 128 in f32); true if launched.
+template <int DT>
+bool try_staged(int cpl, bool vector_loads, const AttendParams& params, size_t items,
+                size_t shared_bytes, cudaStream_t stream) {
+  if (cpl != 1 || !vector_loads || !staged_allowed()) return false;
+  const size_t bytes = std::max(shared_bytes, staged_shared_bytes(params.lanes_per_key));
+  switch (params.lanes_per_key) {
+    case 8: launch_staged<DT, 8>(params, items, bytes, stream); return true;
+    case 16: launch_staged<DT, 16>(params, items, bytes, stream); return true;
+    case 32: launch_staged<DT, 32>(params, items, bytes, stream); return true;
+    default: return false;
+  }
+}
+
 template <int DT>
 void launch_attend_dtype(int cpl, bool vector_loads, const AttendParams& params, size_t items,
                          size_t shared_bytes, cudaStream_t stream) {
-  if (cpl == 1 && vector_loads && staged_allowed())
-    return launch_staged<DT>(params, items,
-                             std::max(shared_bytes, staged_shared_bytes(params.lanes_per_key)),
-                             stream);
+  if (try_staged<DT>(cpl, vector_loads, params, items, shared_bytes, stream)) return;
   switch (cpl) {
     case 1: return launch_attend<DT, 1>(params, items, shared_bytes, stream);
     case 2: return launch_attend<DT, 2>(params, items, shared_bytes, stream);
