@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "attend_kernels.cuh"
+#include "attend_mma.hpp"
 #include "attend_plan.hpp"
 #include "cuda_check.hpp"
 #include "device_types.hpp"
@@ -45,21 +47,6 @@ __host__ __device__ constexpr int unroll() {
   return CPL == 1 ? 4 : CPL == 2 ? 2 : 1;
 }
 
-struct AttendParams {
-  const DevAttendJob* jobs;
-  const WorkItem* items;
-  float* part_acc;       // [n_parts][rows_per_item][head_dim], unnormalised
-  RowState* part_rows;   // [n_parts][rows_per_item]
-  int32_t head_dim;
-  int32_t group;
-  int32_t window;
-  int32_t lanes_per_key;
-  int32_t n_chunks;      // 16-byte chunks of a row (the last may be partial)
-  int32_t rows_per_item;
-  float scale;
-  float softcap;
-  int32_t vector_loads;  // every row is 16-byte aligned
-};
 
 template <int DT>
 __device__ __forceinline__ uint4 load_chunk(const char* row, int chunk, int head_dim,
@@ -95,11 +82,6 @@ __device__ __forceinline__ void unpack(uint4 raw, float* out) {
       out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
   }
-}
-
-__device__ __forceinline__ float* output_row(const DevAttendJob& job, int32_t row, int32_t group,
-                                             int32_t head_dim) {
-  return job.out + int64_t(row / group) * job.out_stride + int64_t(row % group) * head_dim;
 }
 
 // The start of a work item: each lane's chunks of its rows' queries (scaled), their
@@ -315,21 +297,7 @@ __global__ void __launch_bounds__(kThreads, 4) attend_staged_kernel(AttendParams
 
   const int32_t n_keys = item.key_end - item.key_begin;
   const int n_stages = (n_keys + keys_per_stage - 1) / keys_per_stage;
-  // The segment of the key this thread copies next: its keys only grow, so it only moves
-  // forward, and its pointers are reloaded only when a key crosses into the next segment.
-  const int32_t n_segments = job.n_segments;
-  const int64_t* segment_begins = job.segment_begins;
-  int32_t segment =
-      n_keys > 0 ? find_range(segment_begins, n_segments, item.key_begin) : n_segments;
-  DevSegment current{};
-  int64_t current_begin = 0, next_begin = INT64_MAX;
-  const auto enter = [&](int32_t to) {
-    segment = to;
-    current = job.segments[segment];
-    current_begin = segment_begins[segment];
-    next_begin = segment + 1 < n_segments ? segment_begins[segment + 1] : INT64_MAX;
-  };
-  if (segment < n_segments) enter(segment);
+  SegmentCursor cursor(job, item.key_begin);
   const auto issue = [&](int stage) {
     if (stage < n_stages) {
       const int buffer = stage % kStages;
@@ -338,15 +306,15 @@ __global__ void __launch_bounds__(kThreads, 4) attend_staged_kernel(AttendParams
         const int at = idx / L, chunk = idx % L;
         const int32_t key = base + at;
         if (key >= item.key_end || chunk >= p.n_chunks) continue;
-        while (key >= next_begin) enter(segment + 1);
-        const int64_t local = key - current_begin;
+        const int64_t local = cursor.local(key);
+        const DevSegment& segment = cursor.current;
         const size_t from = size_t(local) * row_bytes + size_t(chunk) * 16;
         uint4* k_to = rows_s + (size_t(buffer * 2) * keys_per_stage + at) * L + chunk;
-        __pipeline_memcpy_async(k_to, static_cast<const char*>(current.k) + from, 16);
+        __pipeline_memcpy_async(k_to, static_cast<const char*>(segment.k) + from, 16);
         __pipeline_memcpy_async(k_to + keys_per_stage * L,
-                                static_cast<const char*>(current.v) + from, 16);
+                                static_cast<const char*>(segment.v) + from, 16);
         if (chunk == 0)
-          __pipeline_memcpy_async(pos_s + buffer * keys_per_stage + at, current.pos + local, 4);
+          __pipeline_memcpy_async(pos_s + buffer * keys_per_stage + at, segment.pos + local, 4);
       }
     }
     __pipeline_commit();  // an empty group past the last stage keeps the wait counts uniform
@@ -548,15 +516,18 @@ void launch_staged(const AttendParams& params, size_t items, size_t shared_bytes
   attend_staged_kernel<DT, L><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
 }
 
-// KVC_CUDA_ATTEND=generic: the generic kernel even where the staged one applies (A/B runs of
-// the device kit).
-bool staged_allowed() {
-  static const bool allowed = [] {
-    const char* choice = std::getenv("KVC_CUDA_ATTEND");
-    return choice == nullptr || std::string(choice) != "generic";
+// KVC_CUDA_ATTEND picks the CUDA-core kernels where a faster one applies, for A/B runs of the
+// device kit: "generic" (never the staged or tensor-core kernel) or "staged" (never the
+// tensor-core kernel).
+std::string attend_choice() {
+  static const std::string choice = [] {
+    const char* c = std::getenv("KVC_CUDA_ATTEND");
+    return std::string(c ? c : "");
   }();
-  return allowed;
+  return choice;
 }
+bool staged_allowed() { return attend_choice() != "generic"; }
+bool mma_allowed() { return attend_choice() != "generic" && attend_choice() != "staged"; }
 
 // The staged kernel where rows are 16-byte aligned and one 16-byte chunk a lane covers them
 // with 8 to 32 lanes (head_dim 64 to 256 in f16/bf16, 32 to 128 in f32); true if launched.
@@ -600,7 +571,6 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   while (lanes < n_chunks && lanes < 32) lanes *= 2;
   int cpl = 1;
   while (lanes * cpl < n_chunks) cpl *= 2;
-  const int32_t rows_per_item = cpl == 1 ? 4 : cpl == 2 ? 2 : 1;
   const size_t row_bytes = size_t(D) * dtype_bytes(dtype);
 
   std::vector<PlanJob> plan_jobs(n_jobs);
@@ -613,7 +583,12 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
       vector_loads = vector_loads && reinterpret_cast<uintptr_t>(jobs[j].segments[s].k) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(jobs[j].segments[s].v) % 16 == 0;
   }
-  const AttendPlan plan = plan_attend(plan_jobs, rows_per_item, kBlocksPerMultiprocessor * int64_t(instance.multiprocessors));
+  const bool mma = mma_allowed() && mma_applies(dtype, D, vector_loads);
+  const int32_t rows_per_item = mma ? kMmaRows : cpl == 1 ? 4 : cpl == 2 ? 2 : 1;
+  const int64_t blocks_per_multiprocessor =
+      mma ? kMmaBlocksPerMultiprocessor : kBlocksPerMultiprocessor;
+  const AttendPlan plan = plan_attend(
+      plan_jobs, rows_per_item, blocks_per_multiprocessor * int64_t(instance.multiprocessors));
   if (plan.items.empty()) return;
 
   // Device scratch: each job's row states, host-bound output, and the split-K parts.
@@ -688,10 +663,14 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
                                   (size_t(D) * sizeof(float) + sizeof(RowState) + sizeof(float)) +
                               size_t(rows_per_item) * sizeof(RowState);
   const size_t n_items = plan.items.size();
-  switch (dtype) {
-    case kF32: launch_attend_dtype<kF32>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
-    case kF16: launch_attend_dtype<kF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
-    default: launch_attend_dtype<kBF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+  if (mma) {
+    launch_attend_mma(params, dtype, n_items, stream);
+  } else {
+    switch (dtype) {
+      case kF32: launch_attend_dtype<kF32>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+      case kF16: launch_attend_dtype<kF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+      default: launch_attend_dtype<kBF16>(cpl, vector_loads, params, n_items, shared_bytes, stream); break;
+    }
   }
   check_cuda(cudaGetLastError(), "launching attend");
   if (!plan.splits.empty()) {
