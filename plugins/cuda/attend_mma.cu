@@ -252,8 +252,10 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
 
     // S = Q K^T for this warp's 16 keys: two 8-key blocks. The K tiles: keys 0-7 of columns
     // 0-7 and 8-15, then keys 8-15.
+    // The hi and lo products accumulate apart: four independent chains of products.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     {
+      float s_lo[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       const int key = (lane % 8) + (lane / 16) * 8, col = ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int slice = 0; slice < KS; ++slice) {
@@ -262,9 +264,13 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
           Pair<DT>::mma(s[n], q_hi[slice], kb[2 * n], kb[2 * n + 1]);
-          Pair<DT>::mma(s[n], q_lo[slice], kb[2 * n], kb[2 * n + 1]);
+          Pair<DT>::mma(s_lo[n], q_lo[slice], kb[2 * n], kb[2 * n + 1]);
         }
       }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] += s_lo[n][i];
     }
     // Logits, masked by position, window and the item's end.
     const int32_t* stage_pos = pos_s + buffer * kStageKeys + warp * kWarpKeys;
@@ -284,7 +290,8 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
     float weights[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float tile_max = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      float tile_max =
+          fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[h], tile_max);
@@ -305,10 +312,13 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
           sum += w;
         }
       row_sum[h] = row_sum[h] * correction + sum;
+      // Once a row's maximum settles the correction is 1 for the whole warp, most tiles.
+      if (!__all_sync(0xffffffffu, correction == 1.0f)) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        o[b][2 * h] *= correction;
-        o[b][2 * h + 1] *= correction;
+        for (int b = 0; b < NB; ++b) {
+          o[b][2 * h] *= correction;
+          o[b][2 * h + 1] *= correction;
+        }
       }
     }
     // P as the A operand of P V (keys are its 16 columns), in pairs.
