@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvc-bench %s: error: %s\n", sc->name, e.what());
+    finish_failed_report(e.what());
     return 1;
   }
 }

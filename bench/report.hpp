@@ -64,6 +64,14 @@ inline void finish_report() {
   if (JsonReport::get().enabled) std::printf("%s\n", JsonReport::get().object().c_str());
 }
 
+/// After a step failed, with --json: the values reported before it and the error.
+inline void finish_failed_report(const std::string& error) {
+  JsonReport& json = JsonReport::get();
+  if (!json.enabled) return;
+  json.fields.emplace_back("error", JsonReport::quoted(error));
+  finish_report();
+}
+
 /// One value: `text` on a name=value line, or `literal` in the JSON object.
 inline void emit(const std::string& name, const std::string& text, const std::string& literal) {
   JsonReport& json = JsonReport::get();

@@ -7,14 +7,19 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attend_plan.hpp"
 #include "device_math.hpp"
 #include "kvcache/kvcache_half.h"
 #include "reference_attention.hpp"
+#include "validation.hpp"
 
 namespace kc = kvc::cuda;
+
+const char* kvc::plugin::plugin_label() { return "cuda backend"; }
 
 namespace {
 
@@ -389,4 +394,22 @@ TEST_CASE("cuda math: statistics targets of each query") {
   }
   CHECK_FALSE(kc::stat_targets(0, 5, 0).window);
   CHECK(kc::stat_targets(0, 1, 9).window);
+}
+
+TEST_CASE("cuda math: rows longer than the kernels serve are refused, not cut short") {
+  CHECK_NOTHROW(kc::check_storage(1024, KVC_DTYPE_F32));
+  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_F16));
+  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_BF16));
+  const std::pair<int32_t, kvc_dtype> too_long[] = {
+      {1025, KVC_DTYPE_F32}, {2049, KVC_DTYPE_F16}, {2056, KVC_DTYPE_BF16}};
+  for (const auto& [head_dim, dtype] : too_long) {
+    CAPTURE(head_dim);
+    try {
+      kc::check_storage(head_dim, dtype);
+      FAIL("accepted");
+    } catch (const kc::PluginError& e) {
+      CHECK(e.code() == KVC_ERR_UNSUPPORTED);
+      CHECK(std::string(e.what()).find(std::to_string(head_dim)) != std::string::npos);
+    }
+  }
 }
