@@ -1,22 +1,27 @@
-// The memory of one cache on the device: a few large cudaMalloc chunks carved into the blocks
-// and segments the core asks for. Freed memory is kept, by size, for the next request of that
-// size (paged caches ask for one block size again and again); chunks go back to the device
-// only when the instance is destroyed, so alloc and free never synchronise the device.
+// The memory of one cache on the device: cudaMalloc chunks (16 MiB, doubling to 1 GiB; a
+// larger request gets a chunk of its own) carved into the blocks and segments the core asks
+// for by RangeHeap (range_heap.hpp), which reuses freed memory for requests of any size.
+// Chunks go back to the device when the instance is destroyed, or when the device is out of
+// memory and they are wholly free: alloc and free synchronise the device only then.
 #pragma once
 
 #include <cstddef>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
+
+#include "range_heap.hpp"
 
 namespace kvc::cuda {
+
+struct CudaChunks {
+  void* get(size_t bytes) const noexcept;
+  void put(void* chunk) const noexcept;
+};
 
 class DevicePool {
  public:
   DevicePool() = default;
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
-  ~DevicePool();
 
   // At least `bytes` of device memory, 256-byte aligned; NULL when the device has no more.
   void* alloc(size_t bytes) noexcept;
@@ -25,12 +30,7 @@ class DevicePool {
 
  private:
   std::mutex mutex_;
-  std::vector<void*> chunks_;
-  char* next_ = nullptr;  // the unused rest of the newest chunk
-  size_t left_ = 0;
-  size_t chunk_bytes_ = size_t{16} << 20;  // of the next chunk
-  std::unordered_map<size_t, std::vector<void*>> free_;  // by rounded size
-  std::unordered_map<void*, size_t> sizes_;               // every block handed out
+  RangeHeap<CudaChunks> heap_{CudaChunks{}};
 };
 
 }  // namespace kvc::cuda
