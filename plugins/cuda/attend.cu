@@ -516,9 +516,9 @@ void launch_staged(const AttendParams& params, size_t items, size_t shared_bytes
   attend_staged_kernel<DT, L><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
 }
 
-// KVC_CUDA_ATTEND picks the CUDA-core kernels where a faster one applies, for A/B runs of the
-// device kit: "generic" (never the staged or tensor-core kernel) or "staged" (never the
-// tensor-core kernel).
+// KVC_CUDA_ATTEND keeps faster kernels out, for A/B runs of the device kit: "generic" (never
+// the staged or tensor-core kernels), "staged" (never the tensor-core kernels) or "mma16" (the
+// 16-row tensor-core kernel for decode too).
 std::string attend_choice() {
   static const std::string choice = [] {
     const char* c = std::getenv("KVC_CUDA_ATTEND");
@@ -584,7 +584,10 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
                      reinterpret_cast<uintptr_t>(jobs[j].segments[s].v) % 16 == 0;
   }
   const bool mma = mma_allowed() && mma_applies(dtype, D, vector_loads);
-  const int32_t rows_per_item = mma ? kMmaRows : cpl == 1 ? 4 : cpl == 2 ? 2 : 1;
+  int32_t max_job_rows = 0;
+  for (const PlanJob& job : plan_jobs) max_job_rows = std::max(max_job_rows, job.n_rows);
+  if (attend_choice() == "mma16") max_job_rows = kMmaRows;
+  const int32_t rows_per_item = mma ? mma_rows(max_job_rows) : cpl == 1 ? 4 : cpl == 2 ? 2 : 1;
   const int64_t blocks_per_multiprocessor =
       mma ? kMmaBlocksPerMultiprocessor : kBlocksPerMultiprocessor;
   const AttendPlan plan = plan_attend(
