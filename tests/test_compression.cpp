@@ -1,6 +1,5 @@
 // Compression through the C API: statistics against a naive attention, attention over the
 // kept tokens, the Batch-Max peak bound, triggers, errors that leave the cache unchanged.
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +11,7 @@
 
 #include "compression_reference.hpp"
 #include "host_reads.hpp"
-#include "test_plugin_path.hpp"
+#include "stats_probe.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -88,21 +87,6 @@ kvc_cache_params f32_params() {
   return p;
 }
 
-std::string probe_yaml() {
-  return "plugins: { paths: [" + kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN) + "] }\n";
-}
-
-using ProbeRead = int32_t (*)(int32_t, int32_t, int32_t, const int32_t**, const float**);
-
-ProbeRead probe_reader() {
-  void* handle =
-      dlopen(kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN).c_str(), RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(handle != nullptr);
-  auto read = reinterpret_cast<ProbeRead>(dlsym(handle, "kvc_probe_read"));
-  dlclose(handle);
-  REQUIRE(static_cast<bool>(read));
-  return read;
-}
 
 }  // namespace
 
@@ -113,7 +97,7 @@ namespace {
 void check_stats(kvc_cache* cache, int32_t seq, cref::SequenceModel& model) {
   Status s(kvc_compress(cache, -1, 1, &seq));
   REQUIRE_MESSAGE(s.ok(), s.describe());
-  ProbeRead read = probe_reader();
+  kvt::ProbeRead read = kvt::probe_reader();
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int h = 0; h < kKvHeads; ++h) {
       const cref::HeadHistory& expected = model.head(layer, h);
@@ -152,7 +136,7 @@ kvt::CachePtr stats_probe_cache(kvc_context* ctx, kvc_layout layout) {
 TEST_CASE("compression: attention statistics match a naive attention") {
   for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
     CAPTURE(layout);
-    kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+    kvt::ContextPtr ctx = kvt::make_context(kvt::probe_yaml().c_str());
     kvt::CachePtr cache = stats_probe_cache(ctx.get(), layout);
     REQUIRE(kvc_seq_create(cache.get(), 3) == nullptr);
     cref::SequenceModel model(kLayers, kKvHeads, kQHeads, kHeadDim, 4);
@@ -171,7 +155,7 @@ TEST_CASE("compression: attention statistics match a naive attention") {
 // 32-query chunk (64 rows with this group of 2) past it.
 TEST_CASE("compression: attention statistics over a long context match a naive attention") {
   constexpr int kContext = 4200;
-  kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+  kvt::ContextPtr ctx = kvt::make_context(kvt::probe_yaml().c_str());
   kvt::CachePtr cache = stats_probe_cache(ctx.get(), KVC_LAYOUT_PAGED);
   int32_t seq = 5;
   REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
@@ -419,7 +403,7 @@ TEST_CASE("compression: prefill 'once' compresses when the first decode token ar
 }
 
 TEST_CASE("compression: a failing policy leaves the cache unchanged") {
-  kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+  kvt::ContextPtr ctx = kvt::make_context(kvt::probe_yaml().c_str());
   kvc_cache_params p = f32_params();
   p.policy = "stats_probe";
   p.budget = 4;

@@ -10,6 +10,7 @@
 
 #include "../common.hpp"
 #include "cuda_bench.hpp"
+#include "device_timing.hpp"
 #include "read_baseline.hpp"
 #include "../machine.hpp"
 #include "../report.hpp"
@@ -19,11 +20,6 @@ namespace kvc_bench::cuda {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-void check_cuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess)
-    throw Error(std::string(what) + ": " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
-}
 
 // Device memory for the benchmark's tensors.
 class DeviceBuffer {
@@ -83,22 +79,11 @@ struct Batch {
 double copy_bytes_per_s(size_t bytes, int reps) {
   DeviceBuffer from(bytes), to(bytes);
   check_cuda(cudaMemset(from.data(), 1, bytes), "cudaMemset");
-  cudaEvent_t start, stop;
-  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  float best_ms = std::numeric_limits<float>::infinity();
-  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
-    check_cuda(cudaEventRecord(start), "cudaEventRecord");
-    check_cuda(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (rep > 0) best_ms = std::min(best_ms, ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return 2.0 * double(bytes) / (double(best_ms) * 1e-3);
+  const double seconds = best_device_seconds(reps, [&] {
+    check_cuda(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice),
+               "cudaMemcpy");
+  });
+  return 2.0 * double(bytes) / seconds;
 }
 
 int run_attention(const CacheShape& shape, int32_t batch, int32_t chunk, int reps,

@@ -4,11 +4,7 @@
 // so this, not a copy (which also writes), is what its bandwidth is compared with.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <limits>
-#include <string>
-
-#include "../common.hpp"
+#include "device_timing.hpp"
 #include "read_baseline.hpp"
 
 namespace kvc_bench::cuda {
@@ -38,44 +34,26 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x, folded);
 }
 
-void check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess)
-    throw Error(std::string(what) + ": " + cudaGetErrorName(error) + ": " +
-                            cudaGetErrorString(error));
-}
-
 }  // namespace
 
 double read_bytes_per_s(size_t bytes, int reps) {
   int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute");
   const unsigned blocks = unsigned(sms) * 4;
   void* data = nullptr;
   unsigned* sink = nullptr;
-  check(cudaMalloc(&data, bytes), "cudaMalloc");
-  check(cudaMalloc(&sink, blocks * sizeof(unsigned)), "cudaMalloc");
-  check(cudaMemset(data, 1, bytes), "cudaMemset");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  float best_ms = std::numeric_limits<float>::infinity();
-  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
-    check(cudaEventRecord(start), "cudaEventRecord");
+  check_cuda(cudaMalloc(&data, bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&sink, blocks * sizeof(unsigned)), "cudaMalloc");
+  check_cuda(cudaMemset(data, 1, bytes), "cudaMemset");
+  const double seconds = best_device_seconds(reps, [&] {
     read_all<<<blocks, kThreads>>>(static_cast<const uint4*>(data), bytes / sizeof(uint4), sink);
-    check(cudaGetLastError(), "launching the read baseline");
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (rep > 0) best_ms = std::min(best_ms, ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+    check_cuda(cudaGetLastError(), "launching the read baseline");
+  });
   cudaFree(sink);
   cudaFree(data);
-  return double(bytes / sizeof(uint4) * sizeof(uint4)) / (double(best_ms) * 1e-3);
+  return double(bytes / sizeof(uint4) * sizeof(uint4)) / seconds;
 }
 
 }  // namespace kvc_bench::cuda

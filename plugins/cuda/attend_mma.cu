@@ -11,7 +11,6 @@
 #include <algorithm>
 
 #include "attend_mma.hpp"
-#include "cuda_check.hpp"
 #include "mma_common.cuh"
 
 namespace kvc::cuda {
@@ -95,26 +94,15 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
   float row_max[2] = {-__builtin_huge_valf(), -__builtin_huge_valf()};
   float row_sum[2] = {0.0f, 0.0f};  // this lane's columns only, summed over the quad at the end
 
-  const int32_t n_keys = item.key_end - item.key_begin;
-  const int n_stages = (n_keys + kStageKeys - 1) / kStageKeys;
-  SegmentCursor cursor(job, item.key_begin);
-  const auto issue = [&](int stage) {
-    if (stage < n_stages) {
-      char* k_s = shared + (stage % kStages) * stage_bytes(HD);
-      copy_stage<HD>(cursor, item, item.key_begin + stage * kStageKeys, k_s,
-                     k_s + kStageKeys * row_bytes, pos_s + (stage % kStages) * kStageKeys);
-    }
-    __pipeline_commit();
-  };
-  for (int stage = 0; stage < kStages - 1; ++stage) issue(stage);
+  StageRing<HD, kStages> ring(job, item, shared, pos_s);
+  for (int stage = 0; stage < kStages - 1; ++stage) ring.issue(stage);
 
-  for (int stage = 0; stage < n_stages; ++stage) {
+  for (int stage = 0; stage < ring.n_stages; ++stage) {
     __pipeline_wait_prior(kStages - 2);
     __syncthreads();
-    issue(stage + kStages - 1);
-    const int buffer = stage % kStages;
-    const char* k_s = shared + buffer * stage_bytes(HD) + warp * kWarpKeys * row_bytes;
-    const char* v_s = k_s + kStageKeys * row_bytes;
+    ring.issue(stage + kStages - 1);
+    const char* k_s = ring.keys(stage) + warp * kWarpKeys * row_bytes;
+    const char* v_s = ring.values(stage) + warp * kWarpKeys * row_bytes;
     const int32_t first_key = item.key_begin + stage * kStageKeys + warp * kWarpKeys;
 
     // S = Q K^T for this warp's 16 keys: two 8-key blocks. The K tiles: keys 0-7 of columns
@@ -140,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
         for (int i = 0; i < 4; ++i) s[n][i] += s_lo[n][i];
     }
     // Logits, masked by position, window and the item's end.
-    const int32_t* stage_pos = pos_s + buffer * kStageKeys + warp * kWarpKeys;
+    const int32_t* stage_pos = ring.key_positions(stage) + warp * kWarpKeys;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -209,26 +197,6 @@ __global__ void __launch_bounds__(kThreads, 2) attend_mma_kernel(AttendParams p)
   finish_warps<kRows, HD>(p, item, job, space);
 }
 
-template <int DT, int HD>
-void launch(const AttendParams& params, size_t items, cudaStream_t stream) {
-  const size_t bytes = std::max(size_t(layout_of(HD).bytes), merge_bytes(kRows, HD));
-  check_cuda(cudaFuncSetAttribute(attend_mma_kernel<DT, HD>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-             "raising the tensor-core attention's shared memory");
-  attend_mma_kernel<DT, HD><<<unsigned(items), kThreads, bytes, stream>>>(params);
-}
-
-template <int DT>
-void launch_dtype(const AttendParams& params, size_t items, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return launch<DT, 64>(params, items, stream);
-    case 80: return launch<DT, 80>(params, items, stream);
-    case 96: return launch<DT, 96>(params, items, stream);
-    case 112: return launch<DT, 112>(params, items, stream);
-    default: return launch<DT, 128>(params, items, stream);
-  }
-}
-
 }  // namespace
 
 bool mma_applies(int storage_dtype, int head_dim, bool vector_loads) {
@@ -242,10 +210,12 @@ void launch_attend_mma(const AttendParams& params, int storage_dtype, size_t ite
     launch_attend_mma_decode(params, storage_dtype, items, stream);
     return;
   }
-  if (storage_dtype == kF16)
-    launch_dtype<kF16>(params, items, stream);
-  else
-    launch_dtype<kBF16>(params, items, stream);
+  dispatch(storage_dtype, params.head_dim, [&](auto dt, auto hd) {
+    constexpr int DT = decltype(dt)::value, HD = decltype(hd)::value;
+    launch_blocks(attend_mma_kernel<DT, HD>,
+                  std::max(size_t(layout_of(HD).bytes), merge_bytes(kRows, HD)), items, params,
+                  stream);
+  });
 }
 
 }  // namespace kvc::cuda

@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "attend_mma.hpp"
-#include "cuda_check.hpp"
 #include "mma_common.cuh"
 
 namespace kvc::cuda {
@@ -67,27 +66,16 @@ __global__ void __launch_bounds__(kThreads, 3) attend_mma_decode_kernel(AttendPa
   float row_max[2] = {-__builtin_huge_valf(), -__builtin_huge_valf()};
   float row_sum[2] = {0.0f, 0.0f};  // this lane's keys only, summed over the row's lanes at the end
 
-  const int32_t n_keys = item.key_end - item.key_begin;
-  const int n_stages = (n_keys + kStageKeys - 1) / kStageKeys;
-  SegmentCursor cursor(job, item.key_begin);
-  const auto issue = [&](int stage) {
-    if (stage < n_stages) {
-      char* k_s = shared + (stage % kStages) * stage_bytes(HD);
-      copy_stage<HD>(cursor, item, item.key_begin + stage * kStageKeys, k_s,
-                     k_s + kStageKeys * row_bytes, pos_s + (stage % kStages) * kStageKeys);
-    }
-    __pipeline_commit();
-  };
-  issue(0);
+  StageRing<HD, kStages> ring(job, item, shared, pos_s);
+  ring.issue(0);
 
-  for (int stage = 0; stage < n_stages; ++stage) {
+  for (int stage = 0; stage < ring.n_stages; ++stage) {
     __pipeline_wait_prior(0);
     // This stage has landed, and every warp is done with the buffer the next one refills.
     __syncthreads();
-    issue(stage + 1);
-    const int buffer = stage % kStages;
-    const char* k_s = shared + buffer * stage_bytes(HD) + warp * kWarpKeys * row_bytes;
-    const char* v_s = k_s + kStageKeys * row_bytes;
+    ring.issue(stage + 1);
+    const char* k_s = ring.keys(stage) + warp * kWarpKeys * row_bytes;
+    const char* v_s = ring.values(stage) + warp * kWarpKeys * row_bytes;
     const int32_t first_key = item.key_begin + stage * kStageKeys + warp * kWarpKeys;
 
     // S^T = K Q^T: keys g (0, 1) and g + 8 (2, 3) of rows c, c + 1. K's tiles: keys 0-7 and
@@ -106,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 3) attend_mma_decode_kernel(AttendPa
 #pragma unroll
       for (int i = 0; i < 4; ++i) st[i] += st_lo[i];
     }
-    const int32_t* stage_pos = pos_s + buffer * kStageKeys + warp * kWarpKeys;
+    const int32_t* stage_pos = ring.key_positions(stage) + warp * kWarpKeys;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int k = g + 8 * half;
@@ -175,34 +163,16 @@ __global__ void __launch_bounds__(kThreads, 3) attend_mma_decode_kernel(AttendPa
   finish_warps<kRows, HD>(p, item, job, space);
 }
 
-template <int DT, int HD>
-void launch(const AttendParams& params, size_t items, cudaStream_t stream) {
-  const size_t bytes = std::max(size_t(layout_bytes(HD)), merge_bytes(kRows, HD));
-  check_cuda(cudaFuncSetAttribute(attend_mma_decode_kernel<DT, HD>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-             "raising the tensor-core decode attention's shared memory");
-  attend_mma_decode_kernel<DT, HD><<<unsigned(items), kThreads, bytes, stream>>>(params);
-}
-
-template <int DT>
-void launch_dtype(const AttendParams& params, size_t items, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return launch<DT, 64>(params, items, stream);
-    case 80: return launch<DT, 80>(params, items, stream);
-    case 96: return launch<DT, 96>(params, items, stream);
-    case 112: return launch<DT, 112>(params, items, stream);
-    default: return launch<DT, 128>(params, items, stream);
-  }
-}
-
 }  // namespace
 
 void launch_attend_mma_decode(const AttendParams& params, int storage_dtype, size_t items,
                               cudaStream_t stream) {
-  if (storage_dtype == kF16)
-    launch_dtype<kF16>(params, items, stream);
-  else
-    launch_dtype<kBF16>(params, items, stream);
+  dispatch(storage_dtype, params.head_dim, [&](auto dt, auto hd) {
+    constexpr int DT = decltype(dt)::value, HD = decltype(hd)::value;
+    launch_blocks(attend_mma_decode_kernel<DT, HD>,
+                  std::max(size_t(layout_bytes(HD)), merge_bytes(kRows, HD)), items, params,
+                  stream);
+  });
 }
 
 }  // namespace kvc::cuda

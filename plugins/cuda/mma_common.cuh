@@ -11,8 +11,10 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "attend_kernels.cuh"
+#include "cuda_check.hpp"
 
 namespace kvc::cuda::mma {
 
@@ -172,6 +174,37 @@ __device__ __forceinline__ void copy_stage(SegmentCursor& cursor, const WorkItem
   }
 }
 
+// The block's copies of its item's keys into STAGES buffers of shared memory, kStageKeys keys a
+// stage: stage s lands in buffer s % STAGES (K rows, then V rows: stage_bytes) with its positions
+// in positions + (s % STAGES) * kStageKeys.
+template <int HD, int STAGES>
+struct StageRing {
+  const WorkItem& item;
+  char* buffers;
+  int32_t* positions;
+  SegmentCursor cursor;
+  int n_stages;
+
+  __device__ StageRing(const DevAttendJob& job, const WorkItem& it, char* b, int32_t* pos)
+      : item(it), buffers(b), positions(pos), cursor(job, it.key_begin),
+        n_stages((it.key_end - it.key_begin + kStageKeys - 1) / kStageKeys) {}
+  __device__ char* keys(int stage) const { return buffers + (stage % STAGES) * stage_bytes(HD); }
+  __device__ const char* values(int stage) const {
+    return keys(stage) + kStageKeys * padded_row_bytes(HD);
+  }
+  __device__ int32_t* key_positions(int stage) const {
+    return positions + (stage % STAGES) * kStageKeys;
+  }
+  // Starts the copy of a stage (nothing past the last one) and commits it as one group, so that
+  // __pipeline_wait_prior(STAGES - 2) after issuing stage s + STAGES - 1 means stage s landed.
+  __device__ void issue(int stage) {
+    if (stage < n_stages)
+      copy_stage<HD>(cursor, item, item.key_begin + stage * kStageKeys, keys(stage),
+                     keys(stage) + kStageKeys * padded_row_bytes(HD), key_positions(stage));
+    __pipeline_commit();
+  }
+};
+
 // Shared memory of the warps' merge: each warp's O rows, states and the merge weights.
 __host__ __device__ constexpr size_t merge_bytes(int rows, int head_dim) {
   return size_t(kWarps) * rows * size_t(head_dim) * sizeof(float) +
@@ -249,6 +282,33 @@ __device__ __forceinline__ float softmax_step(const float (&logits)[N], float (&
   }
   row_sum = row_sum * correction + sum;
   return correction;
+}
+
+// Calls launch(DT, HD) with the call's storage dtype (f16 or bf16) and head_dim (64 to 128 in
+// steps of 16) as std::integral_constant values, for a kernel template to be instantiated.
+template <class Launch>
+void dispatch(int storage_dtype, int head_dim, Launch&& launch) {
+  const auto with_head_dim = [&](auto dt) {
+    switch (head_dim) {
+      case 64: return launch(dt, std::integral_constant<int, 64>{});
+      case 80: return launch(dt, std::integral_constant<int, 80>{});
+      case 96: return launch(dt, std::integral_constant<int, 96>{});
+      case 112: return launch(dt, std::integral_constant<int, 112>{});
+      default: return launch(dt, std::integral_constant<int, 128>{});
+    }
+  };
+  if (storage_dtype == kF16)
+    with_head_dim(std::integral_constant<int, kF16>{});
+  else
+    with_head_dim(std::integral_constant<int, kBF16>{});
+}
+
+// One block of kThreads per work item, with `bytes` of dynamic shared memory.
+inline void launch_blocks(void (*kernel)(AttendParams), size_t bytes, size_t items,
+                          const AttendParams& params, cudaStream_t stream) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+             "raising a tensor-core attention kernel's shared memory");
+  kernel<<<unsigned(items), kThreads, bytes, stream>>>(params);
 }
 
 }  // namespace kvc::cuda::mma

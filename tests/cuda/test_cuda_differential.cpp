@@ -3,7 +3,6 @@
 // head_dim {64, 80, 96, 128, 256}, GQA groups {1, 4, 8}, f32/f16/bf16 storage and blocks of
 // 16 and 256 tokens. Run through run_if_device.sh, so it reports SKIPPED without a device.
 #include <doctest/doctest.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +13,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
-#include "test_plugin_path.hpp"
+#include "stats_probe.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -35,21 +34,6 @@ const std::vector<std::vector<int32_t>> kChunks = {{5}, {64, 64}, {700}};
 
 double tolerance(kvc_dtype dtype) { return dtype == KVC_DTYPE_F32 ? 1e-5 : 2e-3; }
 
-std::string probe_yaml() {
-  return "plugins: { paths: [" + kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN) + "] }\n";
-}
-
-using ProbeRead = int32_t (*)(int32_t, int32_t, int32_t, const int32_t**, const float**);
-
-ProbeRead probe_reader() {
-  void* handle =
-      dlopen(kvt::test_plugin_path(KVC_TEST_STATS_PROBE_PLUGIN).c_str(), RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(handle != nullptr);
-  auto read = reinterpret_cast<ProbeRead>(dlsym(handle, "kvc_probe_read"));
-  dlclose(handle);
-  REQUIRE(static_cast<bool>(read));
-  return read;
-}
 
 kvt::CachePtr make_side(kvc_context* ctx, const char* backend, const Shape& s) {
   kvc_cache_params p;
@@ -119,7 +103,7 @@ double step_both(kvc_cache* cpu, kvc_cache* cuda, const Shape& s, std::mt19937& 
 // The statistics each cache hands its policy for one sequence (layer 0, every KV head);
 // returns the largest relative difference.
 double compare_stats(kvc_cache* cpu, kvc_cache* cuda, int32_t seq) {
-  ProbeRead read = probe_reader();
+  kvt::ProbeRead read = kvt::probe_reader();
   std::vector<std::vector<float>> seen_cpu, seen_cuda;
   std::vector<std::vector<int32_t>> pos_cpu, pos_cuda;
   for (kvc_cache* cache : {cpu, cuda}) {
@@ -185,7 +169,7 @@ Worst compare_shape(kvc_context* ctx, const Shape& s) {
 // Every shape, printing the largest differences of each dtype as name=value lines.
 void compare_shapes(const std::vector<int>& head_dims, const std::vector<int>& groups,
                     const std::vector<int>& block_sizes) {
-  kvt::ContextPtr ctx = kvt::make_context(probe_yaml().c_str());
+  kvt::ContextPtr ctx = kvt::make_context(kvt::probe_yaml().c_str());
   std::map<kvc_dtype, Worst> worst;
   int shapes = 0;
   for (int head_dim : head_dims) {
