@@ -1,10 +1,12 @@
-// attend: grouped-query attention of each job's queries over its stored segments. One thread
-// block per work item (attend_plan.hpp): its four warps split the item's keys; within a warp,
-// lanes_per_key lanes read one key's K and V rows in 16-byte chunks and every query row
-// (query token x group head) of the item uses that read, so a GQA group reads its K/V once.
-// Each group of lanes keeps its own online softmax; the block merges them, and a split-K
-// merge combines the parts of long caches. The policy statistics are a second kernel of the
-// same call that re-scores each key against the rows' final softmax state.
+// attend: grouped-query attention of each job's queries over its stored segments, and the
+// choice among its kernels: on tensor cores (attend_mma.cu, attend_mma_decode.cu) for f16 and
+// bf16 where they apply, else the two CUDA-core kernels here. One thread block per work item
+// (attend_plan.hpp): its four warps split the item's keys; within a warp, lanes_per_key lanes
+// read one key's K and V rows in 16-byte chunks and every query row (query token x group head)
+// of the item uses that read, so a GQA group reads its K/V once. Each group of lanes keeps its
+// own online softmax; the block merges them, and a split-K merge combines the parts of long
+// caches. The policy statistics are a second kernel of the same call that re-scores each key
+// against the rows' final softmax state.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
 
 // The staged path, for rows of at most one 16-byte chunk per lane (cpl 1) that are 16-byte
 // aligned, which covers head_dim up to 256 (f16/bf16) or 128 (f32): the block copies
-// the K and V rows and positions of kStagedKeys(L) keys at a time into shared memory with
+// the K and V rows and positions of staged_keys(L) keys at a time into shared memory with
 // asynchronous copies, kStages - 1 stages ahead of the stage its warps compute on, so that many
 // keys' loads are in flight per multiprocessor without waiting on the arithmetic. Each lane
 // group then takes kStagedUnroll keys of the stage; the rest is as in attend_kernel.
