@@ -509,19 +509,10 @@ void launch_attend(const AttendParams& params, size_t items, size_t shared_bytes
   attend_kernel<DT, CPL><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
 }
 
-template <int DT, int L>
-void launch_staged(const AttendParams& params, size_t items, size_t shared_bytes,
-                   cudaStream_t stream) {
-  check_cuda(cudaFuncSetAttribute(attend_staged_kernel<DT, L>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)),
-             "raising the staged attention's shared memory");
-  attend_staged_kernel<DT, L><<<unsigned(items), kThreads, shared_bytes, stream>>>(params);
-}
-
 // KVC_CUDA_ATTEND keeps faster kernels out, for A/B runs of the device kit: "generic" (never
 // the staged or tensor-core kernels), "staged" (never the tensor-core kernels) or "mma16" (the
 // 16-row tensor-core kernel for decode too).
-std::string attend_choice() {
+const std::string& attend_choice() {
   static const std::string choice = [] {
     const char* c = std::getenv("KVC_CUDA_ATTEND");
     return std::string(c ? c : "");
@@ -538,10 +529,14 @@ bool try_staged(int cpl, bool vector_loads, const AttendParams& params, size_t i
                 size_t shared_bytes, cudaStream_t stream) {
   if (cpl != 1 || !vector_loads || !staged_allowed()) return false;
   const size_t bytes = std::max(shared_bytes, staged_shared_bytes(params.lanes_per_key));
+  const auto launch = [&](void (*kernel)(AttendParams)) {
+    launch_blocks(kThreads, kernel, bytes, items, params, stream);
+    return true;
+  };
   switch (params.lanes_per_key) {
-    case 8: launch_staged<DT, 8>(params, items, bytes, stream); return true;
-    case 16: launch_staged<DT, 16>(params, items, bytes, stream); return true;
-    case 32: launch_staged<DT, 32>(params, items, bytes, stream); return true;
+    case 8: return launch(attend_staged_kernel<DT, 8>);
+    case 16: return launch(attend_staged_kernel<DT, 16>);
+    case 32: return launch(attend_staged_kernel<DT, 32>);
     default: return false;
   }
 }

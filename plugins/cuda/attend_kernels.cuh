@@ -1,10 +1,14 @@
-// What the attention kernels share (attend.cu on CUDA cores, attend_mma.cu on tensor cores):
-// the launch parameters, where an output row goes, and the cursor that walks a job's
-// segments while a block copies its keys into shared memory.
+// What the attention kernels share (attend.cu on CUDA cores, attend_mma*.cu on tensor cores):
+// the launch parameters, the launch of one block per work item, where an output row goes, and
+// the cursor that walks a job's segments while a block copies its keys into shared memory.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
 #include <cstdint>
 
+#include "cuda_check.hpp"
 #include "device_types.hpp"
 
 namespace kvc::cuda {
@@ -24,6 +28,15 @@ struct AttendParams {
   float softcap;
   int32_t vector_loads;  // every row is 16-byte aligned
 };
+
+// One block of `threads` per work item, with `bytes` of dynamic shared memory (past the 48 KB a
+// kernel gets without asking).
+inline void launch_blocks(int threads, void (*kernel)(AttendParams), size_t bytes, size_t items,
+                          const AttendParams& params, cudaStream_t stream) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+             "raising an attention kernel's shared memory");
+  kernel<<<unsigned(items), unsigned(threads), bytes, stream>>>(params);
+}
 
 __device__ __forceinline__ float* output_row(const DevAttendJob& job, int32_t row, int32_t group,
                                              int32_t head_dim) {

@@ -212,7 +212,7 @@ void launch_attend_mma(const AttendParams& params, int storage_dtype, size_t ite
   }
   dispatch(storage_dtype, params.head_dim, [&](auto dt, auto hd) {
     constexpr int DT = decltype(dt)::value, HD = decltype(hd)::value;
-    launch_blocks(attend_mma_kernel<DT, HD>,
+    launch_blocks(kThreads, attend_mma_kernel<DT, HD>,
                   std::max(size_t(layout_of(HD).bytes), merge_bytes(kRows, HD)), items, params,
                   stream);
   });

@@ -169,7 +169,7 @@ void launch_attend_mma_decode(const AttendParams& params, int storage_dtype, siz
                               cudaStream_t stream) {
   dispatch(storage_dtype, params.head_dim, [&](auto dt, auto hd) {
     constexpr int DT = decltype(dt)::value, HD = decltype(hd)::value;
-    launch_blocks(attend_mma_decode_kernel<DT, HD>,
+    launch_blocks(kThreads, attend_mma_decode_kernel<DT, HD>,
                   std::max(size_t(layout_bytes(HD)), merge_bytes(kRows, HD)), items, params,
                   stream);
   });

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "attend_kernels.cuh"
-#include "cuda_check.hpp"
 
 namespace kvc::cuda::mma {
 
@@ -303,12 +302,5 @@ void dispatch(int storage_dtype, int head_dim, Launch&& launch) {
     with_head_dim(std::integral_constant<int, kBF16>{});
 }
 
-// One block of kThreads per work item, with `bytes` of dynamic shared memory.
-inline void launch_blocks(void (*kernel)(AttendParams), size_t bytes, size_t items,
-                          const AttendParams& params, cudaStream_t stream) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-             "raising a tensor-core attention kernel's shared memory");
-  kernel<<<unsigned(items), kThreads, bytes, stream>>>(params);
-}
 
 }  // namespace kvc::cuda::mma
