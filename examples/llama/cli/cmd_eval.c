@@ -4,7 +4,7 @@
  *       after every step, and
  *   (b) the NLL of a continuation after a prompt compressed during prefill (after every chunk,
  *       or once when prefill ends),
- * each against the full cache. docs/quality.md shows the report for stories260K.
+ * each against the full cache. docs/quality_results.md shows the report for SmolLM2-135M.
  */
 #include <math.h>
 #include <stdio.h>
