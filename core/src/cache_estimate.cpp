@@ -12,7 +12,7 @@
 namespace kvc {
 namespace {
 
-// The most stores the model takes one at a time before it gives up (about 5 ms, 150 under
+// The most stores the model takes one at a time before it gives up (milliseconds, far more under
 // ASan + UBSan): a ratio budget with a small decode_slack, compressing every few tokens, needs
 // more past about 200 thousand tokens, and so does a contiguous array past
 // INT32_MAX / growth_factor tokens, which grows on every store.

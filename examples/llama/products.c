@@ -4,8 +4,8 @@
  *
  * - oneDNN's matmul, on weights reordered at load into the blocked layout (BA16a64b: blocks
  *   of 64 outputs x 16 inputs) that its AVX-512 kernels (brgemm) read. A decode step then
- *   streams each weight block once, front to back. Measured on one Zen 4 thread, 5 rows of
- *   stories15M's classifier: 2.1 ms against BLIS's 4.7 (docs/batchmax.md).
+ *   streams each weight block once, front to back, faster than BLIS for a few rows
+ *   (docs/batchmax_results.md).
  * - BLIS's small-matrix ("sup") path on W where it lies, wherever oneDNN offers no blocked
  *   kernel: there (AVX2 machines) oneDNN 2.6 falls back to a packing sgemm that is slower than
  *   BLIS for a few rows.
@@ -59,7 +59,7 @@ extern void omp_set_num_threads(int threads);
 /* oneDNN's weight blocks: 64 outputs, 16 inputs. */
 #define KVL_BLOCK_OUT 64
 #define KVL_BLOCK_IN 16
-/* How often a waiting thread polls (with a pause, 30 ns here) before it sleeps on a
+/* How often a waiting thread polls (with a pause) before it sleeps on a
  * condition variable: a few decode-step products, so that workers stay awake between the
  * products of one layer. Before kvcache's attention, whose own threads want the cores, the
  * engine lets them sleep at once (kvl_products_rest). */
@@ -110,7 +110,7 @@ typedef struct worker {
 } worker;
 
 /* Threads that live as long as the engine and help the calling thread with its products.
- * Starting a thread per product cost about 30 us, more than a decode step's layer products
+ * Starting a thread per product cost more than a decode step's layer products
  * take. A product's slices are claimed through `claim`: bits 20.. its number of slices, bits
  * 0..19 the next slice. A claim past the slice count gets nothing, and a thread that still
  * holds a valid claim keeps the product (and `job`) from changing until it has counted its

@@ -29,10 +29,9 @@ struct ByteRange {
 // Memory a kernel asks for while it computes: the next tile's K rows during the logits, its V
 // rows during the accumulate. The kernel spreads the requests over its steps, a few lines at a
 // time: a burst of a whole tile's lines before the kernel filled the core's miss buffers, and
-// the arithmetic waited behind them (cold decode in a harness: 9 GB/s of K/V with the burst,
-// 15 spread, against 16 for the arithmetic alone). The lines go to the outer caches (locality
-// 1, prefetcht2 on x86), which leaves the first level's miss buffers to the kernel's own
-// loads: 10% faster than into L1 in six paired runs on Zen 4.
+// the arithmetic waited behind them (docs/performance.md). The lines go to the outer caches
+// (locality 1, prefetcht2 on x86), which leaves the first level's miss buffers to the
+// kernel's own loads.
 class Prefetch {
  public:
   Prefetch() = default;
@@ -100,7 +99,7 @@ struct TileKernels {
   // from several blocks. They are f32, or of the storage dtype for blocks of up to
   // max_rows_in_place rows. Asks for all of `ahead` by the time it returns. The maxima come
   // from the kernel's registers: read back from `logits`, they waited for the partial stores
-  // that wrote them (7-11% of a decode pass on Zen 4).
+  // that wrote them.
   void (*logits)(const float* q, size_t rows, const void* const* k, kvc_dtype k_dtype,
                  size_t n_keys, size_t dim, float* logits, float* row_max, Prefetch& ahead);
   // acc row r += sum over t < n_keys of weights[r * kTileKeys + t] * value row t, for

@@ -96,8 +96,8 @@ KVC_AVX512 void convert(const void* src, kvc_dtype dtype, float* dst, size_t n) 
 
 // Lane i = the sum of the lanes of x[i]: 15 adds for 16 sums, where one sum at a time would
 // take 4 shuffles and 4 adds each. The first two levels pair registers with in-lane unpacks,
-// the last two with 128-bit lane shuffles: a decode pass from L2 ran 2-4% faster than with
-// the same tree built of blends and two-source permutes (paired runs, Zen 4).
+// the last two with 128-bit lane shuffles, cheaper than the same tree built of blends and
+// two-source permutes (docs/performance.md).
 KVC_AVX512_INLINE __m512 sum_each(const __m512* x) {
   // pairs[i], in each 128-bit lane: partial sums of x[2i], x[2i + 1], x[2i], x[2i + 1].
   __m512 pairs[8];

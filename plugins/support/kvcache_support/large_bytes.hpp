@@ -14,7 +14,7 @@ namespace kvc::support {
 // Bytes that are not cleared first. From 2 MiB up they are aligned to 2 MiB and marked for
 // transparent huge pages (MADV_HUGEPAGE; Debian's kernels give them only where asked), so
 // that their first writes fault once per 2 MiB instead of once per 4 KiB page: on a VM those
-// faults were 26 of a 64 MiB store get's 47 ms.
+// faults were most of a large store get's time (docs/stores_results.md).
 class LargeBytes {
  public:
   LargeBytes() = default;
