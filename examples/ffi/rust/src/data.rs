@@ -99,7 +99,10 @@ impl Attention {
         let mut raw = std::mem::MaybeUninit::<sys::kvc_attention_params>::uninit();
         // SAFETY: init writes every field.
         let mut raw = unsafe {
-            sys::kvc_attention_params_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::kvc_attention_params>());
+            sys::kvc_attention_params_init_sized(
+                raw.as_mut_ptr(),
+                std::mem::size_of::<sys::kvc_attention_params>(),
+            );
             raw.assume_init()
         };
         raw.scale = self.scale;

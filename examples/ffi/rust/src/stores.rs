@@ -30,7 +30,13 @@ impl Prefix {
         let mut raw = MaybeUninit::<sys::kvc_prefix>::uninit();
         // SAFETY: kvc_prefix_init_sized writes every field and keeps no pointer.
         let defaults = unsafe {
-            sys::kvc_prefix_init_sized(raw.as_mut_ptr(), size_of::<sys::kvc_prefix>(), ptr::null(), ptr::null(), 0);
+            sys::kvc_prefix_init_sized(
+                raw.as_mut_ptr(),
+                size_of::<sys::kvc_prefix>(),
+                ptr::null(),
+                ptr::null(),
+                0,
+            );
             raw.assume_init()
         };
         Prefix { model: model.into(), token_ids: token_ids.into(), chunk_tokens: defaults.chunk_tokens }

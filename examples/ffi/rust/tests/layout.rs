@@ -49,7 +49,8 @@ fn sized_inits_write_the_rust_struct_and_nothing_past_it() {
         check_init!(sys::kvc_estimate_request, |p, n| sys::kvc_estimate_request_init_sized(p, n, 7, 3, 5));
     assert_eq!((request.prompt_tokens, request.chunk_tokens, request.new_tokens), (7, 3, 5));
     assert_eq!(request.marks_prompt_end, 0);
-    let batch = check_init!(sys::kvc_batch, |p, n| sys::kvc_batch_init_sized(p, n, 0, null(), null(), null()));
+    let batch =
+        check_init!(sys::kvc_batch, |p, n| sys::kvc_batch_init_sized(p, n, 0, null(), null(), null()));
     assert!(batch.prompt_end.is_null() && batch.stream.is_null());
     let prefix = check_init!(sys::kvc_prefix, |p, n| sys::kvc_prefix_init_sized(p, n, null(), null(), 0));
     assert_eq!(prefix.chunk_tokens, 256);
