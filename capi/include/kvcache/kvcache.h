@@ -15,7 +15,7 @@
  *   A larger struct_size (a caller built against a newer kvcache) is read when the bytes past
  *   the fields this library knows are zero, and refused with KVC_ERR_UNSUPPORTED otherwise;
  *   an out-struct is written no further than the fields both sides know.
- * - The ABI only grows (docs/api.md, "ABI and versions"). Each `kvc_X_init(x, ...)` is a macro
+ * - The ABI only grows (docs/guarantees.md, "Stable ABI"). Each `kvc_X_init(x, ...)` is a macro
  *   calling the exported `kvc_X_init_sized(x, sizeof(kvc_X), ...)`, so the caller's size travels
  *   with the call: it fills the fields that fit in `struct_size` bytes, zeroes the bytes past
  *   the fields this library knows and sets struct_size. NULL, or a size below the struct's
