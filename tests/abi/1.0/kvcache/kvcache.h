@@ -23,8 +23,10 @@
  *   for binaries built against older headers (and for bindings that call them by name): they
  *   write the oldest layout that struct ever had with an `_init` (kvc_batch: 32 bytes, without
  *   stream and prompt_end; kvc_cache_stats: 88 bytes, without bytes_shared; the others as
- *   today), since such a caller cannot say which header it was built against. Bindings call
- *   the `_sized` functions with their own struct's size.
+ *   today), since such a caller cannot say which header it was built against: a binary built
+ *   between the first release and the `_sized` functions that sets stream or prompt_end after
+ *   kvc_batch_init() has them ignored until it is rebuilt. Bindings call the `_sized`
+ *   functions with their own struct's size.
  *
  * Thread safety:
  * - ::kvc_context: thread-safe, every call may be made from any thread concurrently.
