@@ -26,6 +26,18 @@ kvc_status_code code_of(F&& f) {
   return KVC_OK;
 }
 
+// The fields of two kvc_cache_params, strings by pointer (padding is not compared).
+bool same_params(const kvc_cache_params& a, const kvc_cache_params& b) {
+  return a.struct_size == b.struct_size && a.layers == b.layers && a.kv_heads == b.kv_heads &&
+         a.q_heads == b.q_heads && a.head_dim == b.head_dim && a.dtype == b.dtype &&
+         a.layout == b.layout && a.block_tokens == b.block_tokens &&
+         a.growth_factor == b.growth_factor && a.memory_limit == b.memory_limit &&
+         a.backend == b.backend && a.budget == b.budget && a.budget_ratio == b.budget_ratio &&
+         a.sinks == b.sinks && a.recent == b.recent && a.n_policy_params == b.n_policy_params &&
+         a.prefill == b.prefill && a.decode_every == b.decode_every &&
+         a.decode_slack == b.decode_slack;
+}
+
 }  // namespace
 
 static_assert(!std::is_copy_constructible<kvcache::Context>::value, "Context must not be copyable");
@@ -252,4 +264,114 @@ TEST_CASE("cpp wrapper: export and import, through bytes and a file") {
   CHECK(code_of([&] { cache.export_file(0, "/nonexistent/dir/kvc.kvcseq"); }) == KVC_ERR_IO);
   CHECK(code_of([&] { cache.import_file(6, "/nonexistent/kvc.kvcseq"); }) == KVC_ERR_NOT_FOUND);
   CHECK(cache.stats().sequences == 2);
+}
+
+TEST_CASE("cpp wrapper: every other call, against the C call's result") {
+  CHECK(kvcache::version() == kvc_version());
+  CHECK(kvcache::version_string() == kvc_version_string());
+  CHECK(kvcache::status_code_name(KVC_ERR_IO) == "IO");
+  CHECK(kvcache::dtype_size(KVC_DTYPE_BF16) == 2);
+  CHECK(kvcache::dtype_name(KVC_DTYPE_F16) == "f16");
+
+  kvc_cache_params c_params;
+  kvc_cache_params_init(&c_params);
+  kvc_cache_params params = kvcache::cache_params();
+  CHECK(same_params(params, c_params));
+  kvc_attention_params c_attention;
+  kvc_attention_params_init(&c_attention);
+  const kvc_attention_params attention = kvcache::attention_params();
+  CHECK(attention.struct_size == c_attention.struct_size);
+  CHECK(attention.scale == c_attention.scale);
+  CHECK(attention.sliding_window == c_attention.sliding_window);
+  CHECK(attention.softcap == c_attention.softcap);
+
+  kvcache::Context ctx("stores:\n  local: { plugin: host }\n");
+  CHECK(ctx.plugin_count() == kvc_context_plugin_count(ctx.get()));
+  REQUIRE(ctx.plugin_count() >= 1);
+  kvc_plugin_info c_info{};
+  c_info.struct_size = sizeof c_info;
+  REQUIRE(kvc_context_plugin_info(ctx.get(), 0, &c_info) == nullptr);
+  CHECK(std::string(ctx.plugin(0).name) == c_info.name);
+  CHECK(code_of([&] { ctx.plugin(ctx.plugin_count()); }) == KVC_ERR_INVALID_ARGUMENT);
+
+  constexpr int32_t kQ = 2, kD = 4, kTokens = 6;
+  params.kv_heads = 1;
+  params.q_heads = kQ;
+  params.head_dim = kD;
+  params.dtype = KVC_DTYPE_F32;
+  params.block_tokens = 2;
+  params.policy = "window";
+  params.budget = 4;
+  params.recent = 2;
+  kvcache::Cache cache(ctx, params);
+  kvc_cache_params c_read;
+  kvc_cache_params_init(&c_read);
+  REQUIRE(kvc_cache_get_params(cache.get(), &c_read) == nullptr);
+  const kvc_cache_params read = cache.params();
+  CHECK(read.q_heads == kQ);
+  CHECK(read.budget == 4);
+  CHECK(same_params(read, c_read));
+  CHECK(std::string(read.policy) == c_read.policy);
+
+  std::vector<float> k(kTokens * kD), v(kTokens * kD);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = std::sin(0.3f * static_cast<float>(i));
+    v[i] = std::cos(0.2f * static_cast<float>(i));
+  }
+  std::vector<int32_t> positions(kTokens);
+  for (int32_t i = 0; i < kTokens; ++i) positions[i] = i;
+  const kvc_tensor kt{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  const kvc_tensor vt{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+  const int32_t n = kTokens;
+  for (int32_t seq : {0, 1}) {
+    cache.create_sequence(seq);
+    cache.append(0, kvcache::batch(1, &seq, &n, positions.data()), kt, vt);
+  }
+
+  size_t c_bytes = 0;
+  REQUIRE(kvc_cache_estimate_peak_bytes(cache.get(), 100, 10, 20, &c_bytes) == nullptr);
+  CHECK(cache.estimate_peak_bytes(100, 10, 20) == c_bytes);
+  kvc_estimate_request request = kvcache::estimate_request(100, 10, 20);
+  CHECK(request.struct_size == sizeof request);
+  CHECK(cache.estimate(request) == c_bytes);
+  request.marks_prompt_end = 1;
+  REQUIRE(kvc_cache_estimate(cache.get(), &request, &c_bytes) == nullptr);
+  CHECK(cache.estimate(request) == c_bytes);
+
+  // The window policy reads no statistics: the C call and the wrapper refuse them alike.
+  const std::vector<float> scores(kTokens, 1.0f);
+  kvc_status* c_refusal =
+      kvc_report_stats(cache.get(), 0, 0, 0, KVC_STAT_KIND_ATTN_SUM, scores.data(), kTokens);
+  REQUIRE(c_refusal != nullptr);
+  CHECK(code_of([&] { cache.report_stats(0, 0, 0, KVC_STAT_KIND_ATTN_SUM, scores); }) ==
+        kvc_status_get_code(c_refusal));
+  kvc_status_free(c_refusal);
+
+  // Prefix sharing and offload, before compression removes the prompt's first tokens.
+  const std::vector<int32_t> tokens = {9, 8, 7, 6, 5};
+  kvc_prefix prefix = kvcache::prefix("cpp-model", tokens);
+  CHECK(prefix.chunk_tokens == 256);
+  prefix.chunk_tokens = 2;
+  CHECK(cache.prefix_save(1, "local", prefix) == 4);
+  CHECK(cache.prefix_load(2, "local", prefix) == 4);
+  CHECK(cache.length(2, 0, 0) == 4);
+  cache.offload(2, "local", "seq2");
+  CHECK(code_of([&] { cache.length(2, 0, 0); }) == KVC_ERR_NOT_FOUND);
+  cache.restore(2, "local", "seq2");
+  CHECK(cache.length(2, 0, 0) == 4);
+  ctx.store_drop("local", "seq2");
+  CHECK(code_of([&] { ctx.store_drop("local", "seq2"); }) == KVC_ERR_NOT_FOUND);
+
+  // Compressing sequence 0 with the wrapper and sequence 1 with C leaves the same tokens.
+  cache.compress(0, {0});
+  const int32_t one_seq = 1;
+  REQUIRE(kvc_compress(cache.get(), 0, 1, &one_seq) == nullptr);
+  CHECK(cache.length(0, 0, 0) == 4);
+  CHECK(cache.length(1, 0, 0) == 4);
+  const std::vector<kvc_segment_view> a = cache.view(0, 0, 0), b = cache.view(1, 0, 0);
+  std::vector<int32_t> pos_a, pos_b;
+  for (const kvc_segment_view& s : a) pos_a.insert(pos_a.end(), s.pos, s.pos + s.count);
+  for (const kvc_segment_view& s : b) pos_b.insert(pos_b.end(), s.pos, s.pos + s.count);
+  CHECK(pos_a == pos_b);
+  CHECK(pos_a.back() == kTokens - 1);
 }

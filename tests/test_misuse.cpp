@@ -97,6 +97,13 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_prefix_init, "misuse: init and destroy functions accept NULL"),
     KVT_COVERED(kvc_prefix_save, "misuse: prefix save and load"),
     KVT_COVERED(kvc_prefix_load, "misuse: prefix save and load"),
+    KVT_COVERED(kvc_cache_params_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_cache_stats_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_policy_info_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_batch_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_attention_params_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_estimate_request_init_sized, "misuse: sized init functions"),
+    KVT_COVERED(kvc_prefix_init_sized, "misuse: sized init functions"),
 };
 #undef KVT_COVERED
 
@@ -418,6 +425,116 @@ TEST_CASE("misuse: init and destroy functions accept NULL") {
   CHECK(b.n_seqs == -5);
   CHECK(b.stream == nullptr);
   CHECK(b.prompt_end == nullptr);
+}
+
+namespace {
+
+constexpr unsigned char kCanary = 0xA5;
+
+// A buffer of canary bytes with room for a T and `extra` bytes more.
+struct CanaryBuffer {
+  std::vector<unsigned char> bytes;
+  explicit CanaryBuffer(size_t size) : bytes(size, kCanary) {}
+  bool untouched_from(size_t offset) const {
+    for (size_t i = offset; i < bytes.size(); ++i) {
+      if (bytes[i] != kCanary) return false;
+    }
+    return true;
+  }
+  uint32_t struct_size() const {
+    uint32_t size = 0;
+    std::memcpy(&size, bytes.data(), sizeof size);
+    return size;
+  }
+};
+
+// `sized(T*, size)` must write nothing for NULL or a size outside [oldest, UINT32_MAX], exactly
+// `size` bytes otherwise (zeros past sizeof(T)); `legacy(T*)`, the exported kvc_X_init symbol,
+// the oldest layout's bytes only, the same ones.
+template <typename T, typename Sized, typename Legacy>
+void check_sized_init(size_t oldest, Sized sized, Legacy legacy) {
+  constexpr size_t kNewer = sizeof(T) + 24;
+  sized(nullptr, sizeof(T));
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4}, oldest - 1,
+                      size_t{std::numeric_limits<uint32_t>::max()} + 1}) {
+    CAPTURE(size);
+    CanaryBuffer buffer(kNewer + 16);
+    sized(reinterpret_cast<T*>(buffer.bytes.data()), size);
+    CHECK(buffer.untouched_from(0));
+  }
+  CanaryBuffer today(kNewer + 16);
+  sized(reinterpret_cast<T*>(today.bytes.data()), sizeof(T));
+  CHECK(today.struct_size() == sizeof(T));
+  CHECK(today.untouched_from(sizeof(T)));
+  CHECK(!today.untouched_from(sizeof(T) - 1));
+
+  CanaryBuffer old(kNewer + 16);
+  legacy(reinterpret_cast<T*>(old.bytes.data()));
+  CHECK(old.struct_size() == oldest);
+  CHECK(old.untouched_from(oldest));
+  CHECK(std::memcmp(old.bytes.data() + 4, today.bytes.data() + 4, oldest - 4) == 0);
+  CanaryBuffer oldest_sized(kNewer + 16);
+  sized(reinterpret_cast<T*>(oldest_sized.bytes.data()), oldest);
+  CHECK(oldest_sized.bytes == old.bytes);
+
+  // A caller built against a newer header: this library's fields, then zeros up to its size.
+  CanaryBuffer newer(kNewer + 16);
+  sized(reinterpret_cast<T*>(newer.bytes.data()), kNewer);
+  CHECK(newer.struct_size() == kNewer);
+  CHECK(std::memcmp(newer.bytes.data() + 4, today.bytes.data() + 4, sizeof(T) - 4) == 0);
+  for (size_t i = sizeof(T); i < kNewer; ++i) CHECK(newer.bytes[i] == 0);
+  CHECK(newer.untouched_from(kNewer));
+}
+
+}  // namespace
+
+TEST_CASE("misuse: sized init functions") {
+  const int32_t ids[2] = {3, 4};
+  const char* const model = "m";
+  // The oldest layouts, from the headers' history: the first release's kvc_batch had no stream
+  // or prompt_end, and kvc_cache_stats_init came before bytes_shared.
+  SUBCASE("kvc_batch") {
+    check_sized_init<kvc_batch>(
+        offsetof(kvc_batch, stream),
+        [&](kvc_batch* b, size_t n) { kvc_batch_init_sized(b, n, 2, ids, ids + 1, ids); },
+        [&](kvc_batch* b) { (kvc_batch_init)(b, 2, ids, ids + 1, ids); });
+  }
+  SUBCASE("kvc_cache_stats") {
+    check_sized_init<kvc_cache_stats>(
+        offsetof(kvc_cache_stats, bytes_shared),
+        [](kvc_cache_stats* s, size_t n) { kvc_cache_stats_init_sized(s, n); },
+        [](kvc_cache_stats* s) { (kvc_cache_stats_init)(s); });
+  }
+  SUBCASE("kvc_cache_params") {
+    check_sized_init<kvc_cache_params>(
+        sizeof(kvc_cache_params),
+        [](kvc_cache_params* p, size_t n) { kvc_cache_params_init_sized(p, n); },
+        [](kvc_cache_params* p) { (kvc_cache_params_init)(p); });
+  }
+  SUBCASE("kvc_attention_params") {
+    check_sized_init<kvc_attention_params>(
+        sizeof(kvc_attention_params),
+        [](kvc_attention_params* p, size_t n) { kvc_attention_params_init_sized(p, n); },
+        [](kvc_attention_params* p) { (kvc_attention_params_init)(p); });
+  }
+  SUBCASE("kvc_policy_info") {
+    check_sized_init<kvc_policy_info>(
+        sizeof(kvc_policy_info),
+        [](kvc_policy_info* p, size_t n) { kvc_policy_info_init_sized(p, n); },
+        [](kvc_policy_info* p) { (kvc_policy_info_init)(p); });
+  }
+  SUBCASE("kvc_estimate_request") {
+    check_sized_init<kvc_estimate_request>(
+        sizeof(kvc_estimate_request),
+        [](kvc_estimate_request* r, size_t n) { kvc_estimate_request_init_sized(r, n, 7, 3, 5); },
+        [](kvc_estimate_request* r) { (kvc_estimate_request_init)(r, 7, 3, 5); });
+  }
+  SUBCASE("kvc_prefix") {
+    check_sized_init<kvc_prefix>(
+        sizeof(kvc_prefix),
+        [&](kvc_prefix* p, size_t n) { kvc_prefix_init_sized(p, n, model, ids, 2); },
+        [&](kvc_prefix* p) { (kvc_prefix_init)(p, model, ids, 2); });
+  }
 }
 
 TEST_CASE("misuse: kvc_context_create") {

@@ -3,6 +3,7 @@
 
 #include "cache_params.hpp"
 #include "handles.hpp"
+#include "versioned_init.hpp"
 
 namespace {
 
@@ -91,8 +92,8 @@ kvc_status* create_cache(kvc_context* context, const std::function<CacheSetup()>
 
 extern "C" {
 
-void kvc_cache_params_init(kvc_cache_params* params) {
-  if (params) *params = params_from(kvc::CacheConfig{});
+void kvc_cache_params_init_sized(kvc_cache_params* params, size_t struct_size) {
+  kvc::init_versioned(params, struct_size, params_from(kvc::CacheConfig{}));
 }
 
 kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* params,
@@ -153,16 +154,12 @@ kvc_status* kvc_seq_view(const kvc_cache* cache, int32_t seq_id, int32_t layer, 
   });
 }
 
-void kvc_cache_stats_init(kvc_cache_stats* stats) {
-  if (!stats) return;
-  *stats = kvc_cache_stats{};
-  stats->struct_size = sizeof(kvc_cache_stats);
+void kvc_cache_stats_init_sized(kvc_cache_stats* stats, size_t struct_size) {
+  kvc::init_versioned(stats, struct_size, kvc_cache_stats{});
 }
 
-void kvc_policy_info_init(kvc_policy_info* info) {
-  if (!info) return;
-  *info = kvc_policy_info{};
-  info->struct_size = sizeof(kvc_policy_info);
+void kvc_policy_info_init_sized(kvc_policy_info* info, size_t struct_size) {
+  kvc::init_versioned(info, struct_size, kvc_policy_info{});
 }
 
 kvc_status* kvc_cache_policy_info(const kvc_cache* cache, kvc_policy_info* out_info) {
@@ -278,14 +275,14 @@ kvc_status* kvc_cache_estimate_peak_bytes(const kvc_cache* cache, int32_t prompt
   });
 }
 
-void kvc_estimate_request_init(kvc_estimate_request* request, int32_t prompt_tokens,
-                               int32_t chunk_tokens, int32_t new_tokens) {
-  if (!request) return;
-  request->struct_size = sizeof(*request);
-  request->prompt_tokens = prompt_tokens;
-  request->chunk_tokens = chunk_tokens;
-  request->new_tokens = new_tokens;
-  request->marks_prompt_end = 0;
+void kvc_estimate_request_init_sized(kvc_estimate_request* request, size_t struct_size,
+                                     int32_t prompt_tokens, int32_t chunk_tokens,
+                                     int32_t new_tokens) {
+  kvc_estimate_request r{};
+  r.prompt_tokens = prompt_tokens;
+  r.chunk_tokens = chunk_tokens;
+  r.new_tokens = new_tokens;
+  kvc::init_versioned(request, struct_size, r);
 }
 
 kvc_status* kvc_cache_estimate(const kvc_cache* cache, const kvc_estimate_request* request,

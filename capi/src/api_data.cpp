@@ -1,4 +1,5 @@
 #include "handles.hpp"
+#include "versioned_init.hpp"
 
 namespace {
 
@@ -25,24 +26,19 @@ const Tensor& deref(const Tensor* t, const char* what) {
 
 extern "C" {
 
-void kvc_batch_init(kvc_batch* batch, int32_t n_seqs, const int32_t* seq_ids,
-                    const int32_t* n_tokens, const int32_t* positions) {
-  if (!batch) return;
-  batch->struct_size = sizeof(*batch);
-  batch->n_seqs = n_seqs;
-  batch->seq_ids = seq_ids;
-  batch->n_tokens = n_tokens;
-  batch->positions = positions;
-  batch->stream = nullptr;
-  batch->prompt_end = nullptr;
+void kvc_batch_init_sized(kvc_batch* batch, size_t struct_size, int32_t n_seqs,
+                          const int32_t* seq_ids, const int32_t* n_tokens,
+                          const int32_t* positions) {
+  kvc_batch b{};
+  b.n_seqs = n_seqs;
+  b.seq_ids = seq_ids;
+  b.n_tokens = n_tokens;
+  b.positions = positions;
+  kvc::init_versioned(batch, struct_size, b);
 }
 
-void kvc_attention_params_init(kvc_attention_params* params) {
-  if (!params) return;
-  params->struct_size = sizeof(*params);
-  params->scale = 0.0f;
-  params->sliding_window = 0;
-  params->softcap = 0.0f;
+void kvc_attention_params_init_sized(kvc_attention_params* params, size_t struct_size) {
+  kvc::init_versioned(params, struct_size, kvc_attention_params{});
 }
 
 kvc_status* kvc_append(kvc_cache* cache, int32_t layer, const kvc_batch* batch,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "handles.hpp"
+#include "versioned_init.hpp"
 #include "prefix_chunks.hpp"
 #include "prefix_keys.hpp"
 #include "quote.hpp"
@@ -100,15 +101,14 @@ kvc_status* kvc_store_drop(kvc_context* context, const char* store, const char* 
   });
 }
 
-void kvc_prefix_init(kvc_prefix* prefix, const char* model, const int32_t* token_ids,
-                     int32_t n_tokens) {
-  if (!prefix) return;
-  *prefix = kvc_prefix{};
-  prefix->struct_size = sizeof(kvc_prefix);
-  prefix->model = model;
-  prefix->token_ids = token_ids;
-  prefix->n_tokens = n_tokens;
-  prefix->chunk_tokens = kDefaultChunkTokens;
+void kvc_prefix_init_sized(kvc_prefix* prefix, size_t struct_size, const char* model,
+                           const int32_t* token_ids, int32_t n_tokens) {
+  kvc_prefix p{};
+  p.model = model;
+  p.token_ids = token_ids;
+  p.n_tokens = n_tokens;
+  p.chunk_tokens = kDefaultChunkTokens;
+  kvc::init_versioned(prefix, struct_size, p);
 }
 
 kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,

@@ -2,7 +2,8 @@
 // storage, memory limit and policy, the rest is a list of calls (sequence operations, append,
 // attend, append_attend, compress, report_stats, export/import, queries, and the store calls:
 // offload, restore, drop, prefix save and load) whose arguments come from the input, bad ones
-// included. After every call: an error changed neither kvc_cache_stats nor any sequence's
+// included; a batch is made by kvc_batch_init or by kvc_batch_init_sized with a size from the
+// input, which must write exactly that many bytes, or none below the oldest layout. After every call: an error changed neither kvc_cache_stats nor any sequence's
 // lengths, bytes_used is within the limit, and the cache holds the sequences the calls
 // created, their lengths summing to tokens_stored; at the end, with every sequence removed, it
 // holds nothing. Each program has its own context and host stores ("big", never full, whose
@@ -10,6 +11,7 @@
 // not depend on the inputs before it.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <set>
@@ -233,7 +235,7 @@ class Program {
       }
     }
     b.rows = b.positions.size();
-    kvc_batch_init(&b.batch, n_seqs, b.ids.data(), b.counts.data(), b.positions.data());
+    init_batch(b, n_seqs);
     // prompt_end, from the same byte: none, the last sequence's chunk marked, every one
     // marked, or an entry that is not 0 or 1.
     const int marks = n < 240 ? (n / 3) % 4 : 0;
@@ -243,6 +245,38 @@ class Program {
       b.batch.prompt_end = b.prompt_end.data();
     }
     return b;
+  }
+  // The header's kvc_batch_init, or kvc_batch_init_sized with a size from the input into a
+  // buffer of canary bytes: it writes exactly `size` bytes for a size from the oldest layout
+  // on, nothing below. A refused size leaves the batch zeroed (struct_size 0: the call that
+  // reads it refuses it); a larger one is passed on as this header's size.
+  void init_batch(Batch& b, int32_t n_seqs) {
+    const uint8_t form = in_.u8();
+    if (form < 160) {
+      kvc_batch_init(&b.batch, n_seqs, b.ids.data(), b.counts.data(), b.positions.data());
+      return;
+    }
+    constexpr size_t kOldest = offsetof(kvc_batch, stream);
+    const size_t size = form % 3 == 0   ? kOldest
+                        : form % 3 == 1 ? sizeof(kvc_batch) + in_.pick(64)
+                                        : in_.pick(sizeof(kvc_batch) + 1);
+    constexpr unsigned char kCanary = 0xA5;
+    std::vector<unsigned char> buffer(std::max(size, sizeof(kvc_batch)) + 32, kCanary);
+    kvc_batch_init_sized(reinterpret_cast<kvc_batch*>(buffer.data()), size, n_seqs, b.ids.data(),
+                         b.counts.data(), b.positions.data());
+    const size_t written = size >= kOldest ? size : 0;
+    for (size_t i = written; i < buffer.size(); ++i) {
+      kvf::check(buffer[i] == kCanary, "kvc_batch_init_sized(size " + std::to_string(size) +
+                                           ") wrote byte " + std::to_string(i));
+    }
+    for (size_t i = sizeof(kvc_batch); i < written; ++i) {
+      kvf::check(buffer[i] == 0, "kvc_batch_init_sized left a byte past kvc_batch unzeroed");
+    }
+    b.batch = kvc_batch{};
+    if (written == 0) return;
+    std::memcpy(&b.batch, buffer.data(), std::min(size, sizeof(kvc_batch)));
+    kvf::check(b.batch.struct_size == size, "kvc_batch_init_sized set another struct_size");
+    b.batch.struct_size = static_cast<uint32_t>(std::min(size, sizeof(kvc_batch)));
   }
   // After a successful append: the next positions the program proposes.
   void appended(const Batch& b) {

@@ -15,6 +15,18 @@
  *   A larger struct_size (a caller built against a newer kvcache) is read when the bytes past
  *   the fields this library knows are zero, and refused with KVC_ERR_UNSUPPORTED otherwise;
  *   an out-struct is written no further than the fields both sides know.
+ * - The ABI only grows (docs/guarantees.md, "Stable ABI"). Each `kvc_X_init(x, ...)` is a macro
+ *   calling the exported `kvc_X_init_sized(x, sizeof(kvc_X), ...)`, so the caller's size travels
+ *   with the call: it fills the fields that fit in `struct_size` bytes, zeroes the bytes past
+ *   the fields this library knows and sets struct_size. NULL, or a size below the struct's
+ *   oldest layout or above UINT32_MAX, writes nothing. The exported `kvc_X_init` symbols stay
+ *   for binaries built against older headers (and for bindings that call them by name): they
+ *   write the oldest layout that struct ever had with an `_init` (kvc_batch: 32 bytes, without
+ *   stream and prompt_end; kvc_cache_stats: 88 bytes, without bytes_shared; the others as
+ *   today), since such a caller cannot say which header it was built against: a binary built
+ *   between the first release and the `_sized` functions that sets stream or prompt_end after
+ *   kvc_batch_init() has them ignored until it is rebuilt. Bindings call the `_sized`
+ *   functions with their own struct's size.
  *
  * Thread safety:
  * - ::kvc_context: thread-safe, every call may be made from any thread concurrently.
@@ -228,7 +240,12 @@ typedef struct kvc_cache_params {
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */
+KVC_API void kvc_cache_params_init_sized(kvc_cache_params *params, size_t struct_size);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_cache_params (see the conventions above). */
 KVC_API void kvc_cache_params_init(kvc_cache_params *params);
+#define kvc_cache_params_init(params) \
+  kvc_cache_params_init_sized((params), sizeof(kvc_cache_params))
 
 /** @brief Creates a cache. The context must outlive it. */
 KVC_API kvc_status *kvc_cache_create(kvc_context *context, const kvc_cache_params *params,
@@ -265,7 +282,12 @@ typedef struct kvc_cache_stats {
 } kvc_cache_stats;
 
 /** @brief Zero-fills @p stats and sets struct_size, ready for kvc_cache_get_stats(). */
+KVC_API void kvc_cache_stats_init_sized(kvc_cache_stats *stats, size_t struct_size);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_cache_stats (see the conventions above). */
 KVC_API void kvc_cache_stats_init(kvc_cache_stats *stats);
+#define kvc_cache_stats_init(stats) \
+  kvc_cache_stats_init_sized((stats), sizeof(kvc_cache_stats))
 /** @brief Fills @p out_stats; set out_stats->struct_size first (kvc_cache_stats_init()). */
 KVC_API kvc_status *kvc_cache_get_stats(const kvc_cache *cache, kvc_cache_stats *out_stats);
 
@@ -416,8 +438,15 @@ typedef struct kvc_batch {
 
 /** @brief Fills @p batch with the given arrays, a NULL stream and prompt_end, and sets
  * struct_size. */
+KVC_API void kvc_batch_init_sized(kvc_batch *batch, size_t struct_size, int32_t n_seqs,
+                                  const int32_t *seq_ids, const int32_t *n_tokens,
+                                  const int32_t *positions);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_batch (see the conventions above). */
 KVC_API void kvc_batch_init(kvc_batch *batch, int32_t n_seqs, const int32_t *seq_ids,
                             const int32_t *n_tokens, const int32_t *positions);
+#define kvc_batch_init(batch, n_seqs, seq_ids, n_tokens, positions) \
+  kvc_batch_init_sized((batch), sizeof(kvc_batch), (n_seqs), (seq_ids), (n_tokens), (positions))
 
 /** @brief Attention options. Fill with kvc_attention_params_init() first. */
 typedef struct kvc_attention_params {
@@ -428,7 +457,12 @@ typedef struct kvc_attention_params {
 } kvc_attention_params;
 
 /** @brief Fills @p params with defaults (scale 1/sqrt(d), no window, no soft-cap). */
+KVC_API void kvc_attention_params_init_sized(kvc_attention_params *params, size_t struct_size);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_attention_params (see the conventions above). */
 KVC_API void kvc_attention_params_init(kvc_attention_params *params);
+#define kvc_attention_params_init(params) \
+  kvc_attention_params_init_sized((params), sizeof(kvc_attention_params))
 
 /**
  * @brief Stores the new tokens' K and V (`[total, kv_heads, head_dim]`) of layer @p layer.
@@ -493,7 +527,12 @@ typedef struct kvc_policy_info {
 } kvc_policy_info;
 
 /** @brief Zero-fills @p info and sets struct_size. */
+KVC_API void kvc_policy_info_init_sized(kvc_policy_info *info, size_t struct_size);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_policy_info (see the conventions above). */
 KVC_API void kvc_policy_info_init(kvc_policy_info *info);
+#define kvc_policy_info_init(info) \
+  kvc_policy_info_init_sized((info), sizeof(kvc_policy_info))
 
 /**
  * @brief Describes the cache's policy in @p out_info (set its struct_size first, e.g. with
@@ -545,8 +584,16 @@ typedef struct kvc_estimate_request {
 } kvc_estimate_request;
 
 /** @brief Fills @p request with the given counts, no prompt_end mark, and sets struct_size. */
+KVC_API void kvc_estimate_request_init_sized(kvc_estimate_request *request, size_t struct_size,
+                                             int32_t prompt_tokens, int32_t chunk_tokens,
+                                             int32_t new_tokens);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_estimate_request (see the conventions above). */
 KVC_API void kvc_estimate_request_init(kvc_estimate_request *request, int32_t prompt_tokens,
                                        int32_t chunk_tokens, int32_t new_tokens);
+#define kvc_estimate_request_init(request, prompt_tokens, chunk_tokens, new_tokens)      \
+  kvc_estimate_request_init_sized((request), sizeof(kvc_estimate_request), (prompt_tokens), \
+                                  (chunk_tokens), (new_tokens))
 
 /**
  * @brief Peak bytes one sequence holds for @p request, as kvc_cache_estimate_peak_bytes()
@@ -617,8 +664,14 @@ typedef struct kvc_prefix {
 } kvc_prefix;
 
 /** @brief Fills @p prefix with the given fields and the default chunk size; sets struct_size. */
+KVC_API void kvc_prefix_init_sized(kvc_prefix *prefix, size_t struct_size, const char *model,
+                                   const int32_t *token_ids, int32_t n_tokens);
+/** @brief For binaries built against older headers: writes the oldest layout of
+ * ::kvc_prefix (see the conventions above). */
 KVC_API void kvc_prefix_init(kvc_prefix *prefix, const char *model, const int32_t *token_ids,
                              int32_t n_tokens);
+#define kvc_prefix_init(prefix, model, token_ids, n_tokens) \
+  kvc_prefix_init_sized((prefix), sizeof(kvc_prefix), (model), (token_ids), (n_tokens))
 
 /**
  * @brief Saves the K/V of the whole chunks of @p prefix that sequence @p seq_id holds (its

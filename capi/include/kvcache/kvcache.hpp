@@ -9,6 +9,7 @@
 #ifndef KVCACHE_KVCACHE_HPP
 #define KVCACHE_KVCACHE_HPP
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -41,6 +42,50 @@ inline void check(kvc_status* status) {
   throw Error(code, message);
 }
 
+/** @brief See kvc_version(): MAJOR*10000 + MINOR*100 + PATCH of the loaded library. */
+inline uint32_t version() { return kvc_version(); }
+/** @brief See kvc_version_string(). */
+inline std::string version_string() { return kvc_version_string(); }
+/** @brief See kvc_status_code_name(). */
+inline std::string status_code_name(kvc_status_code code) { return kvc_status_code_name(code); }
+/** @brief See kvc_dtype_size(); 0 for a value that is not a kvc_dtype. */
+inline size_t dtype_size(kvc_dtype dtype) { return kvc_dtype_size(dtype); }
+/** @brief See kvc_dtype_name(). */
+inline std::string dtype_name(kvc_dtype dtype) { return kvc_dtype_name(dtype); }
+
+/** @brief The defaults of kvc_cache_params_init(). */
+inline kvc_cache_params cache_params() {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  return p;
+}
+/** @brief The defaults of kvc_attention_params_init(). */
+inline kvc_attention_params attention_params() {
+  kvc_attention_params p;
+  kvc_attention_params_init(&p);
+  return p;
+}
+/** @brief See kvc_batch_init(); the arrays must outlive the batch's use. */
+inline kvc_batch batch(int32_t n_seqs, const int32_t* seq_ids, const int32_t* n_tokens,
+                       const int32_t* positions) {
+  kvc_batch b;
+  kvc_batch_init(&b, n_seqs, seq_ids, n_tokens, positions);
+  return b;
+}
+/** @brief See kvc_estimate_request_init(). */
+inline kvc_estimate_request estimate_request(int32_t prompt_tokens, int32_t chunk_tokens,
+                                             int32_t new_tokens) {
+  kvc_estimate_request r;
+  kvc_estimate_request_init(&r, prompt_tokens, chunk_tokens, new_tokens);
+  return r;
+}
+/** @brief See kvc_prefix_init(); @p model and @p token_ids must outlive the prefix's use. */
+inline kvc_prefix prefix(const char* model, const std::vector<int32_t>& token_ids) {
+  kvc_prefix p;
+  kvc_prefix_init(&p, model, token_ids.data(), static_cast<int32_t>(token_ids.size()));
+  return p;
+}
+
 /** @brief Owns a kvc_context. */
 class Context {
  public:
@@ -58,13 +103,23 @@ class Context {
   }
   /** @brief Loads the plugins of one shared library. */
   void load_plugin(const std::string& path) { check(kvc_context_load_plugin(get(), path.c_str())); }
+  /** @brief See kvc_context_plugin_count(). */
+  size_t plugin_count() const { return kvc_context_plugin_count(get()); }
+  /** @brief See kvc_context_plugin_info(): plugin @p index (0 .. plugin_count()-1). */
+  kvc_plugin_info plugin(size_t index) const {
+    kvc_plugin_info info{};
+    info.struct_size = sizeof(kvc_plugin_info);
+    check(kvc_context_plugin_info(get(), index, &info));
+    return info;
+  }
+  /** @brief See kvc_store_drop(). */
+  void store_drop(const std::string& store, const std::string& key) {
+    check(kvc_store_drop(get(), store.c_str(), key.c_str()));
+  }
   /** @brief Descriptions of every loaded plugin. */
   std::vector<kvc_plugin_info> plugins() const {
-    std::vector<kvc_plugin_info> infos(kvc_context_plugin_count(get()));
-    for (size_t i = 0; i < infos.size(); ++i) {
-      infos[i].struct_size = sizeof(kvc_plugin_info);
-      check(kvc_context_plugin_info(get(), i, &infos[i]));
-    }
+    std::vector<kvc_plugin_info> infos;
+    for (size_t i = 0; i < plugin_count(); ++i) infos.push_back(plugin(i));
     return infos;
   }
   /** @brief See kvc_context_set_logger(). */
@@ -184,6 +239,55 @@ class Cache {
     kvc_policy_info_init(&info);
     check(kvc_cache_policy_info(get(), &info));
     return info;
+  }
+  /** @brief See kvc_cache_get_params(); its strings are owned by the cache. */
+  kvc_cache_params params() const {
+    kvc_cache_params p = cache_params();
+    check(kvc_cache_get_params(get(), &p));
+    return p;
+  }
+  /** @brief See kvc_compress(); @p layer -1: every layer. */
+  void compress(int32_t layer, const std::vector<int32_t>& seq_ids) {
+    check(kvc_compress(get(), layer, static_cast<int32_t>(seq_ids.size()), seq_ids.data()));
+  }
+  /** @brief See kvc_report_stats(): one value per stored token, in storage order. */
+  void report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_kind kind,
+                    const std::vector<float>& values) {
+    check(kvc_report_stats(get(), seq_id, layer, kv_head, kind, values.data(),
+                           static_cast<int32_t>(values.size())));
+  }
+  /** @brief See kvc_cache_estimate_peak_bytes(). */
+  size_t estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens,
+                             int32_t new_tokens) const {
+    size_t bytes = 0;
+    check(kvc_cache_estimate_peak_bytes(get(), prompt_tokens, chunk_tokens, new_tokens, &bytes));
+    return bytes;
+  }
+  /** @brief See kvc_cache_estimate(). */
+  size_t estimate(const kvc_estimate_request& request) const {
+    size_t bytes = 0;
+    check(kvc_cache_estimate(get(), &request, &bytes));
+    return bytes;
+  }
+  /** @brief See kvc_seq_offload(). */
+  void offload(int32_t seq_id, const std::string& store, const std::string& key) {
+    check(kvc_seq_offload(get(), seq_id, store.c_str(), key.c_str()));
+  }
+  /** @brief See kvc_seq_restore(). */
+  void restore(int32_t seq_id, const std::string& store, const std::string& key) {
+    check(kvc_seq_restore(get(), seq_id, store.c_str(), key.c_str()));
+  }
+  /** @brief See kvc_prefix_save(); returns the tokens the saved chunks cover. */
+  int32_t prefix_save(int32_t seq_id, const std::string& store, const kvc_prefix& prefix) {
+    int32_t saved = 0;
+    check(kvc_prefix_save(get(), seq_id, store.c_str(), &prefix, &saved));
+    return saved;
+  }
+  /** @brief See kvc_prefix_load(); returns the tokens restored (a multiple of chunk_tokens). */
+  int32_t prefix_load(int32_t seq_id, const std::string& store, const kvc_prefix& prefix) {
+    int32_t restored = 0;
+    check(kvc_prefix_load(get(), seq_id, store.c_str(), &prefix, &restored));
+    return restored;
   }
   /** @brief The C handle, still owned by this object. */
   kvc_cache* get() const { return handle_.get(); }

@@ -88,7 +88,7 @@ func (cache *Cache) Close() error {
 // through MemoryLimit). The policy fields are not the cache's policy: see PolicyInfo.
 func (cache *Cache) Shape() (CacheParams, error) {
 	var p C.kvc_cache_params
-	C.kvc_cache_params_init(&p)
+	C.kvc_cache_params_init_sized(&p, C.sizeof_kvc_cache_params)
 	err := cache.shared(func() error {
 		return statusError("kvc_cache_get_params", C.kvc_cache_get_params(cache.c, &p))
 	})

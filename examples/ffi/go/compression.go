@@ -59,7 +59,7 @@ func (cache *Cache) PolicyInfo() (PolicyInfo, error) {
 	var info PolicyInfo
 	err := cache.shared(func() error {
 		var c C.kvc_policy_info
-		C.kvc_policy_info_init(&c)
+		C.kvc_policy_info_init_sized(&c, C.sizeof_kvc_policy_info)
 		if err := statusError("kvc_cache_policy_info", C.kvc_cache_policy_info(cache.c, &c)); err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ type EstimateRequest struct {
 // chunk needs about one layer holding the prompt and the others their budget.
 func (cache *Cache) Estimate(r EstimateRequest) (uint64, error) {
 	var c C.kvc_estimate_request
-	C.kvc_estimate_request_init(&c, C.int32_t(r.PromptTokens), C.int32_t(r.ChunkTokens), C.int32_t(r.NewTokens))
+	C.kvc_estimate_request_init_sized(&c, C.sizeof_kvc_estimate_request, C.int32_t(r.PromptTokens), C.int32_t(r.ChunkTokens), C.int32_t(r.NewTokens))
 	if r.MarksPromptEnd {
 		c.marks_prompt_end = 1
 	}

@@ -167,7 +167,7 @@ func (cache *Cache) AppendAttend(layer int32, b Batch, q, k, v Tensor, params At
 
 func (p AttentionParams) toC() C.kvc_attention_params {
 	var c C.kvc_attention_params
-	C.kvc_attention_params_init(&c)
+	C.kvc_attention_params_init_sized(&c, C.sizeof_kvc_attention_params)
 	c.scale = C.float(p.Scale)
 	c.sliding_window = C.int32_t(p.SlidingWindow)
 	c.softcap = C.float(p.Softcap)

@@ -64,7 +64,7 @@ type CacheParams struct {
 // DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
 func DefaultCacheParams() CacheParams {
 	var p C.kvc_cache_params
-	C.kvc_cache_params_init(&p)
+	C.kvc_cache_params_init_sized(&p, C.sizeof_kvc_cache_params)
 	return paramsFromC(&p)
 }
 
@@ -95,7 +95,7 @@ func paramsFromC(p *C.kvc_cache_params) CacheParams {
 // itself may be Go memory: the pointers it holds are C pointers.
 func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
 	var c C.kvc_cache_params
-	C.kvc_cache_params_init(&c)
+	C.kvc_cache_params_init_sized(&c, C.sizeof_kvc_cache_params)
 	c.layers = C.int32_t(p.Layers)
 	c.kv_heads = C.int32_t(p.KVHeads)
 	c.q_heads = C.int32_t(p.QHeads)

@@ -21,7 +21,7 @@ type CacheStats struct {
 // Stats reads the cache's counters.
 func (cache *Cache) Stats() (CacheStats, error) {
 	var s C.kvc_cache_stats
-	C.kvc_cache_stats_init(&s)
+	C.kvc_cache_stats_init_sized(&s, C.sizeof_kvc_cache_stats)
 	err := cache.shared(func() error {
 		return statusError("kvc_cache_get_stats", C.kvc_cache_get_stats(cache.c, &s))
 	})

@@ -6,8 +6,8 @@ namespace Kvcache
 {
     /// <summary>
     /// Shape, storage and compression of a cache (kvc_cache_params). The initial values are the
-    /// defaults kvcache.h documents, set here rather than by kvc_cache_params_init(), which
-    /// writes the library's sizeof and so could overrun this mirror under a newer library.
+    /// defaults kvcache.h documents, set here; the tests compare them with what
+    /// kvc_cache_params_init_sized() writes into a struct of this mirror's size.
     /// </summary>
     public sealed class CacheParams
     {

@@ -4,7 +4,7 @@ namespace Kvcache
 {
     /// <summary>
     /// kvc_estimate_request: the prompt and decode lengths Cache.Estimate models (a blittable
-    /// mirror); the constructor is kvc_estimate_request_init's, no prompt end marked.
+    /// mirror); the constructor is kvc_estimate_request_init_sized()'s, no prompt end marked.
     /// </summary>
     [StructLayout(LayoutKind.Sequential)]
     public struct EstimateRequest

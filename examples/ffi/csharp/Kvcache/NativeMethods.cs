@@ -131,19 +131,21 @@ namespace Kvcache
         internal static extern StatusHandle kvc_prefix_load(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
                                                             ref NativePrefix prefix, out int tokensRestored);
 
-        // The *_init functions write the library's sizeof, which may exceed these mirrors under a
-        // newer library, so the binding fills its structs itself; the tests call them into
-        // padded buffers to check the mirrors' sizes and defaults.
-        [DllImport(Lib)] internal static extern void kvc_cache_params_init(IntPtr buffer);
-        [DllImport(Lib)] internal static extern void kvc_cache_stats_init(IntPtr buffer);
-        [DllImport(Lib)] internal static extern void kvc_policy_info_init(IntPtr buffer);
-        [DllImport(Lib)] internal static extern void kvc_attention_params_init(IntPtr buffer);
+        // The binding fills its structs itself, struct_size being its mirror's size; the tests
+        // call the *_init_sized functions with that size to check the mirrors' defaults.
+        [DllImport(Lib)] internal static extern void kvc_cache_params_init_sized(IntPtr buffer, UIntPtr size);
+        [DllImport(Lib)] internal static extern void kvc_cache_stats_init_sized(IntPtr buffer, UIntPtr size);
+        [DllImport(Lib)] internal static extern void kvc_policy_info_init_sized(IntPtr buffer, UIntPtr size);
+        [DllImport(Lib)] internal static extern void kvc_attention_params_init_sized(IntPtr buffer, UIntPtr size);
         [DllImport(Lib)]
-        internal static extern void kvc_batch_init(IntPtr buffer, int nSeqs, IntPtr seqIds, IntPtr nTokens, IntPtr positions);
+        internal static extern void kvc_batch_init_sized(IntPtr buffer, UIntPtr size, int nSeqs, IntPtr seqIds,
+                                                         IntPtr nTokens, IntPtr positions);
         [DllImport(Lib)]
-        internal static extern void kvc_prefix_init(IntPtr buffer, IntPtr model, IntPtr tokenIds, int nTokens);
+        internal static extern void kvc_prefix_init_sized(IntPtr buffer, UIntPtr size, IntPtr model, IntPtr tokenIds,
+                                                          int nTokens);
         [DllImport(Lib)]
-        internal static extern void kvc_estimate_request_init(IntPtr buffer, int promptTokens, int chunkTokens, int newTokens);
+        internal static extern void kvc_estimate_request_init_sized(IntPtr buffer, UIntPtr size, int promptTokens,
+                                                                    int chunkTokens, int newTokens);
 
         /// <summary>A NUL-terminated UTF-8 string the library owns, copied.</summary>
         internal static string String(IntPtr utf8)

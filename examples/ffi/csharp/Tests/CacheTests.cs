@@ -1,4 +1,5 @@
 using System;
+using System.IO;
 using System.Runtime.InteropServices;
 
 namespace Kvcache.Tests
@@ -41,7 +42,7 @@ namespace Kvcache.Tests
         public static void DefaultsAndSizesMirrorTheLibrary()
         {
             var expected = new CacheParams();
-            NativeCacheParams library = FromInit<NativeCacheParams>(b => NativeMethods.kvc_cache_params_init(b));
+            NativeCacheParams library = FromInit<NativeCacheParams>((b, n) => NativeMethods.kvc_cache_params_init_sized(b, n));
             using (var memory = new NativeMemory()) {
                 NativeCacheParams mirror = expected.ToNative(memory);
                 Assert.Equal(library.StructSize, mirror.StructSize, "sizeof(kvc_cache_params)");
@@ -65,22 +66,21 @@ namespace Kvcache.Tests
                 Assert.Equal(library.DecodeEvery, mirror.DecodeEvery, "decode_every");
                 Assert.Equal(library.DecodeSlack, mirror.DecodeSlack, "decode_slack");
             }
-            Assert.Equal(SizeOf<CacheStats>(), StructSize(b => NativeMethods.kvc_cache_stats_init(b)), "sizeof(kvc_cache_stats)");
-            Assert.Equal(SizeOf<NativePolicyInfo>(), StructSize(b => NativeMethods.kvc_policy_info_init(b)), "sizeof(kvc_policy_info)");
-            Assert.Equal(SizeOf<AttentionParams>(), StructSize(b => NativeMethods.kvc_attention_params_init(b)), "sizeof(kvc_attention_params)");
-            NativeBatch batch = FromInit<NativeBatch>(b => NativeMethods.kvc_batch_init(b, 0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero));
-            Assert.Equal(SizeOf<NativeBatch>(), batch.StructSize, "sizeof(kvc_batch)");
+            FromInit<CacheStats>((b, n) => NativeMethods.kvc_cache_stats_init_sized(b, n));
+            FromInit<NativePolicyInfo>((b, n) => NativeMethods.kvc_policy_info_init_sized(b, n));
+            FromInit<AttentionParams>((b, n) => NativeMethods.kvc_attention_params_init_sized(b, n));
+            NativeBatch batch = FromInit<NativeBatch>(
+                (b, n) => NativeMethods.kvc_batch_init_sized(b, n, 0, IntPtr.Zero, IntPtr.Zero, IntPtr.Zero));
             Assert.Equal(IntPtr.Zero, batch.PromptEnd, "prompt_end");
-            EstimateRequest request = FromInit<EstimateRequest>(b => NativeMethods.kvc_estimate_request_init(b, 7, 3, 5));
-            Assert.Equal(SizeOf<EstimateRequest>(), StructSize(b => NativeMethods.kvc_estimate_request_init(b, 7, 3, 5)),
-                         "sizeof(kvc_estimate_request)");
+            EstimateRequest request = FromInit<EstimateRequest>(
+                (b, n) => NativeMethods.kvc_estimate_request_init_sized(b, n, 7, 3, 5));
             EstimateRequest constructed = new EstimateRequest(7, 3, 5);
             Assert.Equal(request.PromptTokens, constructed.PromptTokens, "prompt_tokens");
             Assert.Equal(request.ChunkTokens, constructed.ChunkTokens, "chunk_tokens");
             Assert.Equal(request.NewTokens, constructed.NewTokens, "new_tokens");
             Assert.Equal(request.MarksPromptEnd, constructed.MarksPromptEnd, "marks_prompt_end");
-            NativePrefix prefix = FromInit<NativePrefix>(b => NativeMethods.kvc_prefix_init(b, IntPtr.Zero, IntPtr.Zero, 0));
-            Assert.Equal(SizeOf<NativePrefix>(), prefix.StructSize, "sizeof(kvc_prefix)");
+            NativePrefix prefix = FromInit<NativePrefix>(
+                (b, n) => NativeMethods.kvc_prefix_init_sized(b, n, IntPtr.Zero, IntPtr.Zero, 0));
             Assert.Equal(prefix.ChunkTokens, new Prefix("model", new int[0]).ChunkTokens, "chunk_tokens");
         }
 
@@ -89,27 +89,56 @@ namespace Kvcache.Tests
             return (uint)Marshal.SizeOf(typeof(T));
         }
 
-        /// <summary>The struct_size an init function writes.</summary>
-        static uint StructSize(Action<IntPtr> init)
-        {
-            return (uint)WithBuffer(b => { init(b); return Marshal.ReadInt32(b); });
-        }
+        const byte Canary = 0xA5;
+        const int CanaryBytes = 64;
 
-        /// <summary>What an init function writes.</summary>
-        static T FromInit<T>(Action<IntPtr> init) where T : struct
+        /// <summary>
+        /// What an init_sized function writes given the mirror's size, into a buffer where canary
+        /// bytes follow the mirror: it must set struct_size to that size and leave them alone.
+        /// </summary>
+        static T FromInit<T>(Action<IntPtr, UIntPtr> init) where T : struct
         {
-            return WithBuffer(b => { init(b); return (T)Marshal.PtrToStructure(b, typeof(T)); });
-        }
-
-        /// <summary>Runs <paramref name="read"/> on a 4 KiB buffer, larger than any mirror.</summary>
-        static T WithBuffer<T>(Func<IntPtr, T> read)
-        {
-            IntPtr buffer = Marshal.AllocHGlobal(4096);
+            int size = Marshal.SizeOf(typeof(T));
+            IntPtr buffer = Marshal.AllocHGlobal(size + CanaryBytes);
             try {
-                return read(buffer);
+                for (int i = 0; i < size + CanaryBytes; ++i) Marshal.WriteByte(buffer, i, Canary);
+                init(buffer, (UIntPtr)size);
+                for (int i = size; i < size + CanaryBytes; ++i) {
+                    Assert.Equal(Canary, Marshal.ReadByte(buffer, i), typeof(T).Name + ": a byte past the mirror");
+                }
+                Assert.Equal(size, Marshal.ReadInt32(buffer), typeof(T).Name + ": struct_size");
+                return (T)Marshal.PtrToStructure(buffer, typeof(T));
             } finally {
                 Marshal.FreeHGlobal(buffer);
             }
+        }
+
+        [Test]
+        public static void MirrorSizesMatchTheCommittedLayout()
+        {
+            // run-tests names the list on x86-64, the only architecture it is committed for.
+            string path = Environment.GetEnvironmentVariable("KVC_ABI_LAYOUT");
+            if (string.IsNullOrEmpty(path)) {
+                Console.WriteLine("  (no KVC_ABI_LAYOUT: the layout list is committed for x86-64 only)");
+                return;
+            }
+            string[] lines = File.ReadAllLines(path);
+            Func<string, uint> sizeOfC = name => {
+                string prefix = name + " size ";
+                foreach (string line in lines) {
+                    if (line.StartsWith(prefix, StringComparison.Ordinal)) {
+                        return uint.Parse(line.Substring(prefix.Length).Split(' ')[0]);
+                    }
+                }
+                throw new InvalidOperationException(name + " is not in " + path);
+            };
+            Assert.Equal(sizeOfC("kvc_cache_params"), SizeOf<NativeCacheParams>(), "kvc_cache_params");
+            Assert.Equal(sizeOfC("kvc_cache_stats"), SizeOf<CacheStats>(), "kvc_cache_stats");
+            Assert.Equal(sizeOfC("kvc_policy_info"), SizeOf<NativePolicyInfo>(), "kvc_policy_info");
+            Assert.Equal(sizeOfC("kvc_attention_params"), SizeOf<AttentionParams>(), "kvc_attention_params");
+            Assert.Equal(sizeOfC("kvc_batch"), SizeOf<NativeBatch>(), "kvc_batch");
+            Assert.Equal(sizeOfC("kvc_estimate_request"), SizeOf<EstimateRequest>(), "kvc_estimate_request");
+            Assert.Equal(sizeOfC("kvc_prefix"), SizeOf<NativePrefix>(), "kvc_prefix");
         }
 
         [Test]

@@ -2,7 +2,7 @@
 //! cache-wide reads; the per-sequence calls are in `Sequences` (seq_ops.rs).
 use std::ffi::CStr;
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
+use std::mem::{size_of, MaybeUninit};
 use std::path::Path;
 use std::ptr::{self, NonNull};
 
@@ -83,7 +83,7 @@ impl<'ctx> Cache<'ctx> {
         // SAFETY: init sets struct_size; get_params fills the rest (its backend string lives
         // as long as the cache and is read at once). On failure the new cache is destroyed.
         let (shape, host) = unsafe {
-            sys::kvc_cache_params_init(params.as_mut_ptr());
+            sys::kvc_cache_params_init_sized(params.as_mut_ptr(), size_of::<sys::kvc_cache_params>());
             if let Err(err) = check(sys::kvc_cache_get_params(raw.as_ptr(), params.as_mut_ptr())) {
                 sys::kvc_cache_destroy(raw.as_ptr());
                 return Err(err);
@@ -147,8 +147,9 @@ impl<'ctx> Cache<'ctx> {
         let mut raw = MaybeUninit::<sys::kvc_estimate_request>::uninit();
         // SAFETY: init writes every field.
         let mut raw = unsafe {
-            sys::kvc_estimate_request_init(
+            sys::kvc_estimate_request_init_sized(
                 raw.as_mut_ptr(),
+                size_of::<sys::kvc_estimate_request>(),
                 request.prompt_tokens,
                 request.chunk_tokens,
                 request.new_tokens,

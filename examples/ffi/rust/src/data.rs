@@ -65,11 +65,12 @@ impl Batch {
             return Err(Error::invalid(format!("batch: sequence {id} is listed twice")));
         }
         let mut raw = std::mem::MaybeUninit::<sys::kvc_batch>::uninit();
-        // SAFETY: kvc_batch_init writes every field; the arrays outlive the returned struct's
+        // SAFETY: kvc_batch_init_sized writes every field; the arrays outlive the returned struct's
         // use because it is used while &self is borrowed.
         unsafe {
-            sys::kvc_batch_init(
+            sys::kvc_batch_init_sized(
                 raw.as_mut_ptr(),
+                std::mem::size_of::<sys::kvc_batch>(),
                 self.seq_ids.len() as i32,
                 self.seq_ids.as_ptr(),
                 self.n_tokens.as_ptr(),
@@ -98,7 +99,10 @@ impl Attention {
         let mut raw = std::mem::MaybeUninit::<sys::kvc_attention_params>::uninit();
         // SAFETY: init writes every field.
         let mut raw = unsafe {
-            sys::kvc_attention_params_init(raw.as_mut_ptr());
+            sys::kvc_attention_params_init_sized(
+                raw.as_mut_ptr(),
+                std::mem::size_of::<sys::kvc_attention_params>(),
+            );
             raw.assume_init()
         };
         raw.scale = self.scale;

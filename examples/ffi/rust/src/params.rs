@@ -54,7 +54,7 @@ impl Default for CacheParams {
         let mut raw = MaybeUninit::<sys::kvc_cache_params>::uninit();
         // SAFETY: kvc_cache_params_init writes every field.
         let raw = unsafe {
-            sys::kvc_cache_params_init(raw.as_mut_ptr());
+            sys::kvc_cache_params_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::kvc_cache_params>());
             raw.assume_init()
         };
         CacheParams {
@@ -91,7 +91,7 @@ impl CacheParams {
         let mut raw = MaybeUninit::<sys::kvc_cache_params>::uninit();
         // SAFETY: kvc_cache_params_init writes every field.
         let mut raw = unsafe {
-            sys::kvc_cache_params_init(raw.as_mut_ptr());
+            sys::kvc_cache_params_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::kvc_cache_params>());
             raw.assume_init()
         };
         raw.layers = self.layers;

@@ -25,7 +25,7 @@ impl PolicyInfo {
         // SAFETY: init zero-fills and sets struct_size; the name lives as long as the cache
         // and is copied at once. Callers hold the cache without concurrent calls.
         unsafe {
-            sys::kvc_policy_info_init(info.as_mut_ptr());
+            sys::kvc_policy_info_init_sized(info.as_mut_ptr(), std::mem::size_of::<sys::kvc_policy_info>());
             check(sys::kvc_cache_policy_info(cache, info.as_mut_ptr()))?;
             let info = info.assume_init();
             Ok(PolicyInfo {

@@ -1,5 +1,5 @@
 //! `Stats`: a cache's memory and token counters (`kvc_cache_get_stats`).
-use std::mem::MaybeUninit;
+use std::mem::{size_of, MaybeUninit};
 
 use crate::error::{check, Result};
 use crate::sys;
@@ -27,7 +27,7 @@ impl Stats {
         // SAFETY: init zero-fills and sets struct_size. Callers hold the cache without
         // concurrent calls.
         unsafe {
-            sys::kvc_cache_stats_init(raw.as_mut_ptr());
+            sys::kvc_cache_stats_init_sized(raw.as_mut_ptr(), size_of::<sys::kvc_cache_stats>());
             check(sys::kvc_cache_get_stats(cache, raw.as_mut_ptr()))?;
             let raw = raw.assume_init();
             Ok(Stats {

@@ -1,7 +1,7 @@
 //! Stores (kvcache.h "stores"): offloading a sequence to a store and restoring it, dropping a
 //! stored value, and sharing a prompt prefix's K/V in chunks. The stores are configured in the
 //! context's YAML (`stores:`) and named by the calls; `save_prefix` is in `Sequences`.
-use std::mem::MaybeUninit;
+use std::mem::{size_of, MaybeUninit};
 use std::ptr;
 
 use crate::cache::Cache;
@@ -28,9 +28,15 @@ impl Prefix {
     /// A prefix with the library's default chunk size.
     pub fn new(model: impl Into<String>, token_ids: impl Into<Vec<i32>>) -> Prefix {
         let mut raw = MaybeUninit::<sys::kvc_prefix>::uninit();
-        // SAFETY: kvc_prefix_init writes every field and keeps no pointer.
+        // SAFETY: kvc_prefix_init_sized writes every field and keeps no pointer.
         let defaults = unsafe {
-            sys::kvc_prefix_init(raw.as_mut_ptr(), ptr::null(), ptr::null(), 0);
+            sys::kvc_prefix_init_sized(
+                raw.as_mut_ptr(),
+                size_of::<sys::kvc_prefix>(),
+                ptr::null(),
+                ptr::null(),
+                0,
+            );
             raw.assume_init()
         };
         Prefix { model: model.into(), token_ids: token_ids.into(), chunk_tokens: defaults.chunk_tokens }
@@ -43,9 +49,15 @@ impl Prefix {
             Error::invalid(format!("prefix: {} token ids are too many", self.token_ids.len()))
         })?;
         let mut raw = MaybeUninit::<sys::kvc_prefix>::uninit();
-        // SAFETY: kvc_prefix_init writes every field; the pointers it stores outlive `f`.
+        // SAFETY: kvc_prefix_init_sized writes every field; the pointers it stores outlive `f`.
         let mut raw = unsafe {
-            sys::kvc_prefix_init(raw.as_mut_ptr(), model.as_ptr(), self.token_ids.as_ptr(), n_tokens);
+            sys::kvc_prefix_init_sized(
+                raw.as_mut_ptr(),
+                size_of::<sys::kvc_prefix>(),
+                model.as_ptr(),
+                self.token_ids.as_ptr(),
+                n_tokens,
+            );
             raw.assume_init()
         };
         raw.chunk_tokens = self.chunk_tokens;

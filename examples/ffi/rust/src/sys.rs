@@ -236,7 +236,7 @@ extern "C" {
     pub fn kvc_dtype_size(dtype: kvc_dtype) -> usize;
     pub fn kvc_dtype_name(dtype: kvc_dtype) -> *const c_char;
 
-    pub fn kvc_cache_params_init(params: *mut kvc_cache_params);
+    pub fn kvc_cache_params_init_sized(params: *mut kvc_cache_params, struct_size: usize);
     pub fn kvc_cache_create(
         context: *mut kvc_context,
         params: *const kvc_cache_params,
@@ -252,7 +252,7 @@ extern "C" {
         cache: *const kvc_cache,
         out_params: *mut kvc_cache_params,
     ) -> *mut kvc_status;
-    pub fn kvc_cache_stats_init(stats: *mut kvc_cache_stats);
+    pub fn kvc_cache_stats_init_sized(stats: *mut kvc_cache_stats, struct_size: usize);
     pub fn kvc_cache_get_stats(cache: *const kvc_cache, out_stats: *mut kvc_cache_stats) -> *mut kvc_status;
 
     pub fn kvc_seq_create(cache: *mut kvc_cache, seq_id: i32) -> *mut kvc_status;
@@ -294,14 +294,15 @@ extern "C" {
         out_count: *mut usize,
     ) -> *mut kvc_status;
 
-    pub fn kvc_batch_init(
+    pub fn kvc_batch_init_sized(
         batch: *mut kvc_batch,
+        struct_size: usize,
         n_seqs: i32,
         seq_ids: *const i32,
         n_tokens: *const i32,
         positions: *const i32,
     );
-    pub fn kvc_attention_params_init(params: *mut kvc_attention_params);
+    pub fn kvc_attention_params_init_sized(params: *mut kvc_attention_params, struct_size: usize);
     pub fn kvc_append(
         cache: *mut kvc_cache,
         layer: i32,
@@ -334,7 +335,7 @@ extern "C" {
         n_seqs: i32,
         seq_ids: *const i32,
     ) -> *mut kvc_status;
-    pub fn kvc_policy_info_init(info: *mut kvc_policy_info);
+    pub fn kvc_policy_info_init_sized(info: *mut kvc_policy_info, struct_size: usize);
     pub fn kvc_cache_policy_info(cache: *const kvc_cache, out_info: *mut kvc_policy_info) -> *mut kvc_status;
     pub fn kvc_report_stats(
         cache: *mut kvc_cache,
@@ -352,8 +353,9 @@ extern "C" {
         new_tokens: i32,
         out_bytes: *mut usize,
     ) -> *mut kvc_status;
-    pub fn kvc_estimate_request_init(
+    pub fn kvc_estimate_request_init_sized(
         request: *mut kvc_estimate_request,
+        struct_size: usize,
         prompt_tokens: i32,
         chunk_tokens: i32,
         new_tokens: i32,
@@ -381,8 +383,9 @@ extern "C" {
         store: *const c_char,
         key: *const c_char,
     ) -> *mut kvc_status;
-    pub fn kvc_prefix_init(
+    pub fn kvc_prefix_init_sized(
         prefix: *mut kvc_prefix,
+        struct_size: usize,
         model: *const c_char,
         token_ids: *const i32,
         n_tokens: i32,
