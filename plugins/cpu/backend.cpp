@@ -10,6 +10,7 @@
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
 #include "compact_kernel.hpp"
+#include "dtype.hpp"
 #include "host_structs.hpp"
 #include "kernels.hpp"
 #include "plugin_error.hpp"
@@ -55,6 +56,27 @@ int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* 
   });
 }
 
+// The CPU kernels store K and V in one format, in host memory, and take no parameters.
+void check_config(const kvc_backend_config* given) {
+  const auto config = read_host_struct(given, sizeof(kvc_backend_config), "backend config");
+  if (config.head_dim <= 0)
+    fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", config.head_dim);
+  if (dtype_size(config.k_dtype) == 0 || config.k_dtype != config.v_dtype)
+    fail(KVC_ERR_UNSUPPORTED, "K and V must share one of f32, f16 and bf16; got formats %d and %d",
+         int(config.k_dtype), int(config.v_dtype));
+  if (config.device > 0)
+    fail(KVC_ERR_UNSUPPORTED, "backend.device %d: host memory is the only device", config.device);
+  if (config.n_params > 0)
+    fail(KVC_ERR_CONFIG, "backend.params.%s: unknown key, this backend takes no parameters",
+         config.params && config.params[0].key ? config.params[0].key : "?");
+}
+
+int32_t create_with_config(const kvc_host_api* host, const kvc_backend_config* config,
+                           void** out_instance, kvc_plugin_error* error) noexcept {
+  const int32_t checked = report_errors(error, [&] { check_config(config); });
+  return checked != KVC_OK ? checked : create(host, out_instance, error);
+}
+
 void destroy(void* instance) noexcept { delete static_cast<Instance*>(instance); }
 
 void* alloc(void*, size_t bytes) noexcept {
@@ -78,6 +100,16 @@ int32_t copy(void*, void* dst, const void* src, size_t bytes, kvc_copy_kind kind
     std::memcpy(dst, src, bytes);
   });
 }
+
+// Host memory: a copy is done when it returns, so every stream is always synchronised.
+int32_t copy_async(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
+                   void*, kvc_plugin_error* error) noexcept {
+  return copy(instance, dst, src, bytes, kind, error);
+}
+
+void free_async(void* instance, void* ptr, void*) noexcept { free_memory(instance, ptr); }
+
+int32_t synchronize(void*, void*, kvc_plugin_error*) noexcept { return KVC_OK; }
 
 int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
@@ -129,7 +161,7 @@ int32_t read_tokens(void* instance, const kvc_read_tokens_call* given,
 
 const kvc_backend_vtable backend_vtable = {
     sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
-    compact, read_keys, read_tokens,
+    compact, read_keys, read_tokens, create_with_config, copy_async, free_async, synchronize,
 };
 
 }  // namespace kvc::cpu

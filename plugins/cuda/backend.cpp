@@ -7,6 +7,7 @@
 #include "host_structs.hpp"
 #include "instance.hpp"
 #include "plugin_error.hpp"
+#include "validation.hpp"
 
 namespace kvc::cuda {
 
@@ -37,8 +38,8 @@ void check_host(const kvc_host_api* host) {
     fail(KVC_ERR_PLUGIN, "host plugin ABI major %u, built for %d", major, KVC_PLUGIN_ABI_MAJOR);
 }
 
-// The current device, or NO_DEVICE saying why there is none.
-int find_device() {
+// Device `requested` (-1: the current one), or NO_DEVICE saying why there is none.
+int find_device(int requested) {
   int count = 0;
   const cudaError_t found = cudaGetDeviceCount(&count);
   if (found != cudaSuccess) {
@@ -47,8 +48,11 @@ int find_device() {
          cudaGetErrorName(found));
   }
   if (count == 0) fail(KVC_ERR_NO_DEVICE, "no CUDA device is present");
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (requested >= count)
+    fail(KVC_ERR_NO_DEVICE, "backend.device %d: this machine has %d CUDA device(s)", requested,
+         count);
+  int device = requested;
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   int major = 0, minor = 0;
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
              "cudaDeviceGetAttribute");
@@ -61,24 +65,47 @@ int find_device() {
   return device;
 }
 
-int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
-    check_host(host);
-    const int device = find_device();
-    int multiprocessors = 0;
-    check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute");
-    *out_instance = new Instance(host, device, multiprocessors);
-    if (host->log) {
-      cudaDeviceProp prop{};
-      char message[320];
-      if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-        std::snprintf(message, sizeof message, "cuda backend: device %d (%s, %d multiprocessors)",
-                      device, prop.name, multiprocessors);
-        host->log(host->host, KVC_LOG_DEBUG, message);
-      }
+// What the kernels serve: K and V in one of f32, f16 and bf16, head_dim within the generic
+// kernel's rows; no parameters.
+void check_config(const kvc_backend_config& config) {
+  if (config.k_dtype != config.v_dtype)
+    fail(KVC_ERR_UNSUPPORTED, "K and V must share one storage format; got formats %d and %d",
+         int(config.k_dtype), int(config.v_dtype));
+  check_storage(config.head_dim, config.k_dtype);
+  if (config.n_params > 0)
+    fail(KVC_ERR_CONFIG, "backend.params.%s: unknown key, this backend takes no parameters",
+         config.params && config.params[0].key ? config.params[0].key : "?");
+}
+
+void create_on(const kvc_host_api* host, int requested, void** out_instance) {
+  if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
+  check_host(host);
+  const int device = find_device(requested);
+  int multiprocessors = 0;
+  check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute");
+  *out_instance = new Instance(host, device, multiprocessors);
+  if (host->log) {
+    cudaDeviceProp prop{};
+    char message[320];
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+      std::snprintf(message, sizeof message, "cuda backend: device %d (%s, %d multiprocessors)",
+                    device, prop.name, multiprocessors);
+      host->log(host->host, KVC_LOG_DEBUG, message);
     }
+  }
+}
+
+int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] { create_on(host, -1, out_instance); });
+}
+
+int32_t create_with_config(const kvc_host_api* host, const kvc_backend_config* given,
+                           void** out_instance, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const auto config = read_host_struct(given, sizeof(kvc_backend_config), "backend config");
+    check_config(config);
+    create_on(host, config.device, out_instance);
   });
 }
 
@@ -131,6 +158,47 @@ int32_t copy(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_
     check_cuda(cudaDeviceSynchronize(), "copy");
     check_cuda(cudaMemcpyAsync(dst, src, bytes, direction, nullptr), "copy");
     check_cuda(cudaStreamSynchronize(nullptr), "copy");
+  });
+}
+
+// On the engine's stream, ordered after its work and nothing else; a NULL stream is the 1.0
+// copy, ordered after all the device's work.
+int32_t copy_async(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
+                   void* stream, kvc_plugin_error* error) noexcept {
+  if (stream == nullptr) return copy(instance, dst, src, bytes, kind, error);
+  return report_errors(error, [&] {
+    const cudaMemcpyKind direction = memcpy_kind(kind);
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
+    const DeviceScope scope(instance_of(instance));
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, direction, stream_of(stream)), "copy_async");
+  });
+}
+
+// A range freed on a stream is reused once the stream's work so far is done; freed with no
+// stream (or when no event can be had), once all the device's work is.
+void free_async(void* instance, void* ptr, void* stream) noexcept {
+  if (instance == nullptr || ptr == nullptr) return;
+  auto* self = static_cast<Instance*>(instance);
+  try {
+    const DeviceScope scope(*self);
+    if (stream != nullptr && self->pool.release_after(ptr, stream_of(stream))) return;
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  } catch (const PluginError&) {
+    // The device cannot be made current: nothing of it is running to wait for.
+  }
+  self->pool.release(ptr);
+}
+
+int32_t synchronize(void* instance, void* stream, kvc_plugin_error* error) noexcept {
+  return report_errors(error, [&] {
+    const DeviceScope scope(instance_of(instance));
+    if (stream == nullptr) {
+      check_cuda(cudaDeviceSynchronize(), "synchronize");
+    } else {
+      check_cuda(cudaStreamSynchronize(stream_of(stream)), "synchronize");
+    }
   });
 }
 
@@ -193,7 +261,7 @@ int32_t read_tokens(void* instance, const kvc_read_tokens_call* given,
 
 const kvc_backend_vtable backend_vtable = {
     sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
-    compact, read_keys, read_tokens,
+    compact, read_keys, read_tokens, create_with_config, copy_async, free_async, synchronize,
 };
 
 }  // namespace kvc::cuda
