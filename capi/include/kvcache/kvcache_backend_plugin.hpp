@@ -71,6 +71,29 @@ inline kvc_backend_config read_config(const kvc_backend_config* given) {
   return config;
 }
 
+// Which of a segment's arrays a call reads: read_tokens reads positions only, and the host may
+// send it segments without K and V.
+enum class Reads { rows_and_positions, positions };
+
+// The number of tokens in job `job`'s segment list, checking each segment's count and the
+// pointers the call reads.
+inline int64_t count_segment_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
+                            size_t job, Reads reads = Reads::rows_and_positions) {
+  if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
+    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
+  int64_t tokens = 0;
+  for (int32_t s = 0; s < n_segments; ++s) {
+    if (segments[s].count < 0)
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
+    const bool rows_missing =
+        reads == Reads::rows_and_positions && (!segments[s].k || !segments[s].v);
+    if (segments[s].count > 0 && (rows_missing || !segments[s].pos))
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a NULL pointer", call, job, s);
+    tokens += segments[s].count;
+  }
+  return tokens;
+}
+
 // For a backend that takes no `backend.params`: KVC_ERR_CONFIG naming the first one.
 inline void refuse_params(const kvc_backend_config& config) {
   if (config.n_params > 0)
