@@ -481,7 +481,8 @@ struct ConfigProbeRecord {
 ConfigProbeRecord config_probe_record() {
   void* handle = dlopen(KVC_TEST_CONFIG_PROBE_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(handle != nullptr);
-  auto read = reinterpret_cast<void (*)(ConfigProbeRecord*)>(dlsym(handle, "kvc_config_probe_record"));
+  auto read =
+      reinterpret_cast<void (*)(ConfigProbeRecord*)>(dlsym(handle, "kvc_config_probe_record"));
   const bool found = read != nullptr;
   REQUIRE(found);
   ConfigProbeRecord out{};
@@ -502,14 +503,14 @@ kvt::ContextPtr probe_context() {
 TEST_CASE("plugins: a 1.3 backend is created with the cache's shape, formats, device and params") {
   kvt::ContextPtr ctx = probe_context();
   kvc_cache* raw = nullptr;
-  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(ctx.get(),
-                                            "backend:\n"
-                                            "  name: config_probe\n"
-                                            "  device: 3\n"
-                                            "  params: {alpha: 1, beta: two words}\n"
-                                            "cache: {layers: 5, kv_heads: 2, q_heads: 6, head_dim: 24,\n"
-                                            "        dtype: f32, block_tokens: 32, memory_limit: 3MiB}\n",
-                                            &raw));
+  const char* yaml =
+      "backend:\n"
+      "  name: config_probe\n"
+      "  device: 3\n"
+      "  params: {alpha: 1, beta: two words}\n"
+      "cache: {layers: 5, kv_heads: 2, q_heads: 6, head_dim: 24,\n"
+      "        dtype: f32, block_tokens: 32, memory_limit: 3MiB}\n";
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(ctx.get(), yaml, &raw));
   kvt::CachePtr cache(raw);
   const ConfigProbeRecord r = config_probe_record();
   CHECK(r.instances == 1);
@@ -625,4 +626,12 @@ TEST_CASE("plugins: growth copies and frees go through a 1.3 backend's stream en
   REQUIRE(views[0].count == kFirst + kSecond);
   CHECK(static_cast<const float*>(views[0].k)[kDim + 2] == rows[kDim + 2]);
   CHECK(static_cast<const float*>(views[0].k)[kFirst * kDim] == rows[0]);
+}
+
+TEST_CASE("plugins: a backend with only some of the 1.3 stream entries is refused") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_PARTIAL_STREAMS_PLUGIN)};
+  CHECK(st.code() == KVC_ERR_PLUGIN);
+  CHECK(kvt::contains(st.message(), "'partial_streams'"));
+  CHECK(kvt::contains(st.message(), "sets some of copy_async, free_async and synchronize"));
 }

@@ -1,6 +1,6 @@
 #include "backend.hpp"
 
-#include <utility>
+#include <vector>
 
 #include "error.hpp"
 
@@ -23,7 +23,9 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
     return;
   }
   std::vector<kvc_backend_param> params;
-  for (const auto& [key, value] : config.backend_params) params.push_back({key.c_str(), value.c_str()});
+  for (const auto& [key, value] : config.backend_params) {
+    params.push_back({key.c_str(), value.c_str()});
+  }
   kvc_backend_config c{};
   c.struct_size = sizeof(c);
   c.n_layers = config.layers;

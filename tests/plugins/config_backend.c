@@ -125,6 +125,7 @@ static int32_t probe_copy_async(void *instance, void *dst, const void *src, size
   return cpu->copy(instance, dst, src, bytes, kind, error);
 }
 
+#if !PARTIAL_STREAMS
 static void probe_free_async(void *instance, void *ptr, void *stream) {
   ++record.frees_async;
   record.last_free_stream = stream;
@@ -138,15 +139,28 @@ static int32_t probe_synchronize(void *instance, void *stream, kvc_plugin_error 
   ++record.synchronizes;
   return KVC_OK;
 }
+#endif
+
+/* PARTIAL_STREAMS: a variant "partial_streams" with copy_async but without free_async and
+ * synchronize, which the host refuses. */
+#if PARTIAL_STREAMS
+#define PROBE_NAME "partial_streams"
+#define PROBE_FREE_ASYNC NULL
+#define PROBE_SYNCHRONIZE NULL
+#else
+#define PROBE_NAME "config_probe"
+#define PROBE_FREE_ASYNC probe_free_async
+#define PROBE_SYNCHRONIZE probe_synchronize
+#endif
 
 static const kvc_backend_vtable probe_vtable = {
     sizeof(kvc_backend_vtable), probe_create,       probe_destroy,     probe_alloc,
     probe_free,                 probe_copy,         probe_append,      probe_attend,
     probe_compact,              probe_read_keys,    probe_read_tokens, probe_create_with_config,
-    probe_copy_async,           probe_free_async,   probe_synchronize};
+    probe_copy_async,           PROBE_FREE_ASYNC,   PROBE_SYNCHRONIZE};
 
 static const kvc_plugin_descriptor probe_descriptor = {
-    sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "config_probe", 1,
+    sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, PROBE_NAME, 1,
     &probe_vtable};
 
 /* Copies the record into *out and clears it. */

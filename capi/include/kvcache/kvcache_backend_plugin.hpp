@@ -77,8 +77,9 @@ enum class Reads { rows_and_positions, positions };
 
 // The number of tokens in job `job`'s segment list, checking each segment's count and the
 // pointers the call reads.
-inline int64_t count_segment_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
-                            size_t job, Reads reads = Reads::rows_and_positions) {
+inline int64_t count_segment_tokens(const kvc_segment* segments, int32_t n_segments,
+                                    const char* call, size_t job,
+                                    Reads reads = Reads::rows_and_positions) {
   if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
     fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
   int64_t tokens = 0;
