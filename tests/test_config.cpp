@@ -114,6 +114,25 @@ policy:
   CHECK(policy.decode_slack == 8);
 }
 
+TEST_CASE("config: a backend is a name or a mapping with its device and params") {
+  const kvc::Config named = parse("backend: cuda\n");
+  CHECK(named.cache.backend == "cuda");
+  CHECK(named.cache.backend_device == -1);
+  CHECK(named.cache.backend_params.empty());
+  const kvc::Config mapped =
+      parse("backend:\n  name: cuda\n  device: 2\n  params: {streams: 4, mode: fast}\n");
+  CHECK(mapped.cache.backend == "cuda");
+  CHECK(mapped.cache.backend_device == 2);
+  const std::vector<std::pair<std::string, std::string>> params{{"streams", "4"}, {"mode", "fast"}};
+  CHECK(mapped.cache.backend_params == params);
+  CHECK(config_error("backend: {device: 1}\n") ==
+        "cfg:1: backend.name: missing, a backend section needs a name");
+  CHECK(contains(config_error("backend: {name: cpu, device: -1}\n"), "backend.device"));
+  CHECK(contains(config_error("backend: {name: cpu, devices: 1}\n"),
+                 "backend.devices: unknown key"));
+  CHECK(contains(config_error("backend: {name: cpu, params: {a: [1]}}\n"), "backend.params.a"));
+}
+
 TEST_CASE("config: the other enum values") {
   CHECK(parse("cache: {dtype: f32}").cache.dtype == KVC_DTYPE_F32);
   CHECK(parse("cache: {dtype: f16}").cache.dtype == KVC_DTYPE_F16);

@@ -460,3 +460,178 @@ TEST_CASE("plugins: a folder named twice, spelt two ways, loads once and warns o
   CHECK(copies == 1);
   fs::remove_all(dir);
 }
+
+namespace {
+
+// What the config_probe backend (tests/plugins/config_backend.c) recorded.
+struct ConfigProbeRecord {
+  int instances;
+  int plain_creates;
+  int32_t n_layers, n_kv_heads, n_q_heads, head_dim, block_tokens, device;
+  kvc_dtype k_dtype, v_dtype;
+  kvc_layout layout;
+  size_t memory_limit;
+  size_t n_params;
+  char params[256];
+  long copies_async, frees_async, synchronizes;
+  void *last_copy_stream, *last_free_stream;
+};
+
+// The probe's record since the last call (it is cleared each time).
+ConfigProbeRecord config_probe_record() {
+  void* handle = dlopen(KVC_TEST_CONFIG_PROBE_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto read =
+      reinterpret_cast<void (*)(ConfigProbeRecord*)>(dlsym(handle, "kvc_config_probe_record"));
+  const bool found = read != nullptr;
+  REQUIRE(found);
+  ConfigProbeRecord out{};
+  read(&out);
+  dlclose(handle);
+  return out;
+}
+
+kvt::ContextPtr probe_context() {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_CONFIG_PROBE_PLUGIN));
+  config_probe_record();
+  return ctx;
+}
+
+}  // namespace
+
+TEST_CASE("plugins: a 1.3 backend is created with the cache's shape, formats, device and params") {
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache* raw = nullptr;
+  const char* yaml =
+      "backend:\n"
+      "  name: config_probe\n"
+      "  device: 3\n"
+      "  params: {alpha: 1, beta: two words}\n"
+      "cache: {layers: 5, kv_heads: 2, q_heads: 6, head_dim: 24,\n"
+      "        dtype: f32, block_tokens: 32, memory_limit: 3MiB}\n";
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(ctx.get(), yaml, &raw));
+  kvt::CachePtr cache(raw);
+  const ConfigProbeRecord r = config_probe_record();
+  CHECK(r.instances == 1);
+  CHECK(r.plain_creates == 0);
+  CHECK(r.n_layers == 5);
+  CHECK(r.n_kv_heads == 2);
+  CHECK(r.n_q_heads == 6);
+  CHECK(r.head_dim == 24);
+  CHECK(r.k_dtype == KVC_DTYPE_F32);
+  CHECK(r.v_dtype == KVC_DTYPE_F32);
+  CHECK(r.layout == KVC_LAYOUT_PAGED);
+  CHECK(r.block_tokens == 32);
+  CHECK(r.memory_limit == size_t{3} << 20);
+  CHECK(r.device == 3);
+  CHECK(r.n_params == 2);
+  CHECK(std::string(r.params) == "alpha=1;beta=two words;");
+}
+
+TEST_CASE("plugins: a cache from C parameters gives a 1.3 backend no device and no params") {
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.head_dim = 8;
+  p.dtype = KVC_DTYPE_F16;
+  p.layout = KVC_LAYOUT_CONTIGUOUS;
+  p.backend = "config_probe";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const ConfigProbeRecord r = config_probe_record();
+  CHECK(r.instances == 1);
+  CHECK(r.n_layers == 2);
+  CHECK(r.k_dtype == KVC_DTYPE_F16);
+  CHECK(r.layout == KVC_LAYOUT_CONTIGUOUS);
+  CHECK(r.device == -1);
+  CHECK(r.n_params == 0);
+}
+
+TEST_CASE("plugins: a 1.3 backend's refusal of a configuration is kvc_cache_create's status") {
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.dtype = KVC_DTYPE_BF16;
+  p.backend = "config_probe";
+  kvc_cache* raw = nullptr;
+  kvt::Status refused{kvc_cache_create(ctx.get(), &p, &raw)};
+  CHECK(refused.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(refused.message(), "backend 'config_probe'"));
+  CHECK(kvt::contains(refused.message(), "lacks bf16 K storage"));
+  CHECK(raw == nullptr);
+
+  kvt::Status from_yaml{kvc_cache_create_from_yaml(
+      ctx.get(), "backend: {name: config_probe, params: {refuse: paged attention}}\n", &raw)};
+  CHECK(from_yaml.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(from_yaml.message(), "lacks paged attention"));
+  CHECK(raw == nullptr);
+  CHECK(config_probe_record().instances == 0);
+}
+
+TEST_CASE("plugins: the cpu backend refuses what it cannot serve when created with a config") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache* raw = nullptr;
+  kvt::Status params{kvc_cache_create_from_yaml(
+      ctx.get(), "backend: {name: cpu, params: {threads: 4}}\n", &raw)};
+  CHECK(params.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(params.message(), "backend.params.threads"));
+  kvt::Status device{kvc_cache_create_from_yaml(ctx.get(), "backend: {name: cpu, device: 1}\n",
+                                                &raw)};
+  CHECK(device.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(device.message(), "backend.device 1"));
+  CHECK(raw == nullptr);
+  KVT_CHECK_OK(kvc_cache_create_from_yaml(ctx.get(), "backend: {name: cpu, device: 0}\n", &raw));
+  kvc_cache_destroy(raw);
+}
+
+TEST_CASE("plugins: growth copies and frees go through a 1.3 backend's stream entries") {
+  constexpr int32_t kDim = 8, kFirst = 4, kSecond = 40;
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.head_dim = kDim;
+  p.dtype = KVC_DTYPE_F32;
+  p.layout = KVC_LAYOUT_CONTIGUOUS;
+  p.backend = "config_probe";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  int engine_stream = 0;  // stands for the engine's stream; the CPU backend never reads it
+  std::vector<float> rows(static_cast<size_t>(kSecond) * kDim);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  kvc_tensor t = kvt::tensor(rows.data(), KVC_DTYPE_F32);
+  const int32_t seq = 0;
+  int32_t position = 0;
+  for (int32_t n : {kFirst, kSecond}) {
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (int32_t& pos : positions) pos = position++;
+    kvc_batch batch;
+    kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+    batch.stream = &engine_stream;
+    KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &batch, &t, &t));
+  }
+  const ConfigProbeRecord r = config_probe_record();
+  // The second append outgrew the first segment: its K, V and positions were moved on the
+  // engine's stream and the old segment released on it, with no wait for the device.
+  CHECK(r.copies_async == 3);
+  CHECK(r.last_copy_stream == &engine_stream);
+  CHECK(r.frees_async == 1);
+  CHECK(r.last_free_stream == &engine_stream);
+  CHECK(r.synchronizes == 0);
+  // The moved tokens are those appended: K of token 1 (row 1 of the first append).
+  kvc_segment_view views[4];
+  size_t n_views = 0;
+  KVT_REQUIRE_OK(kvc_seq_view(cache.get(), 0, 0, 0, views, 4, &n_views));
+  REQUIRE(n_views == 1);
+  REQUIRE(views[0].count == kFirst + kSecond);
+  CHECK(static_cast<const float*>(views[0].k)[kDim + 2] == rows[kDim + 2]);
+  CHECK(static_cast<const float*>(views[0].k)[kFirst * kDim] == rows[0]);
+}
+
+TEST_CASE("plugins: a backend with only some of the 1.3 stream entries is refused") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::Status st{kvc_context_load_plugin(ctx.get(), KVC_TEST_PARTIAL_STREAMS_PLUGIN)};
+  CHECK(st.code() == KVC_ERR_PLUGIN);
+  CHECK(kvt::contains(st.message(), "'partial_streams'"));
+  CHECK(kvt::contains(st.message(), "sets some of copy_async, free_async and synchronize"));
+}

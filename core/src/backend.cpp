@@ -1,13 +1,46 @@
 #include "backend.hpp"
 
+#include <vector>
+
 #include "error.hpp"
 
 namespace kvc {
 
-Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, CallShape shape)
-    : name_(plugin.name), vtable_(plugin.backend), shape_(shape) {
+namespace {
+
+bool has_streams(const kvc_backend_vtable& vtable) { return vtable.copy_async != nullptr; }
+
+}  // namespace
+
+Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const CacheConfig& config)
+    : name_(plugin.name),
+      vtable_(plugin.backend),
+      head_dim_(config.head_dim),
+      storage_dtype_(config.dtype) {
   kvc_plugin_error error{};
-  check(vtable_.create(host, &instance_, &error), error, "create");
+  if (!vtable_.create_with_config) {
+    check(vtable_.create(host, &instance_, &error), error, "create");
+    return;
+  }
+  std::vector<kvc_backend_param> params;
+  for (const auto& [key, value] : config.backend_params) {
+    params.push_back({key.c_str(), value.c_str()});
+  }
+  kvc_backend_config c{};
+  c.struct_size = sizeof(c);
+  c.n_layers = config.layers;
+  c.n_kv_heads = config.kv_heads;
+  c.n_q_heads = config.q_heads;
+  c.head_dim = config.head_dim;
+  c.k_dtype = config.dtype;
+  c.v_dtype = config.dtype;
+  c.layout = config.layout;
+  c.block_tokens = config.block_tokens;
+  c.memory_limit = config.memory_limit;
+  c.device = config.backend_device;
+  c.params = params.data();
+  c.n_params = params.size();
+  check(vtable_.create_with_config(host, &c, &instance_, &error), error, "create");
 }
 
 Backend::~Backend() { vtable_.destroy(instance_); }
@@ -16,14 +49,29 @@ void Backend::check(int32_t code, const kvc_plugin_error& error, const char* wha
   check_plugin_call(code, error, "backend '" + name_ + "'", what);
 }
 
-void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind) {
+void Backend::free(void* ptr, void* stream) {
+  if (has_streams(vtable_)) {
+    vtable_.free_async(instance_, ptr, stream);
+  } else {
+    vtable_.free(instance_, ptr);
+  }
+}
+
+void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream) {
   kvc_plugin_error error{};
-  check(vtable_.copy(instance_, dst, src, bytes, kind, &error), error, "copy");
+  if (!has_streams(vtable_)) {
+    check(vtable_.copy(instance_, dst, src, bytes, kind, &error), error, "copy");
+    return;
+  }
+  check(vtable_.copy_async(instance_, dst, src, bytes, kind, stream, &error), error, "copy_async");
+  if (kind != KVC_COPY_DEVICE_TO_DEVICE) {
+    check(vtable_.synchronize(instance_, stream, &error), error, "synchronize");
+  }
 }
 
 void Backend::append(const std::vector<kvc_append_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_append_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream, jobs.data(),
+  kvc_append_call call{sizeof(call), head_dim_, storage_dtype_, stream, jobs.data(),
                        jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.append(instance_, &call, &error), error, "append");
@@ -32,8 +80,8 @@ void Backend::append(const std::vector<kvc_append_job>& jobs, void* stream) {
 void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call call) {
   if (jobs.empty()) return;
   call.struct_size = sizeof(call);
-  call.head_dim = shape_.head_dim;
-  call.storage_dtype = shape_.storage_dtype;
+  call.head_dim = head_dim_;
+  call.storage_dtype = storage_dtype_;
   call.jobs = jobs.data();
   call.n_jobs = jobs.size();
   kvc_plugin_error error{};
@@ -42,7 +90,7 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
 
 void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_compact_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream,
+  kvc_compact_call call{sizeof(call), head_dim_, storage_dtype_, stream,
                         jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.compact(instance_, &call, &error), error, "compact");
@@ -50,7 +98,7 @@ void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
 
 void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_read_keys_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream,
+  kvc_read_keys_call call{sizeof(call), head_dim_, storage_dtype_, stream,
                           jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.read_keys(instance_, &call, &error), error, "read_keys");

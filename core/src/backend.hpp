@@ -6,19 +6,15 @@
 #include <vector>
 
 #include "kvcache/kvcache_plugin.h"
+#include "config.hpp"
 #include "plugin_registry.hpp"
 
 namespace kvc {
 
-// What every data call of one cache shares.
-struct CallShape {
-  int32_t head_dim;
-  kvc_dtype storage_dtype;
-};
-
 class Backend {
  public:
-  Backend(const LoadedPlugin& plugin, const kvc_host_api* host, CallShape shape);
+  // Creates the instance with create_with_config (ABI 1.3) when the plugin has it, else create.
+  Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const CacheConfig& config);
   ~Backend();
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -26,8 +22,11 @@ class Backend {
   const std::string& name() const { return name_; }
   // Device memory, NULL when the device is exhausted.
   void* alloc(size_t bytes) { return vtable_.alloc(instance_, bytes); }
-  void free(void* ptr) { vtable_.free(instance_, ptr); }
-  void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind);
+  // Ordered on `stream` (NULL: after all earlier work) where the backend has free_async.
+  void free(void* ptr, void* stream = nullptr);
+  // Ordered on `stream` (NULL: after all earlier work); returns once host memory on either side
+  // is read or written. A device-to-device copy on a stream may still be running.
+  void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream = nullptr);
   void append(const std::vector<kvc_append_job>& jobs, void* stream);
   // `call` holds the options; its jobs, shape and struct_size are filled in here.
   void attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call call);
@@ -43,7 +42,8 @@ class Backend {
 
   std::string name_;
   kvc_backend_vtable vtable_;
-  CallShape shape_;
+  int32_t head_dim_;
+  kvc_dtype storage_dtype_;
   void* instance_ = nullptr;
 };
 

@@ -123,14 +123,14 @@ void BlockPool::give_back_block(void* block) {
   counters_.bytes_used -= block_bytes_;
 }
 
-void BlockPool::release(void* ptr, size_t bytes) {
+void BlockPool::release(void* ptr, size_t bytes, void* stream) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (drop_owner(ptr, bytes)) return;
     counters_.bytes_reserved -= bytes;
     counters_.bytes_used -= bytes;
   }
-  backend_.free(ptr);
+  backend_.free(ptr, stream);
 }
 
 PoolCounters BlockPool::counters() const {

@@ -47,8 +47,8 @@ class BlockPool {
 
   // take(0, sizes).memory.
   std::vector<void*> allocate(const std::vector<size_t>& sizes);
-  // Drops one owner of an allocation of `bytes`; the last one frees it.
-  void release(void* ptr, size_t bytes);
+  // Drops one owner of an allocation of `bytes`; the last one frees it, ordered on `stream`.
+  void release(void* ptr, size_t bytes, void* stream = nullptr);
 
   // Adds an owner to a block or allocation of `bytes`.
   void share(void* ptr, size_t bytes);

@@ -47,8 +47,7 @@ Cache::Cache(Context& context, const CacheConfig& config,
       policy_(make_policy(context, policy)),
       schedule_(policy_ ? &policy_->config() : nullptr, config_.growth_factor),
       geometry_(make_geometry(config_, policy_.get())),
-      backend_(find_backend(context, config_.backend), context.host().api(),
-               CallShape{config_.head_dim, config_.dtype}),
+      backend_(find_backend(context, config_.backend), context.host().api(), config_),
       pool_(backend_, config_.memory_limit,
             config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0) {}
 
@@ -134,7 +133,8 @@ std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_h
 }
 
 Cache::Replacements Cache::ensure_room(const std::vector<HeadStore*>& stores,
-                                       const std::vector<int32_t>& extra, bool exact) {
+                                       const std::vector<int32_t>& extra, bool exact,
+                                       void* stream) {
   auto plan = [&](bool exact_growth, std::vector<Growth>& growth, size_t& blocks,
                   std::vector<size_t>& sizes) {
     growth.resize(stores.size());
@@ -161,7 +161,7 @@ Cache::Replacements Cache::ensure_room(const std::vector<HeadStore*>& stores,
     plan(true, growth, n_blocks, sizes);
     taken = pool_.take(n_blocks, sizes);
   }
-  return apply_growth(stores, growth, taken.blocks, taken.memory, sizes);
+  return apply_growth(stores, growth, taken.blocks, taken.memory, sizes, stream);
 }
 
 void Cache::keep(const Replacements& replacements) {
@@ -184,7 +184,7 @@ Cache::Replacements Cache::apply_growth(const std::vector<HeadStore*>& stores,
                                         const std::vector<Growth>& growth,
                                         const std::vector<void*>& blocks,
                                         const std::vector<void*>& memory,
-                                        const std::vector<size_t>& sizes) {
+                                        const std::vector<size_t>& sizes, void* stream) {
   size_t n_unshare = 0;
   for (const Growth& g : growth) n_unshare += g.unshare_open_block ? 1 : 0;
   size_t next_block = n_unshare;
@@ -200,11 +200,13 @@ Cache::Replacements Cache::apply_growth(const std::vector<HeadStore*>& stores,
         void* target = blocks[next_unshare++];
         const size_t open = stores[i]->open_segment(geometry_);
         done.entries.emplace_back(stores[i],
-                                  stores[i]->unshare(open, target, backend_, pool_, geometry_));
+                                  stores[i]->unshare(open, target, backend_, pool_, geometry_,
+                                                     stream));
       }
       if (growth[i].segment_capacity > 0 || growth[i].stats_capacity > 0) {
         done.entries.emplace_back(stores[i], Replaced{});
         Replaced& replaced = done.entries.back().second;
+        replaced.stream = stream;
         if (growth[i].segment_capacity > 0) {
           void* target = memory[next++];
           done.copied += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
@@ -220,7 +222,7 @@ Cache::Replacements Cache::apply_growth(const std::vector<HeadStore*>& stores,
   } catch (...) {
     // The failing step released its own target; release the ones after it, and the blocks.
     for (; next_unshare < n_unshare; ++next_unshare) pool_.give_back_block(blocks[next_unshare]);
-    for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
+    for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next], stream);
     undo(done);
     for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
     throw;
@@ -362,7 +364,7 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
       extra.push_back(batch.n_tokens[i]);
     }
   }
-  Replacements grown = ensure_room(stores, extra, false);
+  Replacements grown = ensure_room(stores, extra, false, batch.stream);
 
   size_t row = static_cast<size_t>(heads) * config_.head_dim;
   size_t k_stride = k.row_stride ? k.row_stride : row;

@@ -130,11 +130,14 @@ class Cache {
                      const kvc_tensor_mut& out);
   // Makes room for n_tokens[i] more tokens in each listed store, all or nothing; the caller
   // keeps or undoes what it replaced.
+  // Copies and releases are ordered on `stream` (the engine's, or NULL).
   [[nodiscard]] Replacements ensure_room(const std::vector<HeadStore*>& stores,
-                                         const std::vector<int32_t>& extra, bool exact);
+                                         const std::vector<int32_t>& extra, bool exact,
+                                         void* stream = nullptr);
   Replacements apply_growth(const std::vector<HeadStore*>& stores,
                             const std::vector<Growth>& growth, const std::vector<void*>& blocks,
-                            const std::vector<void*>& memory, const std::vector<size_t>& sizes);
+                            const std::vector<void*>& memory, const std::vector<size_t>& sizes,
+                            void* stream);
   void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
                        int32_t first_layer, int32_t end_layer, void* stream);
   // A store's hold on the sequences: shared, or exclusive when it starts with a "once"
@@ -186,7 +189,7 @@ class Cache {
   };
   // Gives each written segment that other sequences share a private copy; all memory is
   // taken first, so an OUT_OF_MEMORY changes nothing. The caller keeps or undoes the copies.
-  Replacements unshare_slots(const std::vector<SlotWrite>& writes);
+  Replacements unshare_slots(const std::vector<SlotWrite>& writes, void* stream);
   // Shrinks the contiguous segments and statistics arrays that compaction or truncation left
   // mostly empty (the schedule's rule). Best effort: when the memory for the smaller copies is
   // not there, or a copy fails, the stores keep their capacity (logged).

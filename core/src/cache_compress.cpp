@@ -201,7 +201,7 @@ uint64_t Cache::compact_heads(
     while (first < n_keep && (*kept)[static_cast<size_t>(first)] == first) ++first;
     if (first < n_keep) writes.push_back(SlotWrite{head, first, n_keep});
   }
-  const Replacements unshared = unshare_slots(writes);
+  const Replacements unshared = unshare_slots(writes, stream);
 
   std::vector<kvc_segment> segments;
   size_t total_segments = 0;
@@ -233,7 +233,7 @@ uint64_t Cache::compact_heads(
   return removed;
 }
 
-Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
+Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes, void* stream) {
   std::vector<std::pair<HeadStore*, size_t>> targets;
   std::vector<size_t> sizes;
   for (const SlotWrite& w : writes) {
@@ -251,7 +251,8 @@ Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
     for (; used < targets.size(); ++used) {
       HeadStore* head = targets[used].first;
       done.entries.emplace_back(
-          head, head->unshare(targets[used].second, memory[used], backend_, pool_, geometry_));
+          head, head->unshare(targets[used].second, memory[used], backend_, pool_, geometry_,
+                              stream));
     }
   } catch (...) {
     // The failing unshare released its own target.
@@ -259,7 +260,7 @@ Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes) {
       if (paged) {
         pool_.give_back_block(memory[used]);
       } else {
-        pool_.release(memory[used], sizes[used]);
+        pool_.release(memory[used], sizes[used], stream);
       }
     }
     undo(done);

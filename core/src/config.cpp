@@ -175,7 +175,7 @@ class ConfigReader {
     const std::vector<KeyReader> keys{
         {"threads", [&](const Field& f) { config.threads = read_int(f, kNonNegative); }},
         {"plugins", [&](const Field& f) { config.plugin_paths = read_plugins(f); }},
-        {"backend", [&](const Field& f) { config.cache.backend = read_name(f); }},
+        {"backend", [&](const Field& f) { read_backend(f, config.cache); }},
         {"cache",
          [&](const Field& f) {
            read_cache(f, config.cache, cache_fields);
@@ -389,6 +389,29 @@ class ConfigReader {
       const auto it = fields.find(e.field());
       if (it != fields.end()) fail_value(it->second, e.what());
       fail(section.key_mark, "cache." + e.field(), e.what());
+    }
+  }
+
+  // `backend: cpu`, or a mapping with the name, the device ordinal and the plugin's params.
+  void read_backend(const Field& field, CacheConfig& cache) const {
+    if (!field.value.IsMap()) {
+      cache.backend = read_name(field);
+      return;
+    }
+    bool has_name = false;
+    const std::vector<KeyReader> keys{
+        {"name",
+         [&](const Field& f) {
+           cache.backend = read_name(f);
+           has_name = true;
+         }},
+        int_key("device", cache.backend_device, kNonNegative),
+        {"params", [&](const Field& f) { cache.backend_params = read_params(f); }},
+    };
+    read_section(field, keys);
+    if (!has_name) {
+      fail(field.key_mark, child_path(field.path, "name"),
+           "missing, a backend section needs a name");
     }
   }
 

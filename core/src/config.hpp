@@ -23,6 +23,8 @@ struct CacheConfig {
   double growth_factor = 2.0;
   size_t memory_limit = size_t{1} << 30;
   std::string backend = "cpu";
+  int32_t backend_device = -1;  // `backend.device`; -1: the backend's choice
+  std::vector<std::pair<std::string, std::string>> backend_params;  // scalar values as written
 };
 
 enum class PrefillCompression { none, per_chunk, once };

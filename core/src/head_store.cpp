@@ -52,12 +52,14 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
     const Segment& old = segments_.front();
     const size_t n = static_cast<size_t>(old.count);
     try {
-      backend.copy(segment_k(moved), segment_k(old), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE);
-      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE);
+      backend.copy(segment_k(moved), segment_k(old), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE,
+                   replaced.stream);
+      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes,
+                   KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
       backend.copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t),
-                   KVC_COPY_DEVICE_TO_DEVICE);
+                   KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
     } catch (...) {
-      pool.release(memory, g.bytes_for(new_capacity));
+      pool.release(memory, g.bytes_for(new_capacity), replaced.stream);
       throw;
     }
     copied = n * g.token_bytes();
@@ -81,10 +83,10 @@ size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& bac
       for (int32_t i = 0; i < count && n > 0; ++i) {
         backend.copy(moved + static_cast<size_t>(i) * new_capacity,
                      stats_ + static_cast<size_t>(i) * stats_capacity_, n * sizeof(float),
-                     KVC_COPY_DEVICE_TO_DEVICE);
+                     KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
       }
     } catch (...) {
-      pool.release(memory, g.stats_bytes_for(new_capacity));
+      pool.release(memory, g.stats_bytes_for(new_capacity), replaced.stream);
       throw;
     }
     copied = n * sizeof(float) * static_cast<size_t>(count);
@@ -99,13 +101,13 @@ size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& bac
 
 void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
   if (replaced.stats) {
-    pool.release(stats_, g.stats_bytes_for(stats_capacity_));
+    pool.release(stats_, g.stats_bytes_for(stats_capacity_), replaced.stream);
     stats_ = replaced.old_stats;
     stats_capacity_ = replaced.old_stats_capacity;
   }
   if (replaced.segment) {
     const auto at = segments_.begin() + static_cast<std::ptrdiff_t>(replaced.segment_index);
-    release_segment(at->base, at->capacity, pool, g);
+    release_segment(at->base, at->capacity, pool, g, replaced.stream);
     if (replaced.old_segment.base) {
       *at = replaced.old_segment;
     } else {
@@ -117,10 +119,12 @@ void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometr
 void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
                                  const Geometry& g) const {
   if (replaced.stats && replaced.old_stats) {
-    pool.release(replaced.old_stats, g.stats_bytes_for(replaced.old_stats_capacity));
+    pool.release(replaced.old_stats, g.stats_bytes_for(replaced.old_stats_capacity),
+                 replaced.stream);
   }
   if (replaced.segment && replaced.old_segment.base) {
-    release_segment(replaced.old_segment.base, replaced.old_segment.capacity, pool, g);
+    release_segment(replaced.old_segment.base, replaced.old_segment.capacity, pool, g,
+                    replaced.stream);
   }
 }
 
@@ -217,11 +221,11 @@ void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
 }
 
 void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
-                                const Geometry& g) const {
+                                const Geometry& g, void* stream) const {
   if (g.layout == KVC_LAYOUT_PAGED) {
     pool.give_back_block(base);
   } else {
-    pool.release(base, g.bytes_for(capacity));
+    pool.release(base, g.bytes_for(capacity), stream);
   }
 }
 
@@ -261,15 +265,16 @@ std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
 }
 
 Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
-                           const Geometry& g) {
+                           const Geometry& g, void* stream) {
   Segment& s = segments_[index];
   try {
-    backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE);
+    backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE, stream);
   } catch (...) {
-    release_segment(memory, s.capacity, pool, g);
+    release_segment(memory, s.capacity, pool, g, stream);
     throw;
   }
   Replaced replaced;
+  replaced.stream = stream;
   replaced.segment = true;
   replaced.segment_index = index;
   replaced.old_segment = s;

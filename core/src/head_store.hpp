@@ -74,6 +74,7 @@ struct Replaced {
   bool stats = false;     // the statistics array was replaced by a copy
   float* old_stats = nullptr;
   int32_t old_stats_capacity = 0;
+  void* stream = nullptr;  // the copies were queued on it; memory is released on it too
 };
 
 class HeadStore {
@@ -110,9 +111,10 @@ class HeadStore {
   // one, still owned, goes to the returned Replaced. If the copy fails, `memory` is released
   // and the segment is unchanged.
   Replaced unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
-                   const Geometry& g);
+                   const Geometry& g, void* stream);
   // Moves the tokens into `memory` of `new_capacity`, the old segment going to `replaced`.
   // Returns the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
+  // The copies are queued on replaced.stream.
   size_t move_segment_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
                          const Geometry& g, Replaced& replaced);
   // The same for the statistics array.
@@ -159,7 +161,8 @@ class HeadStore {
 
  private:
   // Gives one segment back: a paged block to the free list, a contiguous allocation freed.
-  void release_segment(void* base, int32_t capacity, BlockPool& pool, const Geometry& g) const;
+  void release_segment(void* base, int32_t capacity, BlockPool& pool, const Geometry& g,
+                       void* stream = nullptr) const;
 
   std::vector<Segment> segments_;
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory

@@ -73,6 +73,13 @@ void check_backend(const std::string& path, const std::string& name, const kvc_b
   require(v.attend, path, name, "attend");
   require(v.compact, path, name, "compact");
   require(v.read_keys, path, name, "read_keys");
+  const int async_entries = (v.copy_async != nullptr) + (v.free_async != nullptr) +
+                            (v.synchronize != nullptr);
+  if (async_entries != 0 && async_entries != 3) {
+    throw plugin_error(path, "plugin " + quote(name) +
+                                 " sets some of copy_async, free_async and synchronize; a "
+                                 "backend sets all three or none");
+  }
 }
 
 void check_policy(const std::string& path, const std::string& name, const kvc_policy_vtable& v) {

@@ -29,7 +29,6 @@ constexpr size_t kStreamBytes = size_t{4} << 20;
 void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
               kvc_dtype storage_dtype) {
   check_storage(head_dim, storage_dtype);
-  check_jobs(jobs, n_jobs, "append");
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_append_job& job = jobs[j];
     if (job.src_dtype != storage_dtype && job.src_dtype != KVC_DTYPE_F32)

@@ -12,7 +12,6 @@ namespace {
 void validate(const kvc_compact_job* jobs, size_t n_jobs, int32_t head_dim,
               kvc_dtype storage_dtype) {
   check_storage(head_dim, storage_dtype);
-  check_jobs(jobs, n_jobs, "compact");
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_compact_job& job = jobs[j];
     const size_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);

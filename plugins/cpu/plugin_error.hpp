@@ -1,13 +1,11 @@
-// The CPU backend's errors: the in-tree backends' shared ones (plugins/support).
+// The CPU backend's errors: the plugin ABI's one error type (kvcache/kvcache_plugin_support.hpp).
 #pragma once
 
-#include "kvcache_support/plugin_error.hpp"
+#include "kvcache/kvcache_plugin_support.hpp"
 
 namespace kvc::cpu {
 
 using plugin::fail;
 using plugin::PluginError;
-using plugin::report_errors;
-using plugin::write_error;
 
 }  // namespace kvc::cpu

@@ -10,7 +10,6 @@ namespace {
 void validate(const kvc_read_keys_job* jobs, size_t n_jobs, int32_t head_dim,
               kvc_dtype storage_dtype) {
   check_storage(head_dim, storage_dtype);
-  check_jobs(jobs, n_jobs, "read_keys");
   for (size_t j = 0; j < n_jobs; ++j) {
     const size_t tokens = count_tokens(jobs[j].segments, jobs[j].n_segments, "read_keys", j);
     if (tokens > 0 && jobs[j].out == nullptr)

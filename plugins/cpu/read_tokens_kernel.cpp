@@ -32,10 +32,10 @@ void read_tokens_job(const kvc_read_tokens_job& job, size_t tokens) {
 }  // namespace
 
 void run_read_tokens(const kvc_host_api& host, const kvc_read_tokens_job* jobs, size_t n_jobs) {
-  check_jobs(jobs, n_jobs, "read_tokens");
   std::vector<size_t> tokens(n_jobs);
   for (size_t j = 0; j < n_jobs; ++j)
-    tokens[j] = count_tokens(jobs[j].segments, jobs[j].n_segments, "read_tokens", j);
+    tokens[j] =
+        count_tokens(jobs[j].segments, jobs[j].n_segments, "read_tokens", j, Reads::positions);
   parallel_for(host, n_jobs, 1, [&](size_t begin, size_t end) {
     for (size_t j = begin; j < end; ++j) read_tokens_job(jobs[j], tokens[j]);
   });

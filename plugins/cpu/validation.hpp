@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dtype.hpp"
+#include "kvcache/kvcache_backend_plugin.hpp"
 #include "kvcache/kvcache_plugin.h"
 #include "plugin_error.hpp"
 
@@ -16,22 +17,11 @@ inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
     fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
 }
 
-inline void check_jobs(const void* jobs, size_t n_jobs, const char* call) {
-  if (n_jobs > 0 && jobs == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "%s jobs are NULL", call);
-}
+using plugin::Reads;
 
-// The number of tokens in a job's segment list.
 inline size_t count_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
-                           size_t job) {
-  if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
-    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
-  size_t tokens = 0;
-  for (int32_t s = 0; s < n_segments; ++s) {
-    if (segments[s].count < 0)
-      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
-    tokens += size_t(segments[s].count);
-  }
-  return tokens;
+                           size_t job, Reads reads = Reads::rows_and_positions) {
+  return size_t(plugin::count_segment_tokens(segments, n_segments, call, job, reads));
 }
 
 }  // namespace kvc::cpu

@@ -476,7 +476,6 @@ void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
   if (call.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", call.group_size);
   if (!(call.scale > 0.0f)) fail(KVC_ERR_INVALID_ARGUMENT, "scale must be > 0");
-  check_jobs(jobs, call.n_jobs, "attend");
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (job.q_dtype != call.storage_dtype && job.q_dtype != KVC_DTYPE_F32)

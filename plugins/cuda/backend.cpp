@@ -1,12 +1,16 @@
-#include "backend.hpp"
-
+// The "cuda" backend on the backend skeleton (kvcache/kvcache_backend_plugin.hpp), which also
+// defines the library's one exported symbol. Loading it touches no CUDA API, so the library
+// loads on machines without a GPU or driver; the device is looked for when a cache creates an
+// instance (NO_DEVICE there).
 #include <cstddef>
 #include <cstdio>
+#include <memory>
 
 #include "cuda_check.hpp"
-#include "host_structs.hpp"
 #include "instance.hpp"
+#include "kvcache/kvcache_backend_plugin.hpp"
 #include "plugin_error.hpp"
+#include "validation.hpp"
 
 namespace kvc::cuda {
 
@@ -25,20 +29,8 @@ DeviceScope::~DeviceScope() {
 
 namespace {
 
-Instance& instance_of(void* instance) {
-  if (instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "backend instance is NULL");
-  return *static_cast<Instance*>(instance);
-}
-
-void check_host(const kvc_host_api* host) {
-  if (host == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "host API is NULL");
-  const unsigned major = host->abi_version >> 16;
-  if (major != KVC_PLUGIN_ABI_MAJOR)
-    fail(KVC_ERR_PLUGIN, "host plugin ABI major %u, built for %d", major, KVC_PLUGIN_ABI_MAJOR);
-}
-
-// The current device, or NO_DEVICE saying why there is none.
-int find_device() {
+// Device `requested` (-1: the current one), or NO_DEVICE saying why there is none.
+int find_device(int requested) {
   int count = 0;
   const cudaError_t found = cudaGetDeviceCount(&count);
   if (found != cudaSuccess) {
@@ -47,8 +39,11 @@ int find_device() {
          cudaGetErrorName(found));
   }
   if (count == 0) fail(KVC_ERR_NO_DEVICE, "no CUDA device is present");
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (requested >= count)
+    fail(KVC_ERR_NO_DEVICE, "backend.device %d: this machine has %d CUDA device(s)", requested,
+         count);
+  int device = requested;
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   int major = 0, minor = 0;
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
              "cudaDeviceGetAttribute");
@@ -61,51 +56,14 @@ int find_device() {
   return device;
 }
 
-int32_t create(const kvc_host_api* host, void** out_instance, kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
-    check_host(host);
-    const int device = find_device();
-    int multiprocessors = 0;
-    check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute");
-    *out_instance = new Instance(host, device, multiprocessors);
-    if (host->log) {
-      cudaDeviceProp prop{};
-      char message[320];
-      if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-        std::snprintf(message, sizeof message, "cuda backend: device %d (%s, %d multiprocessors)",
-                      device, prop.name, multiprocessors);
-        host->log(host->host, KVC_LOG_DEBUG, message);
-      }
-    }
-  });
-}
-
-void destroy(void* instance) noexcept {
-  if (instance == nullptr) return;
-  auto* self = static_cast<Instance*>(instance);
-  try {
-    const DeviceScope scope(*self);
-    delete self;
-  } catch (const PluginError&) {
-    delete self;
-  }
-}
-
-void* alloc(void* instance, size_t bytes) noexcept {
-  if (instance == nullptr) return nullptr;
-  auto* self = static_cast<Instance*>(instance);
-  try {
-    const DeviceScope scope(*self);
-    return self->pool.alloc(bytes);
-  } catch (const PluginError&) {
-    return nullptr;
-  }
-}
-
-void free_memory(void* instance, void* ptr) noexcept {
-  if (instance != nullptr) static_cast<Instance*>(instance)->pool.release(ptr);
+// What the kernels serve: K and V in one of f32, f16 and bf16, head_dim within the generic
+// kernel's rows; no parameters.
+void check_config(const kvc_backend_config& config) {
+  if (config.k_dtype != config.v_dtype)
+    fail(KVC_ERR_UNSUPPORTED, "K and V must share one storage format; got formats %d and %d",
+         int(config.k_dtype), int(config.v_dtype));
+  check_storage(config.head_dim, config.k_dtype);
+  plugin::refuse_params(config);
 }
 
 cudaMemcpyKind memcpy_kind(kvc_copy_kind kind) {
@@ -117,83 +75,118 @@ cudaMemcpyKind memcpy_kind(kvc_copy_kind kind) {
   fail(KVC_ERR_INVALID_ARGUMENT, "unknown copy kind %d", int(kind));
 }
 
-// The copy entry carries no stream, so it waits for all the device's work first (an append
-// may still be writing the source on the engine's non-blocking stream), and returns when the
-// copy is done, as the ABI asks. The core copies only to grow, unshare or read back, rarely.
-int32_t copy(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
-             kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
+class CudaBackend {
+ public:
+  static constexpr const char* kName = "cuda";
+  static constexpr const char* kLabel = "cuda backend";
+
+  static CudaBackend* create(const kvc_host_api& host, const kvc_backend_config* config) {
+    if (config) check_config(*config);
+    const int device = find_device(config ? config->device : -1);
+    int multiprocessors = 0;
+    check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute");
+    auto* backend = new CudaBackend(&host, device, multiprocessors);
+    if (host.log) {
+      cudaDeviceProp prop{};
+      char message[320];
+      if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+        std::snprintf(message, sizeof message, "cuda backend: device %d (%s, %d multiprocessors)",
+                      device, prop.name, multiprocessors);
+        host.log(host.host, KVC_LOG_DEBUG, message);
+      }
+    }
+    return backend;
+  }
+
+  // The instance's pools give their memory back to the device, which must be current.
+  ~CudaBackend() {
+    try {
+      const DeviceScope scope(self_);
+      owned_.reset();
+    } catch (const PluginError&) {
+      owned_.reset();
+    }
+  }
+
+  void* alloc(size_t bytes) noexcept {
+    try {
+      const DeviceScope scope(self_);
+      return self_.pool.alloc(bytes);
+    } catch (const PluginError&) {
+      return nullptr;
+    }
+  }
+
+  void free(void* ptr) noexcept { self_.pool.release(ptr); }
+
+  // A range freed on a stream is reused once the stream's work so far is done; freed with no
+  // stream (or when no event can be had), once all the device's work is.
+  void free_async(void* ptr, void* stream) noexcept {
+    try {
+      const DeviceScope scope(self_);
+      if (stream != nullptr && self_.pool.release_after(ptr, stream_of(stream))) return;
+      if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    } catch (const PluginError&) {
+      // The device cannot be made current: nothing of it is running to wait for.
+    }
+    self_.pool.release(ptr);
+  }
+
+  // On the engine's stream, ordered after its work and nothing else. With no stream (the 1.0
+  // copy, which has none) it waits for all the device's work first (an append may still be
+  // writing the source on the engine's non-blocking stream) and returns when done.
+  void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream) {
     const cudaMemcpyKind direction = memcpy_kind(kind);
-    if (bytes == 0) return;
-    if (dst == nullptr || src == nullptr)
-      fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
-    const DeviceScope scope(instance_of(instance));
+    const DeviceScope scope(self_);
+    if (stream != nullptr) {
+      check_cuda(cudaMemcpyAsync(dst, src, bytes, direction, stream_of(stream)), "copy_async");
+      return;
+    }
     check_cuda(cudaDeviceSynchronize(), "copy");
     check_cuda(cudaMemcpyAsync(dst, src, bytes, direction, nullptr), "copy");
     check_cuda(cudaStreamSynchronize(nullptr), "copy");
-  });
-}
+  }
 
-int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_append_call), "append call");
-    const HostJobs<kvc_append_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_append_job), "append");
-    Instance& self = instance_of(instance);
-    const DeviceScope scope(self);
-    run_append(self, jobs.data(), call);
-  });
-}
+  void synchronize(void* stream) {
+    const DeviceScope scope(self_);
+    if (stream == nullptr) {
+      check_cuda(cudaDeviceSynchronize(), "synchronize");
+    } else {
+      check_cuda(cudaStreamSynchronize(stream_of(stream)), "synchronize");
+    }
+  }
 
-int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_attend_call), "attend call");
-    const HostJobs<kvc_attend_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_attend_job), "attend");
-    Instance& self = instance_of(instance);
-    const DeviceScope scope(self);
-    run_attend(self, jobs.data(), call);
-  });
-}
+  void append(const kvc_append_job* jobs, const kvc_append_call& call) {
+    const DeviceScope scope(self_);
+    run_append(self_, jobs, call);
+  }
+  void attend(const kvc_attend_job* jobs, const kvc_attend_call& call) {
+    const DeviceScope scope(self_);
+    run_attend(self_, jobs, call);
+  }
+  void compact(const kvc_compact_job* jobs, const kvc_compact_call& call) {
+    const DeviceScope scope(self_);
+    run_compact(self_, jobs, call);
+  }
+  void read_keys(const kvc_read_keys_job* jobs, const kvc_read_keys_call& call) {
+    const DeviceScope scope(self_);
+    run_read_keys(self_, jobs, call);
+  }
+  void read_tokens(const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& call) {
+    const DeviceScope scope(self_);
+    run_read_tokens(self_, jobs, call);
+  }
 
-int32_t compact(void* instance, const kvc_compact_call* given, kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_compact_call), "compact call");
-    const HostJobs<kvc_compact_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_compact_job),
-                                         "compact");
-    Instance& self = instance_of(instance);
-    const DeviceScope scope(self);
-    run_compact(self, jobs.data(), call);
-  });
-}
+ private:
+  CudaBackend(const kvc_host_api* host, int device, int multiprocessors)
+      : owned_(std::make_unique<Instance>(host, device, multiprocessors)) {}
 
-int32_t read_keys(void* instance, const kvc_read_keys_call* given,
-                  kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_read_keys_call), "read_keys call");
-    const HostJobs<kvc_read_keys_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_read_keys_job),
-                                           "read_keys");
-    Instance& self = instance_of(instance);
-    const DeviceScope scope(self);
-    run_read_keys(self, jobs.data(), call);
-  });
-}
-
-int32_t read_tokens(void* instance, const kvc_read_tokens_call* given,
-                    kvc_plugin_error* error) noexcept {
-  return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_read_tokens_call), "read_tokens call");
-    const HostJobs<kvc_read_tokens_job> jobs(call.jobs, call.n_jobs,
-                                             sizeof(kvc_read_tokens_job), "read_tokens");
-    Instance& self = instance_of(instance);
-    const DeviceScope scope(self);
-    run_read_tokens(self, jobs.data(), call);
-  });
-}
-
-}  // namespace
-
-const kvc_backend_vtable backend_vtable = {
-    sizeof(kvc_backend_vtable), create, destroy, alloc, free_memory, copy, append, attend,
-    compact, read_keys, read_tokens,
+  std::unique_ptr<Instance> owned_;
+  Instance& self_ = *owned_;
 };
 
+}  // namespace
 }  // namespace kvc::cuda
+
+KVC_BACKEND_PLUGIN(kvc::cuda::CudaBackend, KVC_VERSION_NUMBER);

@@ -84,7 +84,6 @@ __global__ void __launch_bounds__(kWarps * 32) compact_kernel(CompactParams p) {
 
 void validate(const kvc_compact_job* jobs, const kvc_compact_call& call) {
   check_storage(call.head_dim, call.storage_dtype);
-  check_jobs(jobs, call.n_jobs, "compact");
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_compact_job& job = jobs[j];
     const int32_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);

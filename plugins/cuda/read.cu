@@ -96,7 +96,6 @@ struct ReadTables {
 void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
                    const kvc_read_keys_call& call) {
   check_storage(call.head_dim, call.storage_dtype);
-  check_jobs(jobs, call.n_jobs, "read_keys");
   ReadTables<kvc_read_keys_job> tables(jobs, call.n_jobs, "read_keys", Reads::rows_and_positions);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const int64_t end = j + 1 < call.n_jobs ? tables.begins[j + 1] : tables.total;
@@ -127,7 +126,6 @@ void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
 
 void run_read_tokens(Instance& instance, const kvc_read_tokens_job* jobs,
                      const kvc_read_tokens_call& call) {
-  check_jobs(jobs, call.n_jobs, "read_tokens");
   ReadTables<kvc_read_tokens_job> tables(jobs, call.n_jobs, "read_tokens", Reads::positions);
   std::vector<DevStats> stats(call.n_jobs);
   for (size_t j = 0; j < call.n_jobs; ++j) {

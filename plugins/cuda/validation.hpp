@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvcache/kvcache_backend_plugin.hpp"
 #include "kvcache/kvcache_plugin.h"
 #include "plugin_error.hpp"
 
@@ -27,35 +28,17 @@ inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
          head_dim, kMaxRowChunks * per_chunk, storage_dtype == KVC_DTYPE_F32 ? "f32" : "f16/bf16");
 }
 
-inline void check_jobs(const void* jobs, size_t n_jobs, const char* call) {
-  if (n_jobs > 0 && jobs == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "%s jobs are NULL", call);
-}
-
 inline void check_device(kvc_device device, const char* what, size_t job) {
   if (device != KVC_DEVICE_HOST && device != KVC_DEVICE_BACKEND)
     fail(KVC_ERR_INVALID_ARGUMENT, "job %zu: unknown device %d for %s", job, int(device), what);
 }
 
-// Which of a segment's arrays a call reads: read_tokens reads positions only, and the core
-// sends it segments without K and V.
-enum class Reads { rows_and_positions, positions };
+using plugin::Reads;
 
-// The number of tokens in a job's segment list (at most INT32_MAX: the kernels index keys
-// with 32 bits).
+// The skeleton's count, at most INT32_MAX: the kernels index keys with 32 bits.
 inline int32_t count_tokens(const kvc_segment* segments, int32_t n_segments, const char* call,
                             size_t job, Reads reads = Reads::rows_and_positions) {
-  if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
-    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
-  int64_t tokens = 0;
-  for (int32_t s = 0; s < n_segments; ++s) {
-    if (segments[s].count < 0)
-      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
-    const bool rows_missing =
-        reads == Reads::rows_and_positions && (!segments[s].k || !segments[s].v);
-    if (segments[s].count > 0 && (rows_missing || !segments[s].pos))
-      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a NULL pointer", call, job, s);
-    tokens += segments[s].count;
-  }
+  const int64_t tokens = plugin::count_segment_tokens(segments, n_segments, call, job, reads);
   if (tokens > INT32_MAX)
     fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: %lld tokens is more than 2^31 - 1", call, job,
          static_cast<long long>(tokens));

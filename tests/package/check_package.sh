@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_package.sh <build-dir>: installs a configured and built kvcache build into a temporary
 # prefix, then checks that the installed package works for a consumer:
-#   1. CMake: find_package(kvcache) + kvcache::kvcache (tests/package/CMakeLists.txt), run it;
+#   1. CMake: find_package(kvcache) + kvcache::kvcache (tests/package/CMakeLists.txt), run it,
+#      with a backend plugin built on the installed skeleton header;
 #   2. pkg-config: libdir, includedir and plugindir are folders; cc main.c
 #      $(pkg-config --cflags --libs kvcache), run it.
 # The consumers must find the built-in plugins in the installed plugin folder, not the build
@@ -49,6 +50,7 @@ lib=$(find "$prefix" -name libkvcache.so -not -path '*/plugins/*' -print -quit)
 [[ -n "$lib" ]] || { echo "check_package: libkvcache.so was not installed" >&2; exit 1; }
 libdir=$(dirname "$lib")
 for f in include/kvcache/kvcache.h include/kvcache/kvcache_plugin.h \
+         include/kvcache/kvcache_backend_plugin.hpp include/kvcache/kvcache_plugin_support.hpp \
          include/kvcache/kvcache_export.h include/kvcache/kvcache_version.h; do
   [[ -f "$prefix/$f" ]] || { echo "check_package: $f was not installed" >&2; exit 1; }
 done
@@ -73,7 +75,7 @@ echo "== CMake consumer: find_package(kvcache)"
 grep -- '-- kvcache ' "$tmp/consumer.log" || true
 "$cmake" --build "$tmp/consumer" >>"$tmp/consumer.log" ||
   { cat "$tmp/consumer.log" >&2; exit 1; }
-"$tmp/consumer/consumer"
+"$tmp/consumer/consumer" "$tmp/consumer/libpackage_host_backend.so"
 
 echo "== pkg-config consumer: cc \$(pkg-config --cflags --libs kvcache)"
 export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"

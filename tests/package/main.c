@@ -1,6 +1,7 @@
 /* Consumer of an installed kvcache: creates a context and a cache (with the default "cpu"
  * backend, found in the installed plugin folder), appends one token and prints the version.
- * Exits non-zero on any failure. */
+ * Given a path, it also loads the backend plugin there (host_backend.cpp, built on the
+ * installed backend skeleton) and creates a cache on it. Exits non-zero on any failure. */
 #include <kvcache/kvcache.h>
 
 #include <stdio.h>
@@ -14,7 +15,7 @@ static int check(kvc_status *st, const char *what) {
   return 1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   enum { KV_HEADS = 2, HEAD_DIM = 8 };
   kvc_context *ctx = NULL;
   kvc_cache *cache = NULL;
@@ -76,6 +77,14 @@ int main(void) {
   }
 
   kvc_cache_destroy(cache);
+  if (!failed && argc > 1) {
+    kvc_cache *other = NULL;
+    failed = check(kvc_context_load_plugin(ctx, argv[1]), "kvc_context_load_plugin") ||
+             check(kvc_cache_create_from_yaml(ctx, "backend: package_host\n", &other),
+                   "a cache on the out-of-tree backend");
+    kvc_cache_destroy(other);
+    if (!failed) printf("out-of-tree backend %s: cache created\n", argv[1]);
+  }
   kvc_context_destroy(ctx);
   return failed;
 }

@@ -39,7 +39,10 @@
  * kvc_backend_vtable::read_tokens (batched reads of positions and statistics; optional) and
  * kvc_score_job::sink_end / kvc_score_job::recent_begin (the range the host protects). 1.2
  * added the store kind (KVC_PLUGIN_STORE, ::kvc_store_vtable); a host refuses a store
- * descriptor from a plugin built against an older minor.
+ * descriptor from a plugin built against an older minor. 1.3 appended to ::kvc_backend_vtable
+ * create_with_config (the cache's shape, formats, device and `backend.params`, which the
+ * backend may refuse) and the stream-ordered copy_async, free_async and synchronize (all
+ * optional).
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -72,7 +75,7 @@ extern "C" {
 /** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
 /** @brief Plugin ABI minor: grows when fields are appended to structs. */
-#define KVC_PLUGIN_ABI_MINOR 2
+#define KVC_PLUGIN_ABI_MINOR 3
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Marks a plugin's entry point as exported from its shared library. */
@@ -300,10 +303,42 @@ typedef enum kvc_copy_kind {
   KVC_COPY_DEVICE_TO_DEVICE = 2
 } kvc_copy_kind;
 
+/** @brief (1.3) A backend parameter from YAML (`backend.params`), as written. */
+typedef kvc_key_value kvc_backend_param;
+
+/**
+ * @brief (1.3) What a backend instance is created for: one cache's shape, storage formats,
+ * device and parameters. Written by the host (its struct_size); valid during
+ * kvc_backend_vtable::create_with_config only, so a backend copies what it keeps.
+ */
+typedef struct kvc_backend_config {
+  uint32_t struct_size;   /**< sizeof(kvc_backend_config) of the host */
+  int32_t n_layers;       /**< layers of the cache */
+  int32_t n_kv_heads;     /**< KV heads per layer */
+  int32_t n_q_heads;      /**< query heads per layer, a multiple of n_kv_heads */
+  int32_t head_dim;       /**< elements per head row */
+  kvc_dtype k_dtype;      /**< storage format of K */
+  kvc_dtype v_dtype;      /**< storage format of V */
+  kvc_layout layout;      /**< paged or contiguous storage */
+  int32_t block_tokens;   /**< tokens per block of a paged cache */
+  /** The device ordinal from `backend.device`; -1: the backend's choice (the CUDA backend:
+   * the caller's current device). */
+  int32_t device;
+  size_t memory_limit;    /**< bytes the cache may take from the backend */
+  const kvc_backend_param *params; /**< `backend.params` in the YAML's order; host memory */
+  size_t n_params;        /**< entries in params */
+} kvc_backend_config;
+
 /**
  * @brief A compute backend. `create` makes an instance for one cache; every other function
  * takes that instance. Functions returning int32_t return a ::kvc_status_code. Entries up to
  * read_keys are required (ABI 1.0); later ones are optional.
+ *
+ * Streams (1.3): copy_async, free_async and synchronize are present together or not at all
+ * (the host refuses a plugin with some of them). With them the host orders its copies and
+ * frees on the engine's stream (kvc_batch::stream) where it has one, and waits with
+ * synchronize only where host memory must be read or released. A NULL stream means "ordered
+ * after every earlier call of this instance, on any stream", as the 1.0 entries are.
  */
 typedef struct kvc_backend_vtable {
   uint32_t struct_size;  /**< sizeof(kvc_backend_vtable) the plugin was built with */
@@ -330,6 +365,24 @@ typedef struct kvc_backend_vtable {
    * per segment and statistic. */
   int32_t (*read_tokens)(void *instance, const kvc_read_tokens_call *call,
                          kvc_plugin_error *error);
+  /** (1.3, optional) Creates an instance for the cache @p config describes; the host calls it
+   * instead of create when it is set. A backend that cannot serve the configuration (a
+   * format, a head_dim, a device, a parameter) fails with KVC_ERR_UNSUPPORTED, and unknown
+   * or bad `params` with KVC_ERR_CONFIG, with a message naming what it lacks; a device that
+   * is absent is KVC_ERR_NO_DEVICE. Reads only the fields inside config->struct_size. */
+  int32_t (*create_with_config)(const kvc_host_api *host, const kvc_backend_config *config,
+                                void **out_instance, kvc_plugin_error *error);
+  /** (1.3, optional) Queues a copy of @p bytes on @p stream, after the work queued on it
+   * before; may return before it is done. Host memory on either side stays valid and
+   * untouched until synchronize(@p stream) returns. */
+  int32_t (*copy_async)(void *instance, void *dst, const void *src, size_t bytes,
+                        kvc_copy_kind kind, void *stream, kvc_plugin_error *error);
+  /** (1.3, optional) Releases device memory from alloc once the work queued on @p stream
+   * before has finished: the backend may hand it out again only after that. */
+  void (*free_async)(void *instance, void *ptr, void *stream);
+  /** (1.3, optional) Returns when the work queued on @p stream (NULL: all of this instance's
+   * work) is done. */
+  int32_t (*synchronize)(void *instance, void *stream, kvc_plugin_error *error);
 } kvc_backend_vtable;
 
 /* --------------------------------------------------------------- policies */

@@ -924,7 +924,7 @@ TEST_CASE("score runs concurrently on one instance") {
 
 TEST_CASE("ParamReader parses integers, numbers and choices in the configuration's style") {
   using kvc::policies::ParamReader;
-  using kvc::policies::PolicyError;
+  using kvc::plugin::PluginError;
   std::vector<kvc_policy_param> params = {{"a", "-12"}, {"b", "2.5e0"}, {"c", "avg"}, {"d", "x"}};
   ParamReader reader("demo", params.data(), params.size());
   CHECK(reader.integer("a", 0, -100, 100) == -12);
@@ -934,7 +934,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     reader.finish();
     FAIL("finish accepted an unknown key");
-  } catch (const PolicyError& e) {
+  } catch (const PluginError& e) {
     CHECK(e.code() == KVC_ERR_CONFIG);
     CHECK(std::string(e.what()) == "policy.params.d: unknown parameter for demo (known: a, b, c, missing)");
   }
@@ -943,7 +943,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     range.integer("n", 0, 1, 10);
     FAIL("accepted 12 in 1..10");
-  } catch (const PolicyError& e) {
+  } catch (const PluginError& e) {
     CHECK(std::string(e.what()) == "policy.params.n: expected an integer in 1..10, got '12'");
   }
 }
@@ -952,7 +952,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
 // catches that; a hash index takes them in about a tenth of a second.
 TEST_CASE("ParamReader takes a great many parameters and finds the one given twice") {
   using kvc::policies::ParamReader;
-  using kvc::policies::PolicyError;
+  using kvc::plugin::PluginError;
   std::vector<std::string> keys;
   for (int i = 0; i < 300000; ++i) keys.push_back("key" + std::to_string(i));
   keys.push_back("key17");
@@ -961,7 +961,7 @@ TEST_CASE("ParamReader takes a great many parameters and finds the one given twi
   try {
     ParamReader reader("demo", params.data(), params.size());
     FAIL("a key given twice was accepted");
-  } catch (const PolicyError& e) {
+  } catch (const PluginError& e) {
     CHECK(std::string(e.what()) == "policy.params.key17: given twice");
   }
   params.pop_back();

@@ -60,8 +60,6 @@ void Router::refresh() {
     } catch (const PluginError& e) {
       if (e.code() == KVC_ERR_CONFIG) throw;  // refused credentials: no other node will differ
       problem = e.what();
-      const std::string label = std::string(plugin_label()) + ": ";
-      if (problem.compare(0, label.size(), label) == 0) problem.erase(0, label.size());
     }
     problems += (problems.empty() ? "" : "; ") + problem;
   }

@@ -40,7 +40,7 @@
 
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache_support/byte_size.hpp"
-#include "kvcache_support/plugin_error.hpp"
+#include "kvcache/kvcache_plugin_support.hpp"
 
 namespace kvc::plugin {
 

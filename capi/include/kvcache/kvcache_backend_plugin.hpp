@@ -1,0 +1,278 @@
+/**
+ * @file kvcache_backend_plugin.hpp
+ * @brief The skeleton of a backend plugin in C++ (header-only; a plugin links nothing of
+ * kvcache): the entry point, the descriptor, the vtable, the checks of what the host passes
+ * and the translation of exceptions into status codes, in one place, so that a backend
+ * provides only its memory and its kernels. The in-tree cpu and cuda backends use it.
+ *
+ * A backend class B provides:
+ * @code
+ *   static constexpr const char* kName = "mine";          // the descriptor's name (YAML)
+ *   static constexpr const char* kLabel = "mine backend"; // the prefix of its messages
+ *   // A new instance for one cache; `config` is NULL when the host has no ABI 1.3 config
+ *   // (then the backend picks its defaults). Throws PluginError to refuse (see
+ *   // kvc_backend_vtable::create_with_config for the codes).
+ *   static B* create(const kvc_host_api& host, const kvc_backend_config* config);
+ *   void* alloc(size_t bytes) noexcept;                    // NULL when exhausted
+ *   void free(void* ptr) noexcept;                         // ABI 1.0 free
+ *   void free_async(void* ptr, void* stream) noexcept;     // ABI 1.3 free_async
+ *   // `bytes` > 0, both pointers set, `kind` valid. Stream NULL: ordered after all earlier
+ *   // work and done on return (ABI 1.0 copy); else queued on the stream.
+ *   void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream);
+ *   void synchronize(void* stream);
+ *   // The data calls, with the call read into this header's struct and its jobs (and their
+ *   // segments) as plain arrays of this header's structs.
+ *   void append(const kvc_append_job* jobs, const kvc_append_call& call);
+ *   void attend(const kvc_attend_job* jobs, const kvc_attend_call& call);
+ *   void compact(const kvc_compact_job* jobs, const kvc_compact_call& call);
+ *   void read_keys(const kvc_read_keys_job* jobs, const kvc_read_keys_call& call);
+ *   void read_tokens(const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& call);
+ * @endcode
+ * and the library says `KVC_BACKEND_PLUGIN(B);` once. Every function may throw (PluginError
+ * via kvc::plugin::fail for a status of its choice; std::bad_alloc is OUT_OF_MEMORY, anything
+ * else INTERNAL); the skeleton has already checked the instance, the host API (its ABI major),
+ * out-parameters, copy arguments, the config's shape and parameter list, and the size of
+ * every struct and job array. The destructor of B destroys the instance and must not throw.
+ */
+#ifndef KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
+#define KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "kvcache/kvcache_plugin.h"
+#include "kvcache/kvcache_plugin_support.hpp"
+
+namespace kvc::plugin {
+
+// The host API a backend is created with: present and of this plugin's ABI major.
+inline void check_host(const kvc_host_api* host) {
+  if (host == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "host API is NULL");
+  const unsigned major = host->abi_version >> 16;
+  if (major != KVC_PLUGIN_ABI_MAJOR)
+    fail(KVC_ERR_PLUGIN, "host plugin ABI major %u, built for %d", major, KVC_PLUGIN_ABI_MAJOR);
+}
+
+// A creation config read as this header's struct, its shape and parameter list checked.
+inline kvc_backend_config read_config(const kvc_backend_config* given) {
+  const auto config = read_host_struct(given, sizeof(kvc_backend_config), "backend config");
+  if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
+      config.n_q_heads < config.n_kv_heads)
+    fail(KVC_ERR_INVALID_ARGUMENT, "backend config: bad shape (%d layers, %d KV heads, %d query "
+         "heads, head_dim %d)", config.n_layers, config.n_kv_heads, config.n_q_heads,
+         config.head_dim);
+  if (config.n_params > 0 && config.params == nullptr)
+    fail(KVC_ERR_INVALID_ARGUMENT, "backend config: params are NULL");
+  for (size_t i = 0; i < config.n_params; ++i)
+    if (config.params[i].key == nullptr || config.params[i].value == nullptr)
+      fail(KVC_ERR_INVALID_ARGUMENT, "backend config: parameter %zu has a NULL key or value", i);
+  return config;
+}
+
+// Which of a segment's arrays a call reads: read_tokens reads positions only, and the host may
+// send it segments without K and V.
+enum class Reads { rows_and_positions, positions };
+
+// The number of tokens in job `job`'s segment list, checking each segment's count and the
+// pointers the call reads.
+inline int64_t count_segment_tokens(const kvc_segment* segments, int32_t n_segments,
+                                    const char* call, size_t job,
+                                    Reads reads = Reads::rows_and_positions) {
+  if (n_segments < 0 || (n_segments > 0 && segments == nullptr))
+    fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: bad segment list", call, job);
+  int64_t tokens = 0;
+  for (int32_t s = 0; s < n_segments; ++s) {
+    if (segments[s].count < 0)
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a negative count", call, job, s);
+    const bool rows_missing =
+        reads == Reads::rows_and_positions && (!segments[s].k || !segments[s].v);
+    if (segments[s].count > 0 && (rows_missing || !segments[s].pos))
+      fail(KVC_ERR_INVALID_ARGUMENT, "%s job %zu: segment %d has a NULL pointer", call, job, s);
+    tokens += segments[s].count;
+  }
+  return tokens;
+}
+
+// For a backend that takes no `backend.params`: KVC_ERR_CONFIG naming the first one.
+inline void refuse_params(const kvc_backend_config& config) {
+  if (config.n_params > 0)
+    fail(KVC_ERR_CONFIG, "backend.params.%s: unknown key, this backend takes no parameters",
+         config.params[0].key);
+}
+
+// The vtable of backend class B (see the file comment).
+template <class B>
+class BackendAdapter {
+ public:
+  static const kvc_backend_vtable vtable;
+
+ private:
+  static B& self(void* instance) {
+    if (instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "backend instance is NULL");
+    return *static_cast<B*>(instance);
+  }
+
+  static void make(const kvc_host_api* host, const kvc_backend_config* config,
+                   void** out_instance) {
+    if (out_instance == nullptr) fail(KVC_ERR_INVALID_ARGUMENT, "out_instance is NULL");
+    check_host(host);
+    *out_instance = B::create(*host, config);
+  }
+
+  static int32_t create(const kvc_host_api* host, void** out_instance,
+                        kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] { make(host, nullptr, out_instance); });
+  }
+
+  static int32_t create_with_config(const kvc_host_api* host, const kvc_backend_config* given,
+                                    void** out_instance, kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] {
+      const kvc_backend_config config = read_config(given);
+      make(host, &config, out_instance);
+    });
+  }
+
+  static void destroy(void* instance) noexcept { delete static_cast<B*>(instance); }
+
+  static void* alloc(void* instance, size_t bytes) noexcept {
+    return instance == nullptr ? nullptr : static_cast<B*>(instance)->alloc(bytes);
+  }
+
+  static void free_memory(void* instance, void* ptr) noexcept {
+    if (instance != nullptr && ptr != nullptr) static_cast<B*>(instance)->free(ptr);
+  }
+
+  static void free_async(void* instance, void* ptr, void* stream) noexcept {
+    if (instance != nullptr && ptr != nullptr) static_cast<B*>(instance)->free_async(ptr, stream);
+  }
+
+  static void checked_copy(void* instance, void* dst, const void* src, size_t bytes,
+                           kvc_copy_kind kind, void* stream) {
+    if (kind != KVC_COPY_HOST_TO_DEVICE && kind != KVC_COPY_DEVICE_TO_HOST &&
+        kind != KVC_COPY_DEVICE_TO_DEVICE)
+      fail(KVC_ERR_INVALID_ARGUMENT, "unknown copy kind %d", int(kind));
+    B& backend = self(instance);
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr)
+      fail(KVC_ERR_INVALID_ARGUMENT, "copy with a NULL pointer");
+    backend.copy(dst, src, bytes, kind, stream);
+  }
+
+  static int32_t copy(void* instance, void* dst, const void* src, size_t bytes,
+                      kvc_copy_kind kind, kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] { checked_copy(instance, dst, src, bytes, kind, nullptr); });
+  }
+
+  static int32_t copy_async(void* instance, void* dst, const void* src, size_t bytes,
+                            kvc_copy_kind kind, void* stream, kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] { checked_copy(instance, dst, src, bytes, kind, stream); });
+  }
+
+  static int32_t synchronize(void* instance, void* stream, kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] { self(instance).synchronize(stream); });
+  }
+
+  // Reads the call and its jobs as this header's structs, then runs `run`.
+  template <class Call, class Job, class Run>
+  static int32_t data_call(void* instance, const Call* given, size_t min_call, size_t min_job,
+                           const char* name, kvc_plugin_error* error, Run run) noexcept {
+    return report_errors(error, [&] {
+      char what[48];
+      std::snprintf(what, sizeof what, "%s call", name);
+      const Call call = read_host_struct(given, min_call, what);
+      const HostJobs<Job> jobs(call.jobs, call.n_jobs, min_job, name);
+      run(self(instance), jobs.data(), call);
+    });
+  }
+
+  static int32_t append(void* instance, const kvc_append_call* call,
+                        kvc_plugin_error* error) noexcept {
+    return data_call<kvc_append_call, kvc_append_job>(
+        instance, call, sizeof(kvc_append_call), sizeof(kvc_append_job), "append", error,
+        [](B& b, const kvc_append_job* jobs, const kvc_append_call& c) { b.append(jobs, c); });
+  }
+
+  static int32_t attend(void* instance, const kvc_attend_call* call,
+                        kvc_plugin_error* error) noexcept {
+    return data_call<kvc_attend_call, kvc_attend_job>(
+        instance, call, sizeof(kvc_attend_call), sizeof(kvc_attend_job), "attend", error,
+        [](B& b, const kvc_attend_job* jobs, const kvc_attend_call& c) { b.attend(jobs, c); });
+  }
+
+  static int32_t compact(void* instance, const kvc_compact_call* call,
+                         kvc_plugin_error* error) noexcept {
+    return data_call<kvc_compact_call, kvc_compact_job>(
+        instance, call, sizeof(kvc_compact_call), sizeof(kvc_compact_job), "compact", error,
+        [](B& b, const kvc_compact_job* jobs, const kvc_compact_call& c) { b.compact(jobs, c); });
+  }
+
+  static int32_t read_keys(void* instance, const kvc_read_keys_call* call,
+                           kvc_plugin_error* error) noexcept {
+    return data_call<kvc_read_keys_call, kvc_read_keys_job>(
+        instance, call, sizeof(kvc_read_keys_call), sizeof(kvc_read_keys_job), "read_keys",
+        error, [](B& b, const kvc_read_keys_job* jobs, const kvc_read_keys_call& c) {
+          b.read_keys(jobs, c);
+        });
+  }
+
+  static int32_t read_tokens(void* instance, const kvc_read_tokens_call* call,
+                             kvc_plugin_error* error) noexcept {
+    return data_call<kvc_read_tokens_call, kvc_read_tokens_job>(
+        instance, call, sizeof(kvc_read_tokens_call), sizeof(kvc_read_tokens_job),
+        "read_tokens", error,
+        [](B& b, const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& c) {
+          b.read_tokens(jobs, c);
+        });
+  }
+};
+
+template <class B>
+const kvc_backend_vtable BackendAdapter<B>::vtable = {
+    sizeof(kvc_backend_vtable), &create,   &destroy,  &alloc,       &free_memory,
+    &copy,                      &append,   &attend,   &compact,     &read_keys,
+    &read_tokens,               &create_with_config,  &copy_async,  &free_async,
+    &synchronize,
+};
+
+// The descriptor of backend class B; `version` is the plugin's own.
+template <class B>
+constexpr kvc_plugin_descriptor backend_descriptor(uint32_t version) {
+  return {sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, B::kName,
+          version, &BackendAdapter<B>::vtable};
+}
+
+// The entry point's body for a library holding the one descriptor.
+inline int32_t backend_entry(const kvc_plugin_descriptor* descriptor,
+                             const kvc_plugin_descriptor** out_descriptors, size_t* out_count,
+                             kvc_plugin_error* error) noexcept {
+  if (out_descriptors == nullptr || out_count == nullptr) {
+    write_labelled_error(error, "kvc_plugin_entry needs its out-parameters");
+    return KVC_ERR_INVALID_ARGUMENT;
+  }
+  *out_descriptors = descriptor;
+  *out_count = 1;
+  return KVC_OK;
+}
+
+}  // namespace kvc::plugin
+
+// Defines the library's plugin_label() and its one exported symbol, the entry point
+// returning the descriptor of backend class Class at plugin version Version.
+#define KVC_BACKEND_PLUGIN(Class, Version)                                                    \
+  const char* kvc::plugin::plugin_label() { return Class::kLabel; }                           \
+  namespace {                                                                                 \
+  constexpr kvc_plugin_descriptor kvc_backend_plugin_descriptor =                            \
+      ::kvc::plugin::backend_descriptor<Class>(Version);                                      \
+  }                                                                                           \
+  extern "C" KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(                                      \
+      const kvc_host_api* /*host*/, const kvc_plugin_descriptor** out_descriptors,            \
+      size_t* out_count, kvc_plugin_error* error) {                                           \
+    return ::kvc::plugin::backend_entry(&kvc_backend_plugin_descriptor, out_descriptors,      \
+                                        out_count, error);                                    \
+  }                                                                                           \
+  static_assert(std::is_same_v<decltype(&kvc_plugin_entry), kvc_plugin_entry_fn>,             \
+                "kvc_plugin_entry must match kvc_plugin_entry_fn")
+
+#endif  // KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
