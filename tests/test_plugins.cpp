@@ -5,7 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -486,6 +490,52 @@ TEST_CASE("plugins: an append and an attend to a non-empty sequence read nothing
       KVT_CHECK_ERR(kvc_append(cache.get(), 0, &again, &tk, &tk), KVC_ERR_INVALID_ARGUMENT);
     }
   }
+}
+
+// What makes the strict backend catch host reads of storage in the suites that run on it.
+TEST_CASE("plugins: the strict backend's memory faults when the host reads it between calls") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_STRICT_PLUGIN));
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1;
+  p.kv_heads = 1;
+  p.q_heads = 1;
+  p.head_dim = 4;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  p.backend = "strict";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t seq = 0, n = 3, positions[n] = {0, 1, 2};
+  REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
+  const std::vector<float> kv(n * 4, 0.5f);
+  const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, positions);
+  KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &batch, &t, &t));
+  // Read through the backend: fine.
+  CHECK(kvt::stored_positions(cache.get(), seq, 0, 0) == std::vector<int32_t>{0, 1, 2});
+  kvc_segment_view view;
+  size_t count = 0;
+  KVT_REQUIRE_OK(kvc_seq_view(cache.get(), seq, 0, 0, &view, 1, &count));
+  REQUIRE(count == 1);
+  // Read by the host: a child process does it and must not survive it.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int quiet = ::open("/dev/null", O_WRONLY);
+    ::dup2(quiet, 1);
+    ::dup2(quiet, 2);
+    std::signal(SIGSEGV, SIG_DFL);
+    const volatile int32_t read = view.pos[0];
+    (void)read;
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
 
 TEST_CASE("plugins: a folder named twice, spelt two ways, loads once and warns of nothing") {
