@@ -346,6 +346,15 @@ TEST_CASE("plugins: a policy built against the frozen ABI 1.0 header loads and r
             std::vector<int32_t>{0, 1, 2, 3, 4, 5});
     }
   }
+  // The newest tokens were evicted: a store may go on from the newest kept one.
+  const int32_t one = 1;
+  for (const int32_t position : {5, 6}) {
+    kvc_batch next;
+    kvc_batch_init(&next, 1, &seq, &one, &position);
+    kvc_tensor tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+    kvt::Status stored{kvc_append(cache.get(), 0, &next, &tk, &tk)};
+    CHECK(stored.code() == (position == 5 ? KVC_ERR_INVALID_ARGUMENT : KVC_OK));
+  }
 }
 
 TEST_CASE("plugins: a newer minor whose extra vtable entry is set is refused, naming it") {

@@ -148,9 +148,12 @@ static void note_arena(unsigned char *arena) {
 
 static int32_t strict_create(const kvc_host_api *host, void **out_instance,
                              kvc_plugin_error *error) {
+  static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
   strict_instance *s;
   int32_t code;
+  pthread_mutex_lock(&loading);  /* caches may be created on several threads */
   if (!cpu) cpu = kvc_test_cpu_backend(host, "strict backend", error);
+  pthread_mutex_unlock(&loading);
   if (!cpu) return KVC_ERR_PLUGIN;
   s = (strict_instance *)calloc(1, sizeof *s);
   if (!s) return KVC_ERR_OUT_OF_MEMORY;
