@@ -41,6 +41,19 @@ inline kvc::HeadImage stored_head(kvc_cache* cache, int32_t seq, int32_t layer,
   return std::move(image.heads[static_cast<size_t>(layer * image.kv_heads + kv_head)]);
 }
 
+// Every head's positions, K and V bytes, head after head: what two caches storing the same
+// tokens hold alike.
+inline std::vector<unsigned char> stored_bytes(kvc_cache* cache, int32_t seq) {
+  std::vector<unsigned char> bytes;
+  for (const kvc::HeadImage& head : stored_sequence(cache, seq).heads) {
+    const auto* pos = reinterpret_cast<const unsigned char*>(head.positions.data());
+    bytes.insert(bytes.end(), pos, pos + head.positions.size() * sizeof(int32_t));
+    bytes.insert(bytes.end(), head.k.begin(), head.k.end());
+    bytes.insert(bytes.end(), head.v.begin(), head.v.end());
+  }
+  return bytes;
+}
+
 // The positions one (layer, KV head) of the sequence stores, oldest first.
 inline std::vector<int32_t> stored_positions(kvc_cache* cache, int32_t seq, int32_t layer,
                                              int32_t kv_head) {

@@ -518,9 +518,10 @@ TEST_CASE("attention: appends of many MiB store every head's rows exactly as giv
       for (int32_t s = 0; s < kSeqs; ++s) lengths[s] += kChunk;
     }
     for (int32_t s = 0; s < kSeqs; ++s) {
+      const kvc::SequenceImage stored = kvt::stored_sequence(cache.get(), s);
       for (int32_t h = 0; h < kHeads; ++h) {
         INFO("sequence " << s << " head " << h);
-        const kvc::HeadImage got = kvt::stored_head(cache.get(), s, 0, h);
+        const kvc::HeadImage& got = stored.heads[static_cast<size_t>(h)];
         REQUIRE(got.positions.size() == static_cast<size_t>(lengths[s]));
         std::vector<uint16_t> k_want, v_want;
         for (size_t t = 0; t < got.positions.size(); ++t) {

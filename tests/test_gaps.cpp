@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "host_reads.hpp"
 #include "raw_enum_calls.h"
 #include "test_support.hpp"
 
@@ -145,15 +146,6 @@ kvc_cache_params small_params() {
   return p;
 }
 
-std::vector<int32_t> viewed_positions(const kvc_cache* cache, int32_t seq) {
-  size_t count = 0;
-  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, 0, nullptr, 0, &count));
-  std::vector<kvc_segment_view> views(count);
-  KVT_REQUIRE_OK(kvc_seq_view(cache, seq, 0, 0, views.data(), views.size(), &count));
-  std::vector<int32_t> positions;
-  for (const kvc_segment_view& v : views) positions.insert(positions.end(), v.pos, v.pos + v.count);
-  return positions;
-}
 
 struct Captured {
   std::vector<std::pair<kvc_log_level, std::string>> messages;
@@ -202,7 +194,7 @@ TEST_CASE("gaps: positions increase strictly within a sequence, across appends t
       CHECK(kvt::contains(st.message(), c.says));
       CHECK(kvt::contains(st.message(), "sequence 0"));
       CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
-      CHECK(viewed_positions(cache.get(), 0) == std::vector<int32_t>{0, 1, 5});
+      CHECK(kvt::stored_positions(cache.get(), 0, 0, 0) == std::vector<int32_t>{0, 1, 5});
     }
     {
       kvt::Status st = append(cache.get(), 0, {4});
@@ -226,7 +218,7 @@ TEST_CASE("gaps: positions increase strictly within a sequence, across appends t
     CHECK(append(cache.get(), 0, {0}, 1).ok());
     KVT_CHECK_OK(kvc_seq_truncate(cache.get(), 0, 1));
     CHECK(append(cache.get(), 0, {1, 2}).ok());
-    CHECK(viewed_positions(cache.get(), 0) == std::vector<int32_t>{0, 1, 2});
+    CHECK(kvt::stored_positions(cache.get(), 0, 0, 0) == std::vector<int32_t>{0, 1, 2});
   }
 }
 

@@ -5,7 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "host_reads.hpp"
 #include "kvcache/kvcache_plugin.h"
 #include "test_support.hpp"
 
@@ -337,15 +342,18 @@ TEST_CASE("plugins: a policy built against the frozen ABI 1.0 header loads and r
   KVT_CHECK_OK(kvc_compress(cache.get(), -1, 1, &seq));
   for (int32_t layer = 0; layer < 2; ++layer) {
     for (int32_t h = 0; h < 2; ++h) {
-      kvc_segment_view segments[8];
-      size_t n_segments = 0;
-      KVT_CHECK_OK(kvc_seq_view(cache.get(), seq, layer, h, segments, 8, &n_segments));
-      REQUIRE(n_segments <= 8);
-      std::vector<int32_t> kept;
-      for (size_t s = 0; s < n_segments; ++s)
-        kept.insert(kept.end(), segments[s].pos, segments[s].pos + segments[s].count);
-      CHECK(kept == std::vector<int32_t>{0, 1, 2, 3, 4, 5});
+      CHECK(kvt::stored_positions(cache.get(), seq, layer, h) ==
+            std::vector<int32_t>{0, 1, 2, 3, 4, 5});
     }
+  }
+  // The newest tokens were evicted: a store may go on from the newest kept one.
+  const int32_t one = 1;
+  for (const int32_t position : {5, 6}) {
+    kvc_batch next;
+    kvc_batch_init(&next, 1, &seq, &one, &position);
+    kvc_tensor tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+    kvt::Status stored{kvc_append(cache.get(), 0, &next, &tk, &tk)};
+    CHECK(stored.code() == (position == 5 ? KVC_ERR_INVALID_ARGUMENT : KVC_OK));
   }
 }
 
@@ -368,7 +376,7 @@ namespace {
 
 // Calls the counting backend received, by kind.
 struct BackendCalls {
-  long copy, append, attend, compact, read_keys, read_tokens;
+  long copy, append, attend, compact, read_keys, read_tokens, copy_to_host;
 };
 
 BackendCalls counted_calls() {
@@ -377,10 +385,10 @@ BackendCalls counted_calls() {
   auto calls = reinterpret_cast<int (*)(long*)>(dlsym(handle, "kvc_counting_calls"));
   const bool found = calls != nullptr;
   REQUIRE(found);
-  long out[6] = {};
+  long out[7] = {};
   REQUIRE(calls(out) == 1);
   dlclose(handle);
-  return {out[0], out[1], out[2], out[3], out[4], out[5]};
+  return {out[0], out[1], out[2], out[3], out[4], out[5], out[6]};
 }
 
 }  // namespace
@@ -426,6 +434,117 @@ TEST_CASE("plugins: compressing a 4096-token, 8-layer cache makes O(1) backend c
     CHECK(after.compact - before.compact == 1);
     CHECK(kvt::seq_length(cache.get(), 1, kLayers - 1, kKvHeads - 1) == kTokens / 2);
   }
+}
+
+// The core knows every position and length a store or an attention needs from its own
+// metadata: on a GPU a read of backend memory would be a device-to-host round trip per call.
+TEST_CASE("plugins: an append and an attend to a non-empty sequence read nothing back") {
+  constexpr int32_t kLayers = 2, kKvHeads = 2, kQHeads = 4, kDim = 8, kPrompt = 10;
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_COUNTING_PLUGIN));
+  // No policy; one that tracks statistics and one that reads keys, neither due at these steps.
+  for (const char* policy : {static_cast<const char*>(nullptr), "h2o", "knorm"}) {
+    CAPTURE(policy ? policy : "none");
+    for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+      CAPTURE(layout);
+      kvc_cache_params p;
+      kvc_cache_params_init(&p);
+      p.layers = kLayers;
+      p.kv_heads = kKvHeads;
+      p.q_heads = kQHeads;
+      p.head_dim = kDim;
+      p.dtype = KVC_DTYPE_F16;
+      p.layout = layout;
+      p.block_tokens = 4;
+      p.backend = "counting";
+      p.policy = policy;
+      p.budget = policy ? 64 : 0;
+      kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+      const int32_t seq = 0;
+      REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
+      std::vector<float> kv(kPrompt * kKvHeads * kDim, 0.5f), q(kPrompt * kQHeads * kDim, 0.25f);
+      std::vector<float> out(q.size());
+      const kvc_tensor tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+      const kvc_tensor tq = kvt::tensor(q.data(), KVC_DTYPE_F32);
+      kvc_tensor_mut to = kvt::tensor_mut(out.data());
+      std::vector<int32_t> positions(kPrompt);
+      for (int32_t t = 0; t < kPrompt; ++t) positions[static_cast<size_t>(t)] = t;
+      kvc_batch prompt;
+      kvc_batch_init(&prompt, 1, &seq, &kPrompt, positions.data());
+      for (int32_t layer = 0; layer < kLayers; ++layer)
+        KVT_REQUIRE_OK(kvc_append_attend(cache.get(), layer, &prompt, &tq, &tk, &tk, nullptr, &to));
+
+      // Decode steps: append then attend on layer 0, both in one call on layer 1.
+      const BackendCalls before = counted_calls();
+      for (int32_t step = 0; step < 3; ++step) {
+        const int32_t one = 1, pos = kPrompt + step;
+        kvc_batch decode;
+        kvc_batch_init(&decode, 1, &seq, &one, &pos);
+        KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &decode, &tk, &tk));
+        KVT_REQUIRE_OK(kvc_attend(cache.get(), 0, &decode, &tq, nullptr, &to));
+        KVT_REQUIRE_OK(kvc_append_attend(cache.get(), 1, &decode, &tq, &tk, &tk, nullptr, &to));
+      }
+      const BackendCalls after = counted_calls();
+      CHECK(after.append - before.append == 6);
+      CHECK(after.attend - before.attend == 6);
+      CHECK(after.read_tokens - before.read_tokens == 0);
+      CHECK(after.read_keys - before.read_keys == 0);
+      CHECK(after.copy_to_host - before.copy_to_host == 0);
+      CHECK(after.compact - before.compact == 0);
+      CHECK(kvt::seq_length(cache.get(), seq, 1, kKvHeads - 1) == kPrompt + 3);
+      // The positions check still holds, decided from the same metadata.
+      const int32_t one = 1, stale = kPrompt + 2;
+      kvc_batch again;
+      kvc_batch_init(&again, 1, &seq, &one, &stale);
+      KVT_CHECK_ERR(kvc_append(cache.get(), 0, &again, &tk, &tk), KVC_ERR_INVALID_ARGUMENT);
+    }
+  }
+}
+
+// What makes the strict backend catch host reads of storage in the suites that run on it.
+TEST_CASE("plugins: the strict backend's memory faults when the host reads it between calls") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_STRICT_PLUGIN));
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1;
+  p.kv_heads = 1;
+  p.q_heads = 1;
+  p.head_dim = 4;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  p.backend = "strict";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t seq = 0, n = 3, positions[n] = {0, 1, 2};
+  REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
+  const std::vector<float> kv(n * 4, 0.5f);
+  const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, positions);
+  KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &batch, &t, &t));
+  // Read through the backend: fine.
+  CHECK(kvt::stored_positions(cache.get(), seq, 0, 0) == std::vector<int32_t>{0, 1, 2});
+  kvc_segment_view view;
+  size_t count = 0;
+  KVT_REQUIRE_OK(kvc_seq_view(cache.get(), seq, 0, 0, &view, 1, &count));
+  REQUIRE(count == 1);
+  // Read by the host: a child process does it and must not survive it.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int quiet = ::open("/dev/null", O_WRONLY);
+    ::dup2(quiet, 1);
+    ::dup2(quiet, 2);
+    std::signal(SIGSEGV, SIG_DFL);
+    const volatile int32_t read = view.pos[0];
+    (void)read;
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
 
 TEST_CASE("plugins: a folder named twice, spelt two ways, loads once and warns of nothing") {

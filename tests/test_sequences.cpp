@@ -71,18 +71,6 @@ std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
   return all;
 }
 
-// Everything stored for one sequence: positions, K and V bytes of every (layer, head).
-std::vector<unsigned char> stored(kvc_cache* cache, int32_t seq) {
-  std::vector<unsigned char> bytes;
-  for (const kvc::HeadImage& head : kvt::stored_sequence(cache, seq).heads) {
-    const auto* pos = reinterpret_cast<const unsigned char*>(head.positions.data());
-    bytes.insert(bytes.end(), pos, pos + head.positions.size() * sizeof(int32_t));
-    bytes.insert(bytes.end(), head.k.begin(), head.k.end());
-    bytes.insert(bytes.end(), head.v.begin(), head.v.end());
-  }
-  return bytes;
-}
-
 kvc_cache_params params(kvc_layout layout, const char* policy) {
   kvc_cache_params p;
   kvc_cache_params_init(&p);
@@ -103,7 +91,58 @@ kvc_cache_params params(kvc_layout layout, const char* policy) {
 
 void compress(kvc_cache* cache, int32_t seq) { KVT_CHECK_OK(kvc_compress(cache, -1, 1, &seq)); }
 
+// Whether kvc_append of one token at `position` on `layer` is refused as out of order.
+bool refused_at(kvc_cache* cache, int32_t seq, int32_t layer, int32_t position) {
+  const int32_t one = 1;
+  std::vector<float> kv(kKvHeads * kHeadDim, 0.5f);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &one, &position);
+  const kvc_tensor t = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+  const Status s(kvc_append(cache, layer, &batch, &t, &t));
+  if (!s.ok()) REQUIRE_MESSAGE(s.code() == KVC_ERR_INVALID_ARGUMENT, s.describe());
+  return !s.ok();
+}
+
 }  // namespace
+
+// A store goes on after each head's newest stored position, which the core keeps on the host
+// (no backend read) and every change of what a head stores moves.
+TEST_CASE("sequences: a store goes on after the newest position kept, whatever changed it") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    CAPTURE(layout);
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(layout, nullptr));
+    std::mt19937 rng(31);
+    REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+    feed(cache.get(), 0, random_chunk(rng, range(0, 20)));
+    CHECK(refused_at(cache.get(), 0, 1, 19));
+    // Removing a middle range keeps the newest; truncating moves it back.
+    KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 0, 5, 10));
+    CHECK(refused_at(cache.get(), 0, 1, 19));
+    KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, 15));
+    CHECK(refused_at(cache.get(), 0, 1, 14));
+    feed(cache.get(), 0, random_chunk(rng, range(15, 17)));
+    CHECK(refused_at(cache.get(), 0, 0, 16));
+    // A fork and an import start from their source's newest.
+    KVT_REQUIRE_OK(kvc_seq_fork(cache.get(), 0, 1));
+    const std::vector<uint8_t> bytes = kvt::export_bytes(cache.get(), 0);
+    KVT_REQUIRE_OK(kvc_seq_import(cache.get(), 2, bytes.data(), bytes.size()));
+    for (int32_t seq : {1, 2}) {
+      CAPTURE(seq);
+      CHECK(refused_at(cache.get(), seq, 1, 16));
+      feed(cache.get(), seq, random_chunk(rng, range(17, 18)));
+    }
+    // One layer on: the other layer follows its own newest.
+    CHECK_FALSE(refused_at(cache.get(), 0, 0, 20));
+    CHECK(refused_at(cache.get(), 0, 0, 20));
+    CHECK_FALSE(refused_at(cache.get(), 0, 1, 17));
+    CHECK(kvt::stored_positions(cache.get(), 0, 1, 1) ==
+          std::vector<int32_t>{0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17});
+    // Emptied, a head takes any position again.
+    KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, 0));
+    CHECK_FALSE(refused_at(cache.get(), 0, 0, 0));
+  }
+}
 
 TEST_CASE("sequences: a fork behaves bit for bit like an independent sequence, sharing blocks") {
   for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
@@ -127,7 +166,7 @@ TEST_CASE("sequences: a fork behaves bit for bit like an independent sequence, s
     CHECK(after_fork.bytes_shared > 0);
     // Only the branch's statistics were copied; the K/V blocks count once.
     CHECK(after_fork.bytes_used - before_fork.bytes_used < after_fork.bytes_shared);
-    CHECK(stored(forked.get(), 1) == stored(forked.get(), 0));
+    CHECK(kvt::stored_bytes(forked.get(), 1) == kvt::stored_bytes(forked.get(), 0));
 
     // Divergent decode steps, and compression on both branches in between.
     for (int step = 0; step < 24; ++step) {
@@ -142,7 +181,9 @@ TEST_CASE("sequences: a fork behaves bit for bit like an independent sequence, s
         }
       }
     }
-    for (int32_t s : {0, 1}) CHECK(stored(forked.get(), s) == stored(separate.get(), s));
+    for (int32_t s : {0, 1}) {
+      CHECK(kvt::stored_bytes(forked.get(), s) == kvt::stored_bytes(separate.get(), s));
+    }
     // The shared blocks once plus the divergent ones.
     const kvc_cache_stats a = kvt::get_stats(forked.get());
     const kvc_cache_stats b = kvt::get_stats(separate.get());
@@ -213,7 +254,7 @@ TEST_CASE("sequences: truncate and remove-range equal a sequence that never held
       REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
       feed(cache.get(), 0, all);
       if (fork_first) KVT_CHECK_OK(kvc_seq_fork(cache.get(), 0, 1));
-      const std::vector<unsigned char> source_before = stored(cache.get(), 0);
+      const std::vector<unsigned char> source_before = kvt::stored_bytes(cache.get(), 0);
 
       SUBCASE("truncate at 20") {
         const uint64_t stored_before = kvt::get_stats(cache.get()).tokens_stored;
@@ -230,12 +271,12 @@ TEST_CASE("sequences: truncate and remove-range equal a sequence that never held
         REQUIRE(kvc_seq_create(fresh.get(), seq) == nullptr);
         feed(fresh.get(), seq, rows(0, 10));
         feed(fresh.get(), seq, rows(20, 30));
-        CHECK(stored(cache.get(), seq) == stored(fresh.get(), seq));
+        CHECK(kvt::stored_bytes(cache.get(), seq) == kvt::stored_bytes(fresh.get(), seq));
         const Chunk next = random_chunk(rng, range(30, 35));
         CHECK(feed(cache.get(), seq, next) == feed(fresh.get(), seq, next));
       }
       // A fork's source is untouched by what the fork drops.
-      if (fork_first) CHECK(stored(cache.get(), 0) == source_before);
+      if (fork_first) CHECK(kvt::stored_bytes(cache.get(), 0) == source_before);
     }
   }
 }
@@ -265,10 +306,10 @@ TEST_CASE("sequences: failed sequence operations change nothing") {
   std::mt19937 rng(9);
   feed(cache.get(), 0, random_chunk(rng, range(0, 12)));
   const kvc_cache_stats before = kvt::get_stats(cache.get());
-  const std::vector<unsigned char> data = stored(cache.get(), 0);
+  const std::vector<unsigned char> data = kvt::stored_bytes(cache.get(), 0);
   auto unchanged = [&] {
     CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
-    CHECK(stored(cache.get(), 0) == data);
+    CHECK(kvt::stored_bytes(cache.get(), 0) == data);
   };
   KVT_CHECK_ERR(kvc_seq_fork(cache.get(), 0, 2), KVC_ERR_ALREADY_EXISTS);
   unchanged();
@@ -296,7 +337,7 @@ TEST_CASE("sequences: copying a shared block past the memory limit is OUT_OF_MEM
   KVT_CHECK_OK(kvc_seq_fork(cache.get(), 0, 1));
   const kvc_cache_stats before = kvt::get_stats(cache.get());
   CHECK(before.bytes_shared == before.bytes_used);
-  const std::vector<unsigned char> data = stored(cache.get(), 1);
+  const std::vector<unsigned char> data = kvt::stored_bytes(cache.get(), 1);
   // Appending to the fork copies each (layer, head)'s shared partly filled block first: layer
   // 0's two copies fit, layer 1's do not.
   const Chunk token = random_chunk(rng, {4});
@@ -307,11 +348,11 @@ TEST_CASE("sequences: copying a shared block past the memory limit is OUT_OF_MEM
   KVT_CHECK_OK(kvc_append(cache.get(), 0, &batch, &k, &k));
   const kvc_cache_stats mid = kvt::get_stats(cache.get());
   CHECK(mid.bytes_shared == before.bytes_shared / 2);
-  const std::vector<unsigned char> mid_data = stored(cache.get(), 1);
+  const std::vector<unsigned char> mid_data = kvt::stored_bytes(cache.get(), 1);
   KVT_CHECK_ERR(kvc_append(cache.get(), 1, &batch, &k, &k), KVC_ERR_OUT_OF_MEMORY);
   CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), mid));
-  CHECK(stored(cache.get(), 1) == mid_data);
-  CHECK(stored(cache.get(), 0) == data);
+  CHECK(kvt::stored_bytes(cache.get(), 1) == mid_data);
+  CHECK(kvt::stored_bytes(cache.get(), 0) == data);
 }
 
 namespace {
@@ -371,10 +412,10 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     }
     std::filesystem::remove(path);
 
-    const std::vector<unsigned char> original = stored(cache.get(), 0);
-    CHECK(stored(cache.get(), 1) == original);
-    CHECK(stored(same.get(), 0) == original);
-    CHECK(stored(other.get(), 0) == original);
+    const std::vector<unsigned char> original = kvt::stored_bytes(cache.get(), 0);
+    CHECK(kvt::stored_bytes(cache.get(), 1) == original);
+    CHECK(kvt::stored_bytes(same.get(), 0) == original);
+    CHECK(kvt::stored_bytes(other.get(), 0) == original);
     CHECK(kvt::export_bytes(same.get(), 0) == bytes);
     // The same later inputs give the same outputs and, through the statistics and counters,
     // the same compression. Another layout cuts the keys into other segments, so its sums run
@@ -390,8 +431,8 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
     }
     for (int32_t s : {0, 1}) compress(cache.get(), s);
     compress(same.get(), 0);
-    CHECK(stored(cache.get(), 1) == stored(cache.get(), 0));
-    CHECK(stored(same.get(), 0) == stored(cache.get(), 0));
+    CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(cache.get(), 0));
+    CHECK(kvt::stored_bytes(same.get(), 0) == kvt::stored_bytes(cache.get(), 0));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "host_reads.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -129,30 +130,6 @@ bool has_sequence(kvc_cache* cache, int32_t seq) {
   return st.ok();
 }
 
-// Stored K/V and positions of every (layer, KV head), as kvc_seq_view shows them.
-std::vector<unsigned char> stored(kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
-  const size_t row = static_cast<size_t>(kHeadDim) * kvc_dtype_size(dtype);
-  std::vector<unsigned char> bytes;
-  for (int32_t layer = 0; layer < kLayers; ++layer) {
-    for (int32_t head = 0; head < kKvHeads; ++head) {
-      size_t count = 0;
-      KVT_REQUIRE_OK(kvc_seq_view(cache, seq, layer, head, nullptr, 0, &count));
-      std::vector<kvc_segment_view> views(count);
-      KVT_REQUIRE_OK(kvc_seq_view(cache, seq, layer, head, views.data(), count, &count));
-      for (const kvc_segment_view& view : views) {
-        const size_t n = static_cast<size_t>(view.count);
-        const auto* pos = reinterpret_cast<const unsigned char*>(view.pos);
-        const auto* k = static_cast<const unsigned char*>(view.k);
-        const auto* v = static_cast<const unsigned char*>(view.v);
-        bytes.insert(bytes.end(), pos, pos + n * sizeof(int32_t));
-        bytes.insert(bytes.end(), k, k + n * row);
-        bytes.insert(bytes.end(), v, v + n * row);
-      }
-    }
-  }
-  return bytes;
-}
-
 std::vector<int32_t> prompt(size_t n, int32_t seed) {
   std::vector<int32_t> ids(n);
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -223,7 +200,7 @@ TEST_CASE("stores: offload then restore is bit-exact, both layouts, f16 and f32"
       CHECK(kvt::get_stats(cache.get()).bytes_used == 0);
       KVT_REQUIRE_OK(kvc_seq_restore(cache.get(), 0, "mem", "seq-0"));
       CHECK(export_bytes(cache.get(), 0) == image);
-      CHECK(stored(cache.get(), 0, dtype) == stored(reference.get(), 0, dtype));
+      CHECK(kvt::stored_bytes(cache.get(), 0) == kvt::stored_bytes(reference.get(), 0));
       CHECK(kvt::stats_equal(kvt::get_stats(reference.get()), empty_before));
       // The value stays: a second restore under another id holds the same.
       KVT_REQUIRE_OK(kvc_seq_restore(cache.get(), 5, "mem", "seq-0"));
@@ -318,12 +295,7 @@ TEST_CASE("stores: prefix keys are docs/stores.md's SHA-256, one image of its to
       KVT_REQUIRE_OK(kvc_seq_restore(cache.get(), id, "mem", key.c_str()));
       for (int32_t layer = 0; layer < kLayers; ++layer) {
         for (int32_t head = 0; head < kKvHeads; ++head) {
-          size_t count = 0;
-          KVT_REQUIRE_OK(kvc_seq_view(cache.get(), id, layer, head, nullptr, 0, &count));
-          std::vector<kvc_segment_view> views(count);
-          KVT_REQUIRE_OK(kvc_seq_view(cache.get(), id, layer, head, views.data(), count, &count));
-          std::vector<int32_t> positions;
-          for (const kvc_segment_view& v : views) positions.insert(positions.end(), v.pos, v.pos + v.count);
+          const std::vector<int32_t> positions = kvt::stored_positions(cache.get(), id, layer, head);
           std::vector<int32_t> expected(kChunk);
           std::iota(expected.begin(), expected.end(), c * kChunk);
           CHECK(positions == expected);
@@ -377,7 +349,7 @@ TEST_CASE("stores: a prefix saved in one context loads in another, up to the fir
       KVT_REQUIRE_OK(kvc_seq_create(truncated.get(), 0));
       feed_ids(truncated.get(), 0, ids, 0, 4 * kChunk + 3);
       KVT_REQUIRE_OK(kvc_seq_truncate(truncated.get(), 0, 4 * kChunk));
-      CHECK(stored(loader.get(), 3, KVC_DTYPE_F16) == stored(truncated.get(), 0, KVC_DTYPE_F16));
+      CHECK(kvt::stored_bytes(loader.get(), 3) == kvt::stored_bytes(truncated.get(), 0));
 
       // A prompt differing in chunk 2: chunks 0 and 1 only.
       std::vector<int32_t> other = ids;
@@ -482,7 +454,7 @@ TEST_CASE("stores: a restored prefix then the rest's prefill equals a full prefi
       for (int32_t at = 5 * kChunk; at < static_cast<int32_t>(ids.size()); ++at) {
         CHECK(feed_ids(cache.get(), 0, ids, at, at + 1) == feed_ids(reference.get(), 0, ids, at, at + 1));
       }
-      CHECK(stored(cache.get(), 0, dtype) == stored(reference.get(), 0, dtype));
+      CHECK(kvt::stored_bytes(cache.get(), 0) == kvt::stored_bytes(reference.get(), 0));
     }
   }
 }
@@ -509,7 +481,7 @@ TEST_CASE("stores: a restored prefix arms 'once' like the prefill it replaces") 
   CHECK(feed_ids(cache.get(), 0, ids, shared, shared + 1) ==
         feed_ids(reference.get(), 0, ids, shared, shared + 1));
   CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 13);
-  CHECK(stored(cache.get(), 0, KVC_DTYPE_F16) == stored(reference.get(), 0, KVC_DTYPE_F16));
+  CHECK(kvt::stored_bytes(cache.get(), 0) == kvt::stored_bytes(reference.get(), 0));
 }
 
 TEST_CASE("stores: saving again writes no chunk that is there; a failed put keeps earlier chunks") {
@@ -711,7 +683,7 @@ TEST_CASE("stores: prefix saves and drops run concurrently with decoding on othe
     KVT_REQUIRE_OK(kvc_prefix_load(cache.get(), 20 + t, "host", &p, &restored));
     CHECK(restored == 2 * kChunk);
     KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), t, 2 * kChunk));
-    CHECK(stored(cache.get(), 20 + t, KVC_DTYPE_F16) == stored(cache.get(), t, KVC_DTYPE_F16));
+    CHECK(kvt::stored_bytes(cache.get(), 20 + t) == kvt::stored_bytes(cache.get(), t));
   }
 }
 

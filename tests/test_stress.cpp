@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "sequence_image.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -105,26 +107,30 @@ void step(CacheAccess& access, Lane& lane, int32_t seq, int32_t pos, int32_t n, 
   }
 }
 
-// What a sequence stores on every (layer, KV head): positions, K and V, appended to `dst`.
+// What a sequence stores on every (layer, KV head): positions, K and V, appended to `dst`;
+// read through kvc_seq_export(), as the backend's memory may be no host memory.
 void read_back(CacheAccess& access, Lane& lane, int32_t seq, std::vector<float>& dst) {
+  std::vector<uint8_t> bytes;
   access.shared([&](kvc_cache* c) {
-    for (int32_t layer = 0; layer < kLayers; ++layer) {
-      for (int32_t head = 0; head < kKvHeads; ++head) {
-        size_t count = 0;
-        record(lane, "kvc_seq_view", kvc_seq_view(c, seq, layer, head, nullptr, 0, &count));
-        std::vector<kvc_segment_view> views(count);
-        record(lane, "kvc_seq_view",
-               kvc_seq_view(c, seq, layer, head, views.data(), views.size(), &count));
-        for (const kvc_segment_view& s : views) {
-          const auto* k = static_cast<const float*>(s.k);
-          const auto* v = static_cast<const float*>(s.v);
-          for (int32_t t = 0; t < s.count; ++t) dst.push_back(static_cast<float>(s.pos[t]));
-          dst.insert(dst.end(), k, k + static_cast<size_t>(s.count) * kHeadDim);
-          dst.insert(dst.end(), v, v + static_cast<size_t>(s.count) * kHeadDim);
-        }
+    size_t size = 0, written = 0;
+    record(lane, "kvc_seq_export_size", kvc_seq_export_size(c, seq, &size));
+    bytes.resize(size);
+    record(lane, "kvc_seq_export", kvc_seq_export(c, seq, bytes.data(), size, &written));
+  });
+  if (!lane.error.empty()) return;
+  try {
+    const kvc::SequenceImage image = kvc::decode(bytes.data(), bytes.size());
+    for (const kvc::HeadImage& head : image.heads) {
+      const size_t rows = head.positions.size() * kHeadDim;  // f32 storage
+      for (int32_t p : head.positions) dst.push_back(static_cast<float>(p));
+      for (const uint8_t* from : {head.k_rows(), head.v_rows()}) {
+        dst.resize(dst.size() + rows);
+        std::memcpy(dst.data() + dst.size() - rows, from, rows * sizeof(float));
       }
     }
-  });
+  } catch (const std::exception& e) {
+    lane.error = std::string("decoding the export: ") + e.what();
+  }
 }
 
 // The work of one lane: a prompt in chunks, decoding, a compression, a fork whose branches

@@ -391,7 +391,9 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
     throw;
   }
   for (size_t s = 0; s < stores.size(); ++s) {
-    stores[s]->commit_append(extra[s], geometry_);
+    const size_t i = s / static_cast<size_t>(heads);
+    stores[s]->commit_append(extra[s], batch.positions[resolved.offsets[i] + extra[s] - 1],
+                             geometry_);
     tokens_stored_ += static_cast<uint64_t>(extra[s]);
   }
   return grown;
@@ -468,11 +470,17 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   check_kv_inputs(k, v, resolved.total_tokens);
   check_attention_inputs(q, params, out, resolved.total_tokens);
   OnceCompression once = compress_before_append(layer, batch, resolved);
-  std::vector<std::pair<HeadStore*, int32_t>> lengths;
+  // What each head held before the append, put back if the attention fails.
+  struct Before {
+    HeadStore* head;
+    int32_t length;
+    int32_t newest_position;
+  };
+  std::vector<Before> before;
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < config_.kv_heads; ++h) {
       HeadStore& head = store(*seq, layer, h);
-      lengths.emplace_back(&head, head.length());
+      before.push_back(Before{&head, head.length(), head.newest_position()});
     }
   }
   Replacements grown;
@@ -485,14 +493,14 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   try {
     attend_locked(layer, batch, resolved, q, params, out);
   } catch (...) {
-    for (auto& [head, length] : lengths) {
-      const int32_t added = head->length() - length;
+    for (const Before& b : before) {
+      const int32_t added = b.head->length() - b.length;
       tokens_stored_ -= static_cast<uint64_t>(added);
-      head->truncate(length, pool_, geometry_);
-      head->forget(added);
+      b.head->truncate(b.length, b.newest_position, pool_, geometry_);
+      b.head->forget(added);
     }
     undo(grown);
-    for (auto& entry : lengths) entry.first->release_empty_blocks(pool_, geometry_);
+    for (const Before& b : before) b.head->release_empty_blocks(pool_, geometry_);
     roll_back(once);
     throw;
   }

@@ -106,7 +106,7 @@ class Cache {
   }
   // Refuses a store whose positions do not increase strictly within each sequence, from
   // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
-  void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved);
+  void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved) const;
   // Checks a batch's tensors of `tokens` rows.
   void check_input(const kvc_tensor& t, int32_t heads, int32_t tokens, const char* what) const;
   void check_extent(const char* what, size_t row_stride, size_t row, size_t element,
@@ -177,10 +177,16 @@ class Cache {
                                 const ResolvedBatch& resolved);
   void compress_after_attend(int32_t layer, const ResolvedBatch& resolved, AfterAttend& plan,
                              void* stream);
-  // Moves the listed indices of each head to its front (compaction), copying shared segments
-  // it writes first; returns the tokens removed. All or nothing.
-  uint64_t compact_heads(const std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>>& heads,
-                         void* stream);
+  // A head's tokens to keep (indices, ascending) and the position of the last of them, which
+  // the caller read with the positions it chose them by.
+  struct Compaction {
+    HeadStore* head;
+    const std::vector<int32_t>* kept;
+    int32_t newest_position;
+  };
+  // Moves the kept indices of each head to its front, copying shared segments it writes
+  // first; returns the tokens removed. All or nothing.
+  uint64_t compact_heads(const std::vector<Compaction>& heads, void* stream);
   // Token slots [first, end) of a head about to be written.
   struct SlotWrite {
     HeadStore* head;

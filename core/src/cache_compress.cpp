@@ -170,18 +170,21 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   });
   if (first_error) std::rethrow_exception(first_error);
 
-  std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>> changed;
+  std::vector<Compaction> changed;
   for (LayerSelection& sel : selections) {
     for (int32_t h = 0; h < heads; ++h) {
       HeadStore& head = store(*sel.sequence, sel.layer, h);
       const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
-      if (static_cast<int32_t>(kept.size()) != head.length()) changed.emplace_back(&head, &kept);
+      if (static_cast<int32_t>(kept.size()) == head.length()) continue;
+      const std::vector<int32_t>& positions = sel.inputs[static_cast<size_t>(h)].positions;
+      changed.push_back(Compaction{
+          &head, &kept, kept.empty() ? -1 : positions[static_cast<size_t>(kept.back())]});
     }
   }
   const uint64_t evicted = compact_heads(changed, stream);
   tokens_evicted_ += evicted;
   std::vector<HeadStore*> compacted;
-  for (auto& entry : changed) compacted.push_back(entry.first);
+  for (const Compaction& c : changed) compacted.push_back(c.head);
   release_unused_capacity(compacted);
   for (LayerSelection& sel : selections) {
     for (int32_t h = 0; h < heads; ++h) {
@@ -190,12 +193,11 @@ void Cache::compress_locked(const std::vector<Sequence*>& sequences,
   }
 }
 
-uint64_t Cache::compact_heads(
-    const std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>>& heads, void* stream) {
+uint64_t Cache::compact_heads(const std::vector<Compaction>& heads, void* stream) {
   // Compaction writes each head's token slots from its first moved token on: segments there
   // that forked sequences share are copied first, with all memory taken before anything moves.
   std::vector<SlotWrite> writes;
-  for (const auto& [head, kept] : heads) {
+  for (const auto& [head, kept, newest] : heads) {
     int32_t first = 0;
     const int32_t n_keep = static_cast<int32_t>(kept->size());
     while (first < n_keep && (*kept)[static_cast<size_t>(first)] == first) ++first;
@@ -205,11 +207,11 @@ uint64_t Cache::compact_heads(
 
   std::vector<kvc_segment> segments;
   size_t total_segments = 0;
-  for (const auto& entry : heads) total_segments += entry.first->segments().size();
+  for (const Compaction& c : heads) total_segments += c.head->segments().size();
   segments.reserve(total_segments);  // jobs point into it: it must not reallocate
   std::vector<kvc_compact_job> jobs;
   jobs.reserve(heads.size());
-  for (const auto& [head, kept] : heads) {
+  for (const auto& [head, kept, newest] : heads) {
     const size_t first = segments.size();
     head->gather(segments, geometry_);
     jobs.push_back(kvc_compact_job{sizeof(kvc_compact_job),
@@ -225,9 +227,9 @@ uint64_t Cache::compact_heads(
   }
   keep(unshared);
   uint64_t removed = 0;
-  for (const auto& [head, kept] : heads) {
+  for (const auto& [head, kept, newest] : heads) {
     removed += static_cast<uint64_t>(head->length() - static_cast<int32_t>(kept->size()));
-    head->commit_compaction(static_cast<int32_t>(kept->size()), pool_, geometry_);
+    head->commit_compaction(static_cast<int32_t>(kept->size()), newest, pool_, geometry_);
   }
   tokens_stored_ -= removed;
   return removed;

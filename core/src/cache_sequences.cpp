@@ -73,8 +73,8 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   // A head keeps its tokens outside [first, end): a prefix is a truncation (counts only),
   // anything else a compaction.
   std::vector<std::vector<int32_t>> kept(sequence.heads.size());
-  std::vector<std::pair<HeadStore*, const std::vector<int32_t>*>> compactions;
-  std::vector<std::pair<HeadStore*, int32_t>> truncations;
+  std::vector<Compaction> compactions;
+  std::vector<Compaction> truncations;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     HeadStore& head = sequence.heads[i];
     const std::vector<int32_t>& pos = positions[i];
@@ -84,19 +84,17 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     }
     const int32_t n_keep = static_cast<int32_t>(kept[i].size());
     if (n_keep == head.length()) continue;
+    const int32_t newest = n_keep == 0 ? -1 : pos[static_cast<size_t>(kept[i].back())];
     const bool prefix = n_keep == 0 || kept[i].back() == n_keep - 1;
-    if (prefix) {
-      truncations.emplace_back(&head, n_keep);
-    } else {
-      compactions.emplace_back(&head, &kept[i]);
-    }
+    (prefix ? truncations : compactions).push_back(Compaction{&head, &kept[i], newest});
   }
   compact_heads(compactions, nullptr);
   std::vector<HeadStore*> changed;
-  for (auto& entry : compactions) changed.push_back(entry.first);
-  for (auto& [head, n_keep] : truncations) {
+  for (const Compaction& c : compactions) changed.push_back(c.head);
+  for (const auto& [head, kept_indices, newest] : truncations) {
+    const int32_t n_keep = static_cast<int32_t>(kept_indices->size());
     tokens_stored_ -= static_cast<uint64_t>(head->length() - n_keep);
-    head->truncate(n_keep, pool_, geometry_);
+    head->truncate(n_keep, newest, pool_, geometry_);
     changed.push_back(head);
   }
   release_unused_capacity(changed);

@@ -216,7 +216,8 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   }
   uint64_t tokens = 0;
   for (size_t i = 0; i < stores.size(); ++i) {
-    stores[i]->commit_append(lengths[i], geometry_);
+    const std::vector<int32_t>& positions = image.heads[i].positions;
+    stores[i]->commit_append(lengths[i], positions.empty() ? -1 : positions.back(), geometry_);
     stores[i]->restore_counters(image.heads[i].seen, image.heads[i].effective_budget);
     tokens += static_cast<uint64_t>(lengths[i]);
   }

@@ -24,6 +24,7 @@ HeadSnapshot capture_head(const HeadStore& head, Backend& backend, BlockPool& po
                        const Geometry& g) {
   HeadSnapshot snapshot;
   snapshot.length = head.length();
+  snapshot.newest_position = head.newest_position();
   snapshot.seen = head.seen();
   snapshot.effective_budget = head.effective_budget();
   snapshot.stats_capacity = head.stats_capacity();
@@ -93,8 +94,8 @@ void restore_head(HeadStore& head, HeadSnapshot& snapshot, Backend& backend, Blo
   // The held segments' ownership passes from the snapshot to the store.
   for (HeadSnapshot::Part& part : snapshot.parts) part.held = false;
   snapshot.parts.clear();
-  head.adopt(std::move(segments), stats, snapshot.stats_capacity, snapshot.length, snapshot.seen,
-             snapshot.effective_budget);
+  head.adopt(std::move(segments), stats, snapshot.stats_capacity, snapshot.length,
+             snapshot.newest_position, snapshot.seen, snapshot.effective_budget);
 }
 
 void release_snapshot(HeadSnapshot& snapshot, BlockPool& pool, const Geometry& g) {

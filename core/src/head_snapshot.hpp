@@ -19,6 +19,7 @@ struct HeadSnapshot {
   std::vector<unsigned char> stats;  // the statistics array, stats_capacity long
   int32_t stats_capacity = 0;
   int32_t length = 0;
+  int32_t newest_position = -1;
   int64_t seen = 0;
   int32_t effective_budget = -1;
 };

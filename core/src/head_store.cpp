@@ -172,7 +172,7 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
   }
 }
 
-void HeadStore::commit_append(int32_t n, const Geometry& g) {
+void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
   int32_t left = n;
   for (size_t i = open_segment(g); left > 0 && i < segments_.size(); ++i) {
     Segment& s = segments_[i];
@@ -182,6 +182,7 @@ void HeadStore::commit_append(int32_t n, const Geometry& g) {
   }
   length_ += n;
   seen_ += n;
+  if (n > 0) newest_position_ = newest_position;
 }
 
 void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
@@ -192,23 +193,27 @@ void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   }
 }
 
-void HeadStore::commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g) {
+void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
+                                  const Geometry& g) {
   int32_t placed = 0;
   for (Segment& s : segments_) {
     s.count = std::min(s.capacity, kept - placed);
     placed += s.count;
   }
   length_ = kept;
+  newest_position_ = newest_position;
   release_empty_blocks(pool, g);
 }
 
-void HeadStore::truncate(int32_t new_length, BlockPool& pool, const Geometry& g) {
+void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
+                         const Geometry& g) {
   int32_t kept = 0;
   for (Segment& s : segments_) {
     s.count = std::clamp(new_length - kept, 0, s.count);
     kept += s.count;
   }
   length_ = kept;
+  newest_position_ = newest_position;
   release_empty_blocks(pool, g);
 }
 
@@ -248,6 +253,7 @@ void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& 
     segments_.push_back(s);
   }
   length_ = source.length_;
+  newest_position_ = source.newest_position_;
   seen_ = source.seen_;
   effective_budget_ = source.effective_budget_;
 }
@@ -283,11 +289,13 @@ Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockP
 }
 
 void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
-                      int32_t length, int64_t seen, int32_t effective_budget) {
+                      int32_t length, int32_t newest_position, int64_t seen,
+                      int32_t effective_budget) {
   segments_ = std::move(segments);
   stats_ = stats;
   stats_capacity_ = stats_capacity;
   length_ = length;
+  newest_position_ = newest_position;
   seen_ = seen;
   effective_budget_ = effective_budget;
 }
@@ -299,6 +307,7 @@ void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
   stats_ = nullptr;
   stats_capacity_ = 0;
   length_ = 0;
+  newest_position_ = -1;
 }
 
 }  // namespace kvc

@@ -80,6 +80,9 @@ struct Replaced {
 class HeadStore {
  public:
   int32_t length() const { return length_; }
+  // The position of the newest stored token (when length() > 0), kept on the host so that no
+  // check of a store reads it back from backend memory.
+  int32_t newest_position() const { return newest_position_; }
   // Tokens ever appended (a ratio budget is a ratio of these).
   int64_t seen() const { return seen_; }
   // The budget the policy gave this head at its last compression, or -1 before any.
@@ -126,18 +129,20 @@ class HeadStore {
   void release_replaced(const Replaced& replaced, BlockPool& pool, const Geometry& g) const;
 
   // Jobs writing `n` tokens from `source` after the stored ones (capacity must suffice);
-  // commit_append() makes them visible once the backend has run the jobs.
+  // commit_append() makes them visible once the backend has run the jobs, the last of them at
+  // `newest_position`.
   void plan_append(int32_t n, const AppendSource& source, const Geometry& g,
                    std::vector<kvc_append_job>& jobs) const;
-  void commit_append(int32_t n, const Geometry& g);
+  void commit_append(int32_t n, int32_t newest_position, const Geometry& g);
 
   void gather(std::vector<kvc_segment>& out, const Geometry& g) const;
   // The statistics arrays in backend memory (all NULL when none is tracked).
   kvc_head_stats stats(const Geometry& g) const;
 
-  // After the backend moved `kept` tokens to the front: the new counts, and paged blocks left
-  // empty go back to the pool.
-  void commit_compaction(int32_t kept, BlockPool& pool, const Geometry& g);
+  // After the backend moved `kept` tokens to the front, the last of them at `newest_position`:
+  // the new counts, and paged blocks left empty go back to the pool.
+  void commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
+                         const Geometry& g);
   void set_effective_budget(int32_t budget) { effective_budget_ = budget; }
   // Takes `n` tokens off the count of those ever appended (they were removed, not evicted).
   void forget(int32_t n) { seen_ -= n; }
@@ -147,15 +152,16 @@ class HeadStore {
     effective_budget_ = effective_budget;
   }
 
-  // Keeps the first `new_length` tokens; paged blocks left empty go back to the pool.
-  void truncate(int32_t new_length, BlockPool& pool, const Geometry& g);
+  // Keeps the first `new_length` tokens, the last of them at `newest_position`; paged blocks
+  // left empty go back to the pool.
+  void truncate(int32_t new_length, int32_t newest_position, BlockPool& pool, const Geometry& g);
   // Paged: returns empty trailing blocks to the pool.
   void release_empty_blocks(BlockPool& pool, const Geometry& g);
   void release_all(BlockPool& pool, const Geometry& g);
   // An empty store (release_all) becomes the owner of these segments, with their counts, this
   // statistics array (stats_bytes_for(stats_capacity), NULL for none) and these counters.
   void adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity, int32_t length,
-             int64_t seen, int32_t effective_budget);
+             int32_t newest_position, int64_t seen, int32_t effective_budget);
   // The whole statistics allocation (NULL when none is tracked).
   float* stats_array() const { return stats_; }
 
@@ -168,6 +174,7 @@ class HeadStore {
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
   int32_t stats_capacity_ = 0;
   int32_t length_ = 0;
+  int32_t newest_position_ = -1;
   int64_t seen_ = 0;
   int32_t effective_budget_ = -1;
 };

@@ -15,8 +15,9 @@
 #define COUNTING_NAME "counting"
 #endif
 
-/* Indices into the counters. */
-enum { C_COPY, C_APPEND, C_ATTEND, C_COMPACT, C_READ_KEYS, C_READ_TOKENS, C_COUNT };
+/* Indices into the counters: the calls of each entry, then the copies of them that read
+ * device memory into the host. */
+enum { C_COPY, C_APPEND, C_ATTEND, C_COMPACT, C_READ_KEYS, C_READ_TOKENS, C_COPY_TO_HOST, C_COUNT };
 
 typedef struct counting_instance {
   void *inner;
@@ -67,6 +68,7 @@ static void counting_free(void *instance, void *ptr) { cpu->free(self(instance)-
 static int32_t counting_copy(void *instance, void *dst, const void *src, size_t bytes,
                              kvc_copy_kind kind, kvc_plugin_error *error) {
   ++self(instance)->calls[C_COPY];
+  if (kind == KVC_COPY_DEVICE_TO_HOST) ++self(instance)->calls[C_COPY_TO_HOST];
   return cpu->copy(self(instance)->inner, dst, src, bytes, kind, error);
 }
 
@@ -120,8 +122,9 @@ static const kvc_plugin_descriptor counting_descriptor = {
     &counting_vtable};
 
 /* The calls the latest instance received: copy, append, attend, compact, read_keys,
- * read_tokens, in that order; returns 0 when no instance exists. */
-KVC_PLUGIN_EXPORT int kvc_counting_calls(long out[6]) {
+ * read_tokens and, of the copies, those from device to host, in that order; returns 0 when no
+ * instance exists. */
+KVC_PLUGIN_EXPORT int kvc_counting_calls(long out[7]) {
   if (!latest) return 0;
   memcpy(out, latest->calls, sizeof latest->calls);
   return 1;
