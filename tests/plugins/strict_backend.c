@@ -283,7 +283,9 @@ STRICT_CALL(read_tokens, kvc_read_tokens_call)
 static const kvc_backend_vtable strict_vtable = {
     sizeof(kvc_backend_vtable), strict_create,  strict_destroy, strict_alloc,
     strict_free,                strict_copy,    strict_append,  strict_attend,
-    strict_compact,             strict_read_keys, strict_read_tokens};
+    strict_compact,             strict_read_keys, strict_read_tokens,
+    /* No 1.3 entries: made by create; its copies go through copy, which returns when done. */
+    NULL,                       NULL,           NULL,           NULL};
 
 static const kvc_plugin_descriptor strict_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "strict", 1,
