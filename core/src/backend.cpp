@@ -23,8 +23,8 @@ void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind)
 
 void Backend::append(const std::vector<kvc_append_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_append_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream, jobs.data(),
-                       jobs.size()};
+  kvc_append_call call{sizeof(call), shape_.head_dim, shape_.k_dtype, stream, jobs.data(),
+                       jobs.size(),   shape_.v_dtype};
   kvc_plugin_error error{};
   check(vtable_.append(instance_, &call, &error), error, "append");
 }
@@ -33,7 +33,8 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
   if (jobs.empty()) return;
   call.struct_size = sizeof(call);
   call.head_dim = shape_.head_dim;
-  call.storage_dtype = shape_.storage_dtype;
+  call.storage_dtype = shape_.k_dtype;
+  call.v_dtype = shape_.v_dtype;
   call.jobs = jobs.data();
   call.n_jobs = jobs.size();
   kvc_plugin_error error{};
@@ -42,15 +43,15 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
 
 void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_compact_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream,
-                        jobs.data(), jobs.size()};
+  kvc_compact_call call{sizeof(call), shape_.head_dim, shape_.k_dtype, stream,
+                        jobs.data(), jobs.size(),   shape_.v_dtype};
   kvc_plugin_error error{};
   check(vtable_.compact(instance_, &call, &error), error, "compact");
 }
 
 void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_read_keys_call call{sizeof(call), shape_.head_dim, shape_.storage_dtype, stream,
+  kvc_read_keys_call call{sizeof(call), shape_.head_dim, shape_.k_dtype, stream,
                           jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.read_keys(instance_, &call, &error), error, "read_keys");

@@ -13,7 +13,8 @@ namespace kvc {
 // What every data call of one cache shares.
 struct CallShape {
   int32_t head_dim;
-  kvc_dtype storage_dtype;
+  kvc_dtype k_dtype;
+  kvc_dtype v_dtype;
 };
 
 class Backend {
