@@ -16,6 +16,10 @@
 
 namespace kvc {
 
+inline size_t align_up(size_t bytes, size_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 struct Geometry {
   kvc_layout layout;
   int32_t head_dim;
@@ -41,10 +45,6 @@ struct Geometry {
     return pos_offset(capacity) + static_cast<size_t>(capacity) * sizeof(int32_t);
   }
 
- private:
-  static size_t align_up(size_t bytes, size_t alignment) {
-    return (bytes + alignment - 1) / alignment * alignment;
-  }
   size_t stats_bytes_for(int32_t capacity) const {
     return static_cast<size_t>(capacity) * static_cast<size_t>(stat_count()) * sizeof(float);
   }

@@ -81,15 +81,16 @@ int32_t copy(void*, void* dst, const void* src, size_t bytes, kvc_copy_kind kind
 
 int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_append_call), "append call");
+    const auto call = read_storage_call(given, sizeof(kvc_append_call), "append call");
     const HostJobs<kvc_append_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_append_job), "append");
-    run_append(host_of(instance), jobs.data(), call.n_jobs, call.head_dim, call.storage_dtype);
+    run_append(host_of(instance), jobs.data(), call.n_jobs, call.head_dim,
+               {call.storage_dtype, call.v_dtype});
   });
 }
 
 int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_attend_call), "attend call");
+    const auto call = read_storage_call(given, sizeof(kvc_attend_call), "attend call");
     const HostJobs<kvc_attend_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_attend_job), "attend");
     run_attend(host_of(instance), jobs.data(), call);
   });
@@ -97,10 +98,11 @@ int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* e
 
 int32_t compact(void* instance, const kvc_compact_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_compact_call), "compact call");
+    const auto call = read_storage_call(given, sizeof(kvc_compact_call), "compact call");
     const HostJobs<kvc_compact_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_compact_job),
                                          "compact");
-    run_compact(host_of(instance), jobs.data(), call.n_jobs, call.head_dim, call.storage_dtype);
+    run_compact(host_of(instance), jobs.data(), call.n_jobs, call.head_dim,
+                {call.storage_dtype, call.v_dtype});
   });
 }
 

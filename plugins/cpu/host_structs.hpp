@@ -9,5 +9,6 @@ namespace kvc::cpu {
 
 using plugin::HostJobs;
 using plugin::read_host_struct;
+using plugin::read_storage_call;
 
 }  // namespace kvc::cpu

@@ -29,7 +29,17 @@ Struct read_host_struct(const Struct* given, size_t min_size, const char* what) 
   return copy;
 }
 
-// Jobs whose `segments` (if they have any) are plain kvc_segment arrays.
+// A call struct with storage formats (append, attend, compact) read like read_host_struct(),
+// its (1.3) v_dtype taken from storage_dtype when an older host's struct lacks it.
+template <class Call>
+Call read_storage_call(const Call* given, size_t min_size, const char* what) {
+  Call call = read_host_struct(given, min_size, what);
+  if (!KVC_PLUGIN_HAS_FIELD(given, Call, v_dtype)) call.v_dtype = call.storage_dtype;
+  return call;
+}
+
+// Jobs whose `segments` (if they have any) are plain kvc_segment arrays. An append job from an
+// older host gets its (1.3) src_v_dtype from src_dtype.
 template <class Job>
 class HostJobs {
  public:
@@ -47,6 +57,10 @@ class HostJobs {
       std::memcpy(&copies_[j], job, std::min<size_t>(jobs->struct_size, sizeof(Job)));
       copies_[j].struct_size = sizeof(Job);
       if constexpr (kHasSegments) copy_segments(copies_[j], segments_[j], call, j);
+      if constexpr (std::is_same_v<Job, kvc_append_job>) {
+        if (!KVC_PLUGIN_HAS_FIELD(job, kvc_append_job, src_v_dtype))
+          copies_[j].src_v_dtype = copies_[j].src_dtype;
+      }
     }
     jobs_ = copies_.data();
   }
