@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvcache/kvcache_format.h"
 #include "test_support.hpp"
 
 namespace {
@@ -131,7 +132,7 @@ bool has_sequence(kvc_cache* cache, int32_t seq) {
 
 // Stored K/V and positions of every (layer, KV head), as kvc_seq_view shows them.
 std::vector<unsigned char> stored(kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
-  const size_t row = static_cast<size_t>(kHeadDim) * kvc_dtype_size(dtype);
+  const size_t row = kvc_format_row_bytes(dtype, static_cast<size_t>(kHeadDim));
   std::vector<unsigned char> bytes;
   for (int32_t layer = 0; layer < kLayers; ++layer) {
     for (int32_t head = 0; head < kKvHeads; ++head) {

@@ -136,7 +136,7 @@ int32_t copy(void* instance, void* dst, const void* src, size_t bytes, kvc_copy_
 
 int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_append_call), "append call");
+    const auto call = read_storage_call(given, sizeof(kvc_append_call), "append call");
     const HostJobs<kvc_append_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_append_job), "append");
     Instance& self = instance_of(instance);
     const DeviceScope scope(self);
@@ -146,7 +146,7 @@ int32_t append(void* instance, const kvc_append_call* given, kvc_plugin_error* e
 
 int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_attend_call), "attend call");
+    const auto call = read_storage_call(given, sizeof(kvc_attend_call), "attend call");
     const HostJobs<kvc_attend_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_attend_job), "attend");
     Instance& self = instance_of(instance);
     const DeviceScope scope(self);
@@ -156,7 +156,7 @@ int32_t attend(void* instance, const kvc_attend_call* given, kvc_plugin_error* e
 
 int32_t compact(void* instance, const kvc_compact_call* given, kvc_plugin_error* error) noexcept {
   return report_errors(error, [&] {
-    const auto call = read_host_struct(given, sizeof(kvc_compact_call), "compact call");
+    const auto call = read_storage_call(given, sizeof(kvc_compact_call), "compact call");
     const HostJobs<kvc_compact_job> jobs(call.jobs, call.n_jobs, sizeof(kvc_compact_job),
                                          "compact");
     Instance& self = instance_of(instance);

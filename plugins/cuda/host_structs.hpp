@@ -9,5 +9,6 @@ namespace kvc::cuda {
 
 using plugin::HostJobs;
 using plugin::read_host_struct;
+using plugin::read_storage_call;
 
 }  // namespace kvc::cuda

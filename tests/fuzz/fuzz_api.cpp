@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "fuzz_support.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace {
 
@@ -203,7 +204,7 @@ class Program {
     const size_t stride = strides[(b >> 3) % 4];
     const size_t step = stride == 0 ? row : stride;
     const size_t elements = rows == 0 ? 0 : (rows - 1) * step + row;
-    const size_t element_size = dtype == 3 ? 4 : kvc_dtype_size(dtype);
+    const size_t element_size = dtype == 3 ? 4 : kvc_format_row_bytes(dtype, 1);
     Tensor t;
     t.bytes.resize(elements * element_size);
     Filler(in_.u8()).fill(t.bytes.data(), dtype == 3 ? KVC_DTYPE_F32 : dtype, elements,
@@ -603,7 +604,7 @@ class Program {
                         "kvc_seq_view");
         int64_t n = 0;
         int64_t previous = -1;
-        const size_t row = static_cast<size_t>(head_dim_) * kvc_dtype_size(dtype_);
+        const size_t row = kvc_format_row_bytes(dtype_, static_cast<size_t>(head_dim_));
         for (const kvc_segment_view& view : views) {
           for (int32_t t = 0; t < view.count; ++t) {
             kvf::check(view.pos[t] > previous, "stored positions not increasing");
