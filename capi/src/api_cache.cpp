@@ -1,3 +1,4 @@
+#include <cstddef>
 #include <functional>
 #include <optional>
 
@@ -109,6 +110,11 @@ kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* param
     kvc_cache_params defaults{};
     kvc_cache_params_init(&defaults);
     kvc_cache_params p = kvc::read_versioned(params, defaults, "params");
+    // k_dtype lies in the tail padding of the struct before it had k_dtype and v_dtype: a
+    // caller whose struct_size does not cover v_dtype is an older one, and has neither.
+    if (params->struct_size < offsetof(kvc_cache_params, v_dtype) + sizeof(p.v_dtype)) {
+      p.k_dtype = p.v_dtype = -1;
+    }
     return CacheSetup{config_from(p), policy_from(p)};
   }, out_cache);
 }

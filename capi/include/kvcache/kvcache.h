@@ -232,7 +232,8 @@ typedef struct kvc_cache_params {
   int32_t decode_every;  /**< > 0: compress every this many single-token steps */
   int32_t decode_slack;  /**< > 0: compress when a head holds more than budget + slack */
   /** A ::kvc_dtype: the storage format of K, or -1 (the default): `dtype`.
-   * kvc_cache_get_params() reports the format in use. */
+   * kvc_cache_get_params() reports the format in use. A struct_size that ends before v_dtype
+   * (an older caller's, whose tail padding k_dtype occupies) means -1 for both. */
   int32_t k_dtype;
   int32_t v_dtype;       /**< likewise for V */
 } kvc_cache_params;
