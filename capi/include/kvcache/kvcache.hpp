@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 
 namespace kvcache {
 
@@ -39,6 +40,15 @@ inline void check(kvc_status* status) {
   std::string message = kvc_status_message(status);
   kvc_status_free(status);
   throw Error(code, message);
+}
+
+/** @brief The format table's description of @p format (kvc_format_describe()); throws
+ * kvcache::Error for a value outside the table. */
+inline kvc_format_info describe_format(kvc_dtype format) {
+  kvc_format_info info{};
+  info.struct_size = sizeof info;
+  check(kvc_format_describe(format, &info));
+  return info;
 }
 
 /** @brief Owns a kvc_context. */

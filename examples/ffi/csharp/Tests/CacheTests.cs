@@ -64,6 +64,8 @@ namespace Kvcache.Tests
                 Assert.Equal(library.Prefill, mirror.Prefill, "prefill");
                 Assert.Equal(library.DecodeEvery, mirror.DecodeEvery, "decode_every");
                 Assert.Equal(library.DecodeSlack, mirror.DecodeSlack, "decode_slack");
+                Assert.Equal(library.KDType, mirror.KDType, "k_dtype");
+                Assert.Equal(library.VDType, mirror.VDType, "v_dtype");
             }
             Assert.Equal(SizeOf<CacheStats>(), StructSize(b => NativeMethods.kvc_cache_stats_init(b)), "sizeof(kvc_cache_stats)");
             Assert.Equal(SizeOf<NativePolicyInfo>(), StructSize(b => NativeMethods.kvc_policy_info_init(b)), "sizeof(kvc_policy_info)");
