@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kvcache/kvcache_format.h"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 #include "kvcache/kvcache_plugin.h"
 #include "sequence_image.hpp"

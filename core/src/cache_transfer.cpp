@@ -5,8 +5,8 @@
 #include <new>
 
 #include "cache.hpp"
-#include "kvcache/kvcache_format.h"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace kvc {
 namespace {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iterator>
 
-#include "kvcache/kvcache_format.h"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 
 namespace kvc {
@@ -15,9 +15,6 @@ std::string head_name(size_t index, int32_t kv_heads) {
          std::to_string(index % static_cast<size_t>(kv_heads));
 }
 
-size_t row_bytes(const SequenceImage& image, kvc_dtype dtype) {
-  return kvc_format_row_bytes(dtype, static_cast<size_t>(image.head_dim));
-}
 
 template <class T>
 void append_range(std::vector<T>& to, const std::vector<T>& from, size_t first, size_t count) {
@@ -63,7 +60,9 @@ SequenceImage prefix_chunk(const SequenceImage& image, int32_t chunk, int32_t ch
   out.triggers.assign(static_cast<size_t>(image.layers), LayerTriggers{});
   const size_t first = static_cast<size_t>(chunk) * static_cast<size_t>(chunk_tokens);
   const size_t count = static_cast<size_t>(chunk_tokens);
-  const size_t k_row = row_bytes(image, image.k_dtype), v_row = row_bytes(image, image.v_dtype);
+  const size_t d = static_cast<size_t>(image.head_dim);
+  const size_t k_row = kvc_format_row_bytes(image.k_dtype, d);
+  const size_t v_row = kvc_format_row_bytes(image.v_dtype, d);
   out.heads.resize(image.heads.size());
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& from = image.heads[h];
@@ -122,7 +121,9 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     // whose policy compresses once reads it).
     joined.triggers.assign(static_cast<size_t>(chunk.layers), LayerTriggers{0, true});
   }
-  const size_t k_row = row_bytes(chunk, chunk.k_dtype), v_row = row_bytes(chunk, chunk.v_dtype);
+  const size_t d = static_cast<size_t>(chunk.head_dim);
+  const size_t k_row = kvc_format_row_bytes(chunk.k_dtype, d);
+  const size_t v_row = kvc_format_row_bytes(chunk.v_dtype, d);
   for (size_t h = 0; h < joined.heads.size(); ++h) {
     HeadImage& to = joined.heads[h];
     const HeadImage& from = chunk.heads[h];

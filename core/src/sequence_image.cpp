@@ -7,9 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "kvcache/kvcache_format.h"
 #include "error.hpp"
-#include "kvcache/kvcache_half.h"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 
 namespace kvc {
