@@ -281,3 +281,32 @@ TEST_CASE("formats: a mixed-format cache of the YAML keys k_dtype and v_dtype") 
   CHECK(p.k_dtype == KVC_DTYPE_F16);
   CHECK(p.v_dtype == KVC_DTYPE_F32);
 }
+
+TEST_CASE("formats: compaction moves K and V rows of different formats with their tokens") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = mixed_params(KVC_DTYPE_F32, KVC_DTYPE_BF16);
+  p.policy = "streaming";  // keeps 4 sinks and the newest tokens up to the budget
+  p.budget = 7;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  ref::Rng rng(12);
+  const int32_t n = 20;
+  const std::vector<float> k = rng.vec(33 * n), v = rng.vec(33 * n);
+  append_tokens(cache.get(), k, v, n);
+  const int32_t seq = 0;
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+  const std::vector<int32_t> kept = {0, 1, 2, 3, 17, 18, 19};
+  std::vector<float> expected_k, expected_v;
+  for (int32_t t : kept) {
+    const auto row = [t](const std::vector<float>& x) {
+      return std::vector<float>(x.begin() + 33 * t, x.begin() + 33 * (t + 1));
+    };
+    const std::vector<float> kr = row(k), vr = rounded(row(v), KVC_DTYPE_BF16);
+    expected_k.insert(expected_k.end(), kr.begin(), kr.end());
+    expected_v.insert(expected_v.end(), vr.begin(), vr.end());
+  }
+  std::vector<float> stored_k, stored_v;
+  viewed_rows(cache.get(), stored_k, stored_v);
+  CHECK(stored_k == expected_k);
+  CHECK(stored_v == expected_v);
+}

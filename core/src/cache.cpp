@@ -33,7 +33,9 @@ Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
                   c.head_dim,
                   kvc_format_row_bytes(c.k_dtype, static_cast<size_t>(c.head_dim)),
                   kvc_format_row_bytes(c.v_dtype, static_cast<size_t>(c.head_dim)),
-                  std::min(v_group & (0 - v_group), alignof(float)),  // its lowest power of two
+                  // V rows start at their group's largest power-of-two divisor, at most a
+                  // float's alignment: 4 for f32, 2 for f16 and bf16.
+                  std::min(v_group & (0 - v_group), alignof(float)),
                   c.block_tokens,
                   policy ? policy->stats() & attention_stats : 0u};
 }

@@ -39,24 +39,40 @@ extern "C" {
 /** @brief One past the largest format code: every format is a code in [0, this). */
 #define KVC_FORMAT_CODE_END 3
 
+/** @cond internal */
+/* The table: one entry per format; group_size 0 marks a value outside it. A new format adds
+ * its case here (and its conversions below). */
+typedef struct kvc_format_entry_ {
+  const char *name;
+  uint32_t group_size;
+  uint32_t group_bytes;
+} kvc_format_entry_;
+
+KVC_FORMAT_FN kvc_format_entry_ kvc_format_entry_of_(int format) {
+  kvc_format_entry_ entry = {"unknown", 0, 0};
+  switch (format) {
+    case KVC_DTYPE_F32: entry.name = "f32"; entry.group_size = 1; entry.group_bytes = 4; break;
+    case KVC_DTYPE_F16: entry.name = "f16"; entry.group_size = 1; entry.group_bytes = 2; break;
+    case KVC_DTYPE_BF16: entry.name = "bf16"; entry.group_size = 1; entry.group_bytes = 2; break;
+    default: break;
+  }
+  return entry;
+}
+/** @endcond */
+
 /** @brief Nonzero when @p format is a ::kvc_dtype of the table. */
 KVC_FORMAT_FN int kvc_format_is_valid(int format) {
-  return format == KVC_DTYPE_F32 || format == KVC_DTYPE_F16 || format == KVC_DTYPE_BF16;
+  return kvc_format_entry_of_(format).group_size != 0;
 }
 
 /** @brief Values sharing one scale (1 for a format without scales); 0 for an unknown format. */
 KVC_FORMAT_FN uint32_t kvc_format_group_size(int format) {
-  return kvc_format_is_valid(format) ? 1u : 0u;
+  return kvc_format_entry_of_(format).group_size;
 }
 
 /** @brief Bytes of one group of values, its scale included; 0 for an unknown format. */
 KVC_FORMAT_FN uint32_t kvc_format_group_bytes(int format) {
-  switch (format) {
-    case KVC_DTYPE_F32: return 4;
-    case KVC_DTYPE_F16:
-    case KVC_DTYPE_BF16: return 2;
-    default: return 0;
-  }
+  return kvc_format_entry_of_(format).group_bytes;
 }
 
 /**
@@ -69,15 +85,8 @@ KVC_FORMAT_FN size_t kvc_format_row_bytes(int format, size_t n_values) {
   return n_values / group * kvc_format_group_bytes(format);
 }
 
-/** @brief The name as written in YAML ("f32", "f16", "bf16"), or "unknown". */
-static inline const char *kvc_format_name(int format) {
-  switch (format) {
-    case KVC_DTYPE_F32: return "f32";
-    case KVC_DTYPE_F16: return "f16";
-    case KVC_DTYPE_BF16: return "bf16";
-    default: return "unknown";
-  }
-}
+/** @brief The name as written in YAML ("f32", "f16", "bf16"), or "unknown"; static storage. */
+static inline const char *kvc_format_name(int format) { return kvc_format_entry_of_(format).name; }
 
 /**
  * @brief The reference decoding: the @p n_values values of the row at @p row (of @p format,
