@@ -152,7 +152,7 @@ class Decode {
       jobs_.push_back(job);
     }
     // One query a job: the workspace needs room for one query's rows.
-    shape_ = {s.head_dim, kvc::cpu::padded_dim(s.head_dim), s.group, 1, s.dtype,
+    shape_ = {s.head_dim, kvc::cpu::padded_dim(s.head_dim), s.group, 1, s.dtype, s.dtype,
               1.0f / float(s.head_dim), 0, 0.0f, 0, &kvc::cpu::tile_kernels()};
   }
 
