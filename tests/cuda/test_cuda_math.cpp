@@ -420,7 +420,8 @@ TEST_CASE("cuda math: K and V of different formats are refused, naming both") {
     FAIL("accepted");
   } catch (const kc::PluginError& e) {
     CHECK(e.code() == KVC_ERR_UNSUPPORTED);
-    CHECK(std::string(e.what()) ==
-          "the cuda backend stores K and V in one format, not K as f16 and V as f32");
+    CHECK(std::string(e.what()).find(
+              "the cuda backend stores K and V in one format, not K as f16 and V as f32") !=
+          std::string::npos);
   }
 }

@@ -173,6 +173,22 @@ KVC_API size_t kvc_dtype_size(kvc_dtype dtype);
  */
 KVC_API const char *kvc_dtype_name(kvc_dtype dtype);
 
+/** @brief One format of the table, as kvc_format_describe() reports it. */
+typedef struct kvc_format_info {
+  uint32_t struct_size;  /**< set by the caller to sizeof(kvc_format_info) */
+  kvc_dtype format;      /**< the format described */
+  const char *name;      /**< as in YAML; static storage */
+  uint32_t group_size;   /**< values sharing one scale; 1: no scales */
+  uint32_t group_bytes;  /**< bytes of one group, its scale included */
+} kvc_format_info;
+
+/**
+ * @brief Describes @p format from the table of kvcache/kvcache_format.h, for callers that
+ * cannot use that header's inline functions (language wrappers). INVALID_ARGUMENT for a value
+ * outside the table or a NULL @p out_info. Thread-safe.
+ */
+KVC_API kvc_status *kvc_format_describe(kvc_dtype format, kvc_format_info *out_info);
+
 /** @brief Storage layouts; both are read by the same kernels as a list of segments. */
 typedef enum kvc_layout {
   KVC_LAYOUT_PAGED = 0,      /**< fixed blocks of block_tokens; growth never copies */

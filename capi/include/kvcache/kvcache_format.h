@@ -9,8 +9,9 @@
  * values in groups of `group_size` values taking `group_bytes` bytes each, scales included,
  * so a row of n values (n a multiple of group_size) takes n / group_size * group_bytes bytes.
  * f32, f16 and bf16 have no scales: a group is one value in host byte order (f16 is IEEE
- * binary16, bf16 the upper half of an f32); sequence images store them little-endian. Language wrappers that cannot use these inline
- * functions read the same table through kvc_format_describe().
+ * binary16, bf16 the upper half of an f32); sequence images store them little-endian.
+ * Language wrappers that cannot use these inline functions read the same table through
+ * kvc_format_describe() (kvcache.h).
  *
  * Every function takes the format as an int, so any value a caller holds may be passed: for
  * one outside the table the size functions return 0 and kvc_format_name() "unknown".
@@ -131,22 +132,6 @@ static inline int kvc_format_row_from_f32(int format, const float *values, void 
   }
   return 1;
 }
-
-/** @brief One format of the table, as kvc_format_describe() reports it. */
-typedef struct kvc_format_info {
-  uint32_t struct_size;  /**< set by the caller to sizeof(kvc_format_info) */
-  kvc_dtype format;      /**< the format described */
-  const char *name;      /**< as in YAML; static storage */
-  uint32_t group_size;   /**< values sharing one scale; 1: no scales */
-  uint32_t group_bytes;  /**< bytes of one group, its scale included */
-} kvc_format_info;
-
-/**
- * @brief Describes @p format from the table above, for callers that cannot use this header's
- * inline functions (language wrappers). INVALID_ARGUMENT for a value outside the table or a
- * NULL @p out_info. Thread-safe.
- */
-KVC_API kvc_status *kvc_format_describe(kvc_dtype format, kvc_format_info *out_info);
 
 #ifdef __cplusplus
 }
