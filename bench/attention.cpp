@@ -16,6 +16,7 @@
 #include "compute_peak.hpp"
 #include "cuda/cuda_bench.hpp"
 #include "filled_cache.hpp"
+#include "kvcache/kvcache_format.h"
 #include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
@@ -70,7 +71,7 @@ double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int re
   // Source rows in the storage dtype, so that append is a pure scatter of bytes.
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(chunk);
   const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
-  std::vector<unsigned char> k(rows * row * kvc_dtype_size(shape.dtype)), v(k.size());
+  std::vector<unsigned char> k(kvc_format_row_bytes(shape.dtype, rows * row)), v(k.size());
   std::mt19937 rng(static_cast<uint32_t>(shape.seed));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> values(rows * row);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvcache/kvcache_format.h"
 #include "timer.hpp"
 
 namespace kvc_bench {
@@ -48,7 +49,7 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
 
 double decode_macs_per_kv_byte(const CacheShape& shape) {
   const double group = static_cast<double>(shape.q_heads) / shape.kv_heads;
-  return group / static_cast<double>(kvc_dtype_size(shape.dtype));
+  return group / static_cast<double>(kvc_format_row_bytes(shape.dtype, 1));
 }
 
 DecodeRoofline decode_roofline(const CacheShape& shape, double read_bytes_per_s, double fma_per_s) {

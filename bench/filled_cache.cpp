@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common.hpp"
+#include "kvcache/kvcache_format.h"
 #include "report.hpp"
 
 namespace kvc_bench {
@@ -25,7 +26,8 @@ CacheShape CacheShape::read(Options& opts) {
 
 uint64_t CacheShape::kv_bytes() const {
   return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
-         static_cast<uint64_t>(kv_heads) * static_cast<uint64_t>(head_dim) * kvc_dtype_size(dtype);
+         static_cast<uint64_t>(kv_heads) *
+         kvc_format_row_bytes(dtype, static_cast<size_t>(head_dim));
 }
 
 kvc_cache_params CacheShape::params() const {

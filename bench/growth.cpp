@@ -18,6 +18,7 @@
 
 #include "bandwidth.hpp"
 #include "common.hpp"
+#include "kvcache/kvcache_format.h"
 #include "machine.hpp"
 #include "report.hpp"
 #include "subcommands.hpp"
@@ -59,7 +60,9 @@ struct Config {
   int reps = 3;
   uint64_t seed = 1;
 
-  size_t head_row_bytes() const { return static_cast<size_t>(head_dim) * kvc_dtype_size(dtype); }
+  size_t head_row_bytes() const {
+    return kvc_format_row_bytes(dtype, static_cast<size_t>(head_dim));
+  }
   /// Bytes of K plus V that the run stores.
   uint64_t stored_bytes() const {
     return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
@@ -72,7 +75,7 @@ class Inputs {
  public:
   explicit Inputs(const Config& cfg)
       : row_elems_(static_cast<size_t>(cfg.kv_heads) * static_cast<size_t>(cfg.head_dim)),
-        row_bytes_(row_elems_ * kvc_dtype_size(cfg.input_dtype)),
+        row_bytes_(kvc_format_row_bytes(cfg.input_dtype, row_elems_)),
         layers_(static_cast<size_t>(cfg.layers)) {
     const size_t rows = static_cast<size_t>(cfg.tokens) * layers_;
     k_.resize(rows * row_bytes_);
@@ -236,7 +239,8 @@ inline size_t grow_by_one(unsigned char*& buf, size_t n, const unsigned char* sr
 
 WayResult run_realloc(const Config& cfg, const Inputs& in) {
   const size_t heads = static_cast<size_t>(cfg.kv_heads);
-  const size_t in_head_bytes = static_cast<size_t>(cfg.head_dim) * kvc_dtype_size(cfg.input_dtype);
+  const size_t in_head_bytes =
+      kvc_format_row_bytes(cfg.input_dtype, static_cast<size_t>(cfg.head_dim));
   ReallocBuffers bufs(static_cast<size_t>(cfg.layers) * heads);
   uint64_t copied = 0;
 

@@ -1,6 +1,7 @@
 // The naive reference the library is checked against: plain double-precision loops over a
 // plain std::vector K/V history per (sequence, layer). Written independently of the library
-// (no core header is used), so the two can only agree by both being right.
+// (no core header is used; sizes are the public format table's), so the two can only agree by
+// both being right.
 #pragma once
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include <random>
 #include <stdexcept>
 #include <vector>
+
+#include "kvcache/kvcache_format.h"
 
 namespace ref {
 
@@ -80,11 +83,10 @@ inline float round_to_dtype(float f, int dtype) {
   }
 }
 
-inline size_t dtype_size(int dtype) { return dtype == 0 ? 4 : 2; }
-
-// Encodes floats as dtype elements into raw bytes (for tensors passed in the storage dtype).
+// Encodes floats as dtype elements into raw bytes (for tensors passed in the storage dtype),
+// sized by the public format table.
 inline std::vector<unsigned char> encode(const std::vector<float>& values, int dtype) {
-  std::vector<unsigned char> out(values.size() * dtype_size(dtype));
+  std::vector<unsigned char> out(kvc_format_row_bytes(dtype, values.size()));
   for (size_t i = 0; i < values.size(); ++i) {
     if (dtype == 0) {
       std::memcpy(out.data() + 4 * i, &values[i], 4);

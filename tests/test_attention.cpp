@@ -34,7 +34,7 @@ struct Scenario {
   kvc_layout layout;
   int block_tokens;
   double growth;
-  kvc_dtype kv_input;  // dtype of K/V passed in: f32 or the storage dtype
+  kvc_dtype kv_input;  // dtype of K/V passed in: f32 or the storage formats (K's, V's)
   kvc_dtype q_input;   // dtype of Q passed in
   int window;
   float softcap;
@@ -42,6 +42,10 @@ struct Scenario {
   Mode mode;
   int pos_stride;      // distance between consecutive positions of a sequence
   size_t pad;          // extra elements at the end of every tensor row (row_stride > heads*d)
+  int v_storage = -1;  // the storage format of V; -1: dtype's, as K's
+
+  kvc_dtype v_dtype() const { return v_storage < 0 ? dtype : static_cast<kvc_dtype>(v_storage); }
+  kvc_dtype v_input() const { return kv_input == KVC_DTYPE_F32 ? kv_input : v_dtype(); }
 };
 
 double tolerance(kvc_dtype storage) { return storage == KVC_DTYPE_F32 ? 1e-5 : 2e-3; }
@@ -54,6 +58,7 @@ std::string describe(const Scenario& s) {
   std::ostringstream o;
   o << s.name << " [batch=" << s.batch << " q/kv=" << s.q_heads << "/" << s.kv_heads
     << " d=" << s.head_dim << " layers=" << s.layers << " dtype=" << dtype_name(s.dtype)
+    << " v_dtype=" << dtype_name(s.v_dtype())
     << " layout=" << (s.layout == KVC_LAYOUT_PAGED ? "paged" : "contiguous")
     << " block_tokens=" << s.block_tokens << " growth=" << s.growth
     << " kv_in=" << dtype_name(s.kv_input) << " q_in=" << dtype_name(s.q_input)
@@ -95,6 +100,7 @@ class Harness {
     p.q_heads = s.q_heads;
     p.head_dim = s.head_dim;
     p.dtype = s.dtype;
+    p.v_dtype = s.v_storage;
     p.layout = s.layout;
     p.block_tokens = s.block_tokens;
     p.growth_factor = s.growth;
@@ -130,12 +136,12 @@ class Harness {
       const std::vector<float> v = rng_.vec(total * kv_w);
       const std::vector<float> q = rng_.vec(total * q_w);
       const std::vector<unsigned char> kb = pack(k, kv_w, sc_.pad, sc_.kv_input);
-      const std::vector<unsigned char> vb = pack(v, kv_w, sc_.pad, sc_.kv_input);
+      const std::vector<unsigned char> vb = pack(v, kv_w, sc_.pad, sc_.v_input());
       const std::vector<unsigned char> qb = pack(q, q_w, sc_.pad, sc_.q_input);
       const size_t kv_stride = sc_.pad ? kv_w + sc_.pad : 0;
       const size_t q_stride = sc_.pad ? q_w + sc_.pad : 0;
       const kvc_tensor kt = kvt::tensor(kb.data(), sc_.kv_input, kv_stride);
-      const kvc_tensor vt = kvt::tensor(vb.data(), sc_.kv_input, kv_stride);
+      const kvc_tensor vt = kvt::tensor(vb.data(), sc_.v_input(), kv_stride);
       const kvc_tensor qt = kvt::tensor(qb.data(), sc_.q_input, q_stride);
       const size_t out_w = q_w + sc_.pad;
       std::vector<float> out(total * out_w, std::numeric_limits<float>::quiet_NaN());
@@ -156,7 +162,7 @@ class Harness {
       // The reference sees the inputs rounded through the storage dtype (K, V) and through
       // the dtype they were passed in (Q).
       const std::vector<float> kr = rounded(k, sc_.dtype);
-      const std::vector<float> vr = rounded(v, sc_.dtype);
+      const std::vector<float> vr = rounded(v, sc_.v_dtype());
       const std::vector<float> qr = rounded(q, sc_.q_input);
       size_t row = 0;
       for (size_t i = 0; i < seqs.size(); ++i) {
@@ -265,7 +271,7 @@ class Harness {
     max_err_ = std::max(max_err_, worst.err);
     INFO(describe(sc_));
     INFO("worst: " << worst.where);
-    CHECK(worst.err <= tolerance(sc_.dtype));
+    CHECK(worst.err <= std::max(tolerance(sc_.dtype), tolerance(sc_.v_dtype())));
     CHECK_MESSAGE(padding_ok, "attention wrote into the padding between output rows");
   }
 
@@ -371,6 +377,15 @@ const Scenario kMasks[] = {
     {"window 20 softcap 1 contiguous x1.5", 3, 8, 8, 40, 2, F32, CONTIG, 16, 1.5, F32, F32, 20, 1.0f, 0.3f, kAlternate, 3, 0},
 };
 
+// K and V stored in different formats (kvc_cache_params::v_dtype), passed as f32 or each as
+// its own storage format.
+const Scenario kMixed[] = {
+    {"f16 K f32 V paged5 gqa4 d40", 3, 8, 2, 40, 2, F16, PAGED, 5, 2.0, F32, F32, 0, 0, 0, kAlternate, 1, 0, F32},
+    {"f32 K bf16 V contiguous 32/8 d64 own in", 2, 32, 8, 64, 1, F32, CONTIG, 16, 1.5, F32, F32, 0, 0, 0, kCombined, 1, 0, BF16},
+    {"bf16 K f16 V paged16 d8 own in window 9", 4, 8, 8, 8, 1, BF16, PAGED, 16, 2.0, BF16, BF16, 9, 0, 0, kSeparate, 1, 0, F16},
+    {"f16 K f32 V paged16 d33 padded, own in", 2, 8, 2, 33, 1, F16, PAGED, 3, 2.0, F16, F32, 0, 2.0f, 0, kAlternate, 1, 5, F32},
+};
+
 const Scenario kStrides[] = {
     {"padded rows f32 paged16 32/8", 6, 32, 8, 64, 2, F32, PAGED, 16, 2.0, F32, F32, 0, 0, 0, kAlternate, 1, 24},
     {"padded rows f16 contiguous window 40", 4, 8, 2, 128, 1, F16, CONTIG, 16, 1.5, F16, F32, 40, 0, 0, kCombined, 1, 8},
@@ -388,6 +403,27 @@ TEST_CASE("attention: f16 and bf16 storage match the reference on rounded inputs
 
 TEST_CASE("attention: sliding window, soft-cap and explicit scale") {
   for (const Scenario& s : kMasks) run_schedule(s);
+}
+
+TEST_CASE("attention: K and V in different formats match the reference") {
+  // The cuda backend's kernels read K and V of one format: it refuses others when the cache
+  // is created, naming both.
+  const char* backend = kvt::test_backend();
+  if (backend && std::string(backend) == "cuda") {
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.head_dim = 8;
+    p.dtype = F16;
+    p.v_dtype = F32;
+    kvc_cache* raw = nullptr;
+    kvt::Status st{kvc_cache_create(ctx.get(), &p, &raw)};
+    CHECK(st.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(st.message(), "not K as f16 and V as f32"));
+    CHECK(raw == nullptr);
+    return;
+  }
+  for (const Scenario& s : kMixed) run_schedule(s);
 }
 
 TEST_CASE("attention: row strides larger than a row") {

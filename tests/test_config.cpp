@@ -56,7 +56,8 @@ TEST_CASE("config: empty text, comments only and an explicit null give the defau
     CHECK(config.cache.kv_heads == defaults.kv_heads);
     CHECK(config.cache.q_heads == defaults.q_heads);
     CHECK(config.cache.head_dim == defaults.head_dim);
-    CHECK(config.cache.dtype == defaults.dtype);
+    CHECK(config.cache.k_dtype == defaults.k_dtype);
+    CHECK(config.cache.v_dtype == defaults.v_dtype);
     CHECK(config.cache.layout == defaults.layout);
     CHECK(config.cache.block_tokens == defaults.block_tokens);
     CHECK(config.cache.growth_factor == defaults.growth_factor);
@@ -95,7 +96,8 @@ policy:
   CHECK(config.cache.kv_heads == 8);
   CHECK(config.cache.q_heads == 32);
   CHECK(config.cache.head_dim == 128);
-  CHECK(config.cache.dtype == KVC_DTYPE_BF16);
+  CHECK(config.cache.k_dtype == KVC_DTYPE_BF16);
+  CHECK(config.cache.v_dtype == KVC_DTYPE_BF16);
   CHECK(config.cache.layout == KVC_LAYOUT_CONTIGUOUS);
   CHECK(config.cache.block_tokens == 32);
   CHECK(config.cache.growth_factor == 1.5);
@@ -133,9 +135,32 @@ TEST_CASE("config: a backend is a name or a mapping with its device and params")
   CHECK(contains(config_error("backend: {name: cpu, params: {a: [1]}}\n"), "backend.params.a"));
 }
 
+TEST_CASE("config: dtype sets the formats of K and V, k_dtype and v_dtype each one") {
+  const kvc::CacheConfig defaults;
+  const struct {
+    const char* yaml;
+    kvc_dtype k, v;
+  } cases[] = {
+      {"cache: {k_dtype: f32}", KVC_DTYPE_F32, defaults.v_dtype},
+      {"cache: {v_dtype: bf16}", defaults.k_dtype, KVC_DTYPE_BF16},
+      {"cache: {dtype: bf16, v_dtype: f32}", KVC_DTYPE_BF16, KVC_DTYPE_F32},
+      // Whichever comes first: the specific key wins.
+      {"cache: {k_dtype: f32, dtype: bf16}", KVC_DTYPE_F32, KVC_DTYPE_BF16},
+      {"cache: {k_dtype: f16, v_dtype: f32, dtype: bf16}", KVC_DTYPE_F16, KVC_DTYPE_F32},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.yaml);
+    const kvc::Config config = parse(c.yaml);
+    CHECK(config.cache.k_dtype == c.k);
+    CHECK(config.cache.v_dtype == c.v);
+  }
+  CHECK(config_error("cache:\n  v_dtype: q4\n") ==
+        "cfg:2: cache.v_dtype: expected one of f32, f16, bf16, got 'q4'");
+}
+
 TEST_CASE("config: the other enum values") {
-  CHECK(parse("cache: {dtype: f32}").cache.dtype == KVC_DTYPE_F32);
-  CHECK(parse("cache: {dtype: f16}").cache.dtype == KVC_DTYPE_F16);
+  CHECK(parse("cache: {dtype: f32}").cache.k_dtype == KVC_DTYPE_F32);
+  CHECK(parse("cache: {dtype: f16}").cache.v_dtype == KVC_DTYPE_F16);
   CHECK(parse("cache: {layout: paged}").cache.layout == KVC_LAYOUT_PAGED);
   CHECK(parse("policy: {name: x, compress: {prefill: none}}").policy->prefill ==
         kvc::PrefillCompression::none);
@@ -298,7 +323,7 @@ TEST_CASE("config: unknown keys are reported at the key with the valid keys") {
         "stores");
   CHECK(config_error("cache:\n  layers: 2\n  colour: red\n") ==
         "cfg:3: cache.colour: unknown key, expected one of layers, kv_heads, q_heads, head_dim, "
-        "dtype, layout, block_tokens, growth_factor, memory_limit");
+        "dtype, k_dtype, v_dtype, layout, block_tokens, growth_factor, memory_limit");
   CHECK(config_error("policy:\n  name: x\n  window: 3\n") ==
         "cfg:3: policy.window: unknown key, expected one of name, budget, sinks, recent, params, "
         "compress");

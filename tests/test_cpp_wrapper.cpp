@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -44,6 +45,17 @@ static_assert(!std::is_copy_constructible<kvcache::Context>::value, "Context mus
 static_assert(!std::is_copy_constructible<kvcache::Cache>::value, "Cache must not be copyable");
 static_assert(std::is_move_constructible<kvcache::Cache>::value, "Cache must be movable");
 static_assert(std::is_base_of<std::exception, kvcache::Error>::value, "kvcache::Error is an exception");
+
+TEST_CASE("cpp wrapper: the format table's descriptions") {
+  const kvc_format_info f16 = kvcache::describe_format(KVC_DTYPE_F16);
+  CHECK(f16.format == KVC_DTYPE_F16);
+  CHECK(std::string(f16.name) == "f16");
+  CHECK(f16.group_size == 1);
+  CHECK(f16.group_bytes == 2);
+  CHECK(kvcache::describe_format(KVC_DTYPE_F32).group_bytes == 4);
+  const auto unknown = static_cast<kvc_dtype>(3);  // within the enum's range, not a format
+  CHECK(code_of([&] { kvcache::describe_format(unknown); }) == KVC_ERR_INVALID_ARGUMENT);
+}
 
 TEST_CASE("cpp wrapper: context, plugins and errors") {
   kvcache::Context ctx;

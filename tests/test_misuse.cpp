@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 #include "reference_attention.hpp"
 #include "test_support.hpp"
 
@@ -53,6 +54,7 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_status_code_name, "misuse: version and status functions"),
     KVT_COVERED(kvc_dtype_size, "misuse: dtype functions"),
     KVT_COVERED(kvc_dtype_name, "misuse: dtype functions"),
+    KVT_COVERED(kvc_format_describe, "misuse: dtype functions"),
     KVT_COVERED(kvc_context_create, "misuse: kvc_context_create"),
     KVT_COVERED(kvc_context_create_from_file, "misuse: kvc_context_create_from_file"),
     KVT_COVERED(kvc_context_destroy, "misuse: init and destroy functions accept NULL"),
@@ -394,6 +396,30 @@ TEST_CASE("misuse: dtype functions") {
     CHECK(kvc_dtype_size(raw_enum<kvc_dtype>(raw)) == 0);
     CHECK(std::string(kvc_dtype_name(raw_enum<kvc_dtype>(raw))) == "unknown");
   }
+  kvc_format_info info;
+  std::memset(&info, 0x5A, sizeof info);
+  info.struct_size = sizeof info;
+  const kvc_format_info before = info;
+  for (int raw : {-1, 3, KVC_FORMAT_CODE_END, INT32_MAX, INT32_MIN}) {
+    CAPTURE(raw);
+    KVT_REFUSED(KVT_NONE, kvc_format_describe(raw_enum<kvc_dtype>(raw), &info),
+                KVC_ERR_INVALID_ARGUMENT, "format");
+  }
+  CHECK(std::memcmp(&info, &before, sizeof info) == 0);
+  KVT_REFUSED(KVT_NONE, kvc_format_describe(KVC_DTYPE_F16, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_info");
+  info.struct_size = 0;
+  KVT_REFUSED(KVT_NONE, kvc_format_describe(KVC_DTYPE_F16, &info), KVC_ERR_INVALID_ARGUMENT,
+              "out_info");
+  CHECK(info.struct_size == 0);
+  CHECK(info.name == before.name);
+  // A caller built against an older, shorter struct gets only the fields it knows.
+  info = before;
+  info.struct_size = offsetof(kvc_format_info, name);
+  KVT_REQUIRE_OK(kvc_format_describe(KVC_DTYPE_BF16, &info));
+  CHECK(info.format == KVC_DTYPE_BF16);
+  CHECK(info.name == before.name);
+  CHECK(info.group_size == before.group_size);
 }
 
 TEST_CASE("misuse: init and destroy functions accept NULL") {
@@ -481,7 +507,8 @@ TEST_CASE("misuse: sized init functions") {
   const int32_t ids[2] = {3, 4};
   const char* const model = "m";
   // The oldest layouts, from the headers' history: the first release's kvc_batch had no stream
-  // or prompt_end, and kvc_cache_stats_init came before bytes_shared.
+  // or prompt_end, kvc_cache_stats_init came before bytes_shared, and the C ABI 1.0's
+  // kvc_cache_params before k_dtype and v_dtype.
   SUBCASE("kvc_batch") {
     check_sized_init<kvc_batch>(
         offsetof(kvc_batch, stream),
@@ -496,7 +523,7 @@ TEST_CASE("misuse: sized init functions") {
   }
   SUBCASE("kvc_cache_params") {
     check_sized_init<kvc_cache_params>(
-        sizeof(kvc_cache_params),
+        offsetof(kvc_cache_params, k_dtype),
         [](kvc_cache_params* p, size_t n) { kvc_cache_params_init_sized(p, n); },
         [](kvc_cache_params* p) { (kvc_cache_params_init)(p); });
   }
@@ -675,6 +702,12 @@ TEST_CASE("misuse: kvc_cache_create") {
        nullptr, KVC_ERR_INVALID_ARGUMENT, "dtype"},
       {"dtype -1", [](kvc_cache_params& p, const void*) { p.dtype = raw_enum<kvc_dtype>(-1); },
        nullptr, KVC_ERR_INVALID_ARGUMENT, "dtype"},
+      {"k_dtype 3", [](kvc_cache_params& p, const void*) { p.k_dtype = 3; }, nullptr,
+       KVC_ERR_INVALID_ARGUMENT, "k_dtype"},
+      {"v_dtype -2", [](kvc_cache_params& p, const void*) { p.v_dtype = -2; }, nullptr,
+       KVC_ERR_INVALID_ARGUMENT, "v_dtype"},
+      {"v_dtype INT32_MIN", [](kvc_cache_params& p, const void*) { p.v_dtype = INT32_MIN; },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "v_dtype"},
       {"layout 2", [](kvc_cache_params& p, const void*) { p.layout = raw_enum<kvc_layout>(2); },
        nullptr, KVC_ERR_INVALID_ARGUMENT, "layout"},
       {"layers INT32_MIN", [](kvc_cache_params& p, const void*) { p.layers = INT32_MIN; }, nullptr,
@@ -1206,6 +1239,8 @@ TEST_CASE("misuse: data path") {
   add("v dtype -1", KVC_ERR_INVALID_ARGUMENT, "dtype", KV).v.dtype = raw_enum<kvc_dtype>(-1);
   add("k bf16 (storage f16)", KVC_ERR_INVALID_ARGUMENT, "k: dtype", KV).k.dtype = KVC_DTYPE_BF16;
   add("k device 2", KVC_ERR_INVALID_ARGUMENT, "device", KV).k.device = raw_enum<kvc_device>(2);
+  add("k and v on different devices", KVC_ERR_INVALID_ARGUMENT, "same device", KV).v.device =
+      KVC_DEVICE_BACKEND;
   add("v row_stride shorter than a row", KVC_ERR_INVALID_ARGUMENT, "v: row_stride", KV)
       .v.row_stride = kRow - 1;
   add("k row_stride overflowing", KVC_ERR_INVALID_ARGUMENT, "k: row_stride", KV).k.row_stride =

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "dtype.hpp"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 #include "kvcache/kvcache_plugin.h"
 #include "sequence_image.hpp"
@@ -43,7 +43,8 @@ using kvc::HeadImage;
 using kvc::SequenceImage;
 
 constexpr uint32_t kAllStats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
-constexpr size_t kHeaderBytes = 56;  // docs/sequence_format.md
+constexpr size_t kHeaderBytes = 56;  // docs/sequence_format.md, version 1
+constexpr kvc_dtype kFormats[] = {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -107,7 +108,8 @@ float random_float(std::mt19937& rng) {
   return f;
 }
 
-SequenceImage random_image(std::mt19937& rng, kvc_dtype dtype, uint32_t stats) {
+SequenceImage random_image(std::mt19937& rng, kvc_dtype dtype, uint32_t stats,
+                           kvc_dtype v_dtype) {
   const auto pick = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
@@ -116,17 +118,19 @@ SequenceImage random_image(std::mt19937& rng, kvc_dtype dtype, uint32_t stats) {
   image.kv_heads = pick(1, 3);
   image.q_heads = image.kv_heads * pick(1, 2);
   image.head_dim = pick(1, 8);
-  image.dtype = dtype;
+  image.k_dtype = dtype;
+  image.v_dtype = v_dtype;
   image.layout = pick(0, 1) ? KVC_LAYOUT_CONTIGUOUS : KVC_LAYOUT_PAGED;
   image.stats = stats;
-  const size_t row = static_cast<size_t>(image.head_dim) * kvc::dtype_size(dtype);
+  const size_t d = static_cast<size_t>(image.head_dim);
+  const size_t k_row = kvc_format_row_bytes(dtype, d), v_row = kvc_format_row_bytes(v_dtype, d);
   image.heads.resize(static_cast<size_t>(image.layers * image.kv_heads));
   for (HeadImage& head : image.heads) {
     const int n = pick(0, 6);
     int32_t pos = pick(0, 3);
     for (int i = 0; i < n; ++i, pos += pick(1, 4)) head.positions.push_back(pos);
-    head.k = random_bytes(rng, n * row);
-    head.v = random_bytes(rng, n * row);
+    head.k = random_bytes(rng, n * k_row);
+    head.v = random_bytes(rng, n * v_row);
     for (int s = 0; s < 3; ++s) {
       if ((stats & (1u << s)) == 0) continue;
       for (int i = 0; i < n; ++i) head.stats[s].push_back(random_float(rng));
@@ -147,7 +151,7 @@ SequenceImage small_image() {
   image.kv_heads = 1;
   image.q_heads = 2;
   image.head_dim = 2;
-  image.dtype = KVC_DTYPE_F16;
+  image.k_dtype = image.v_dtype = KVC_DTYPE_F16;
   image.layout = KVC_LAYOUT_PAGED;
   image.stats = kAllStats;
   image.heads.resize(2);
@@ -171,7 +175,8 @@ void check_same(const SequenceImage& a, const SequenceImage& b) {
   CHECK(a.kv_heads == b.kv_heads);
   CHECK(a.q_heads == b.q_heads);
   CHECK(a.head_dim == b.head_dim);
-  CHECK(a.dtype == b.dtype);
+  CHECK(a.k_dtype == b.k_dtype);
+  CHECK(a.v_dtype == b.v_dtype);
   CHECK(a.layout == b.layout);
   CHECK(a.stats == b.stats);
   REQUIRE(a.heads.size() == b.heads.size());
@@ -203,23 +208,28 @@ uint32_t float_bits(float f) {
 
 TEST_CASE("sequence image: random images round-trip bit for bit, at the size their shape gives") {
   std::mt19937 rng(2024);
-  for (kvc_dtype dtype : {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16}) {
-    for (uint32_t stats : {0u, uint32_t{KVC_STAT_ATTN_SUM},
-                           uint32_t{KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW}, kAllStats}) {
-      for (int round = 0; round < 25; ++round) {
-        CAPTURE(dtype);
-        CAPTURE(stats);
-        CAPTURE(round);
-        const SequenceImage image = random_image(rng, dtype, stats);
-        const std::vector<uint8_t> bytes = encoded(image);
-        const SequenceImage back = kvc::decode(bytes.data(), bytes.size());
-        check_same(image, back);
-        CHECK(encoded(back) == bytes);
-        // The size from the shape and token counts alone (kvc_seq_export_size's) is the same.
-        std::vector<size_t> head_tokens;
-        for (const HeadImage& head : image.heads) head_tokens.push_back(head.positions.size());
-        CHECK(kvc::encoded_size(image.layers, image.head_dim, dtype, stats, head_tokens) ==
-              bytes.size());
+  for (kvc_dtype dtype : kFormats) {
+    for (kvc_dtype v_dtype : kFormats) {
+      for (uint32_t stats : {0u, uint32_t{KVC_STAT_ATTN_SUM},
+                             uint32_t{KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW}, kAllStats}) {
+        for (int round = 0; round < 25; ++round) {
+          CAPTURE(dtype);
+          CAPTURE(v_dtype);
+          CAPTURE(stats);
+          CAPTURE(round);
+          const SequenceImage image = random_image(rng, dtype, stats, v_dtype);
+          const std::vector<uint8_t> bytes = encoded(image);
+          const SequenceImage back = kvc::decode(bytes.data(), bytes.size());
+          check_same(image, back);
+          CHECK(encoded(back) == bytes);
+          // The size from the shape and token counts alone (kvc_seq_export_size's) is the same.
+          std::vector<size_t> head_tokens;
+          for (const HeadImage& head : image.heads) head_tokens.push_back(head.positions.size());
+          CHECK(kvc::encoded_size(image.layers, image.head_dim, dtype, v_dtype, stats,
+                                  head_tokens) == bytes.size());
+          // One format for K and V is written as version 1, which older builds read.
+          CHECK(bytes[8] == (dtype == v_dtype ? 1 : 2));
+        }
       }
     }
   }
@@ -227,11 +237,11 @@ TEST_CASE("sequence image: random images round-trip bit for bit, at the size the
 
 TEST_CASE("sequence image: rows decoded in place are the encoded rows, and convert as copied ones") {
   std::mt19937 rng(31);
-  for (kvc_dtype dtype : {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16}) {
+  for (kvc_dtype dtype : kFormats) {
     for (int round = 0; round < 20; ++round) {
       CAPTURE(dtype);
       CAPTURE(round);
-      const SequenceImage image = random_image(rng, dtype, KVC_STAT_ATTN_SUM);
+      const SequenceImage image = random_image(rng, dtype, KVC_STAT_ATTN_SUM, dtype);
       const std::vector<uint8_t> bytes = encoded(image);
       SequenceImage copied = kvc::decode(bytes.data(), bytes.size());
       SequenceImage in_place =
@@ -254,8 +264,8 @@ TEST_CASE("sequence image: rows decoded in place are the encoded rows, and conve
         CHECK(head.positions == image.heads[h].positions);
         CHECK(same_floats(head.stats[0], image.heads[h].stats[0]));
       }
-      kvc::convert_storage(copied, KVC_DTYPE_F32);
-      kvc::convert_storage(in_place, KVC_DTYPE_F32);
+      kvc::convert_storage(copied, KVC_DTYPE_F32, KVC_DTYPE_F32);
+      kvc::convert_storage(in_place, KVC_DTYPE_F32, KVC_DTYPE_F32);
       if (dtype == KVC_DTYPE_F32) {
         CHECK(in_place.heads[0].k_in_place != nullptr);  // nothing to convert: still in place
         continue;
@@ -271,7 +281,7 @@ TEST_CASE("sequence image: rows decoded in place are the encoded rows, and conve
 
 TEST_CASE("sequence image: encoded_size is what encode writes, and a smaller buffer is refused") {
   std::mt19937 rng(5);
-  const SequenceImage image = random_image(rng, KVC_DTYPE_BF16, kAllStats);
+  const SequenceImage image = random_image(rng, KVC_DTYPE_BF16, kAllStats, KVC_DTYPE_BF16);
   const size_t size = kvc::encoded_size(image);
   std::vector<uint8_t> buffer(size + 64, 0xa5);
   kvc::encode(image, buffer.data(), buffer.size());
@@ -310,11 +320,12 @@ class ImageRows final : public kvc::RowWriter {
 
 TEST_CASE("sequence image: an encode whose rows a RowWriter writes gives the same bytes") {
   std::mt19937 rng(17);
-  for (kvc_dtype dtype : {KVC_DTYPE_F32, KVC_DTYPE_F16, KVC_DTYPE_BF16}) {
+  for (kvc_dtype dtype : kFormats) {
     for (uint32_t stats : {0u, kAllStats}) {
       CAPTURE(dtype);
       CAPTURE(stats);
-      const SequenceImage image = random_image(rng, dtype, stats);
+      const SequenceImage image =
+          random_image(rng, dtype, stats, dtype == KVC_DTYPE_F16 ? KVC_DTYPE_F32 : dtype);
       SequenceImage without_rows = image;
       for (HeadImage& head : without_rows.heads) {
         head.k.clear();
@@ -338,7 +349,7 @@ TEST_CASE("sequence image: the bytes are little-endian, laid out as documented")
   image.kv_heads = 1;
   image.q_heads = 2;
   image.head_dim = 2;
-  image.dtype = KVC_DTYPE_F16;
+  image.k_dtype = image.v_dtype = KVC_DTYPE_F16;
   image.layout = KVC_LAYOUT_CONTIGUOUS;
   image.stats = KVC_STAT_ATTN_LAST;
   HeadImage head;
@@ -375,6 +386,54 @@ TEST_CASE("sequence image: the bytes are little-endian, laid out as documented")
   crc.process_bytes(expected.data(), expected.size());
   for (int i = 0; i < 4; ++i) expected.push_back(static_cast<uint8_t>(crc.checksum() >> (8 * i)));
   CHECK(encoded(image) == expected);
+}
+
+TEST_CASE("sequence image: two formats make version 2, the V dtype after the sections") {
+  SequenceImage image;
+  image.layers = image.kv_heads = image.q_heads = 1;
+  image.head_dim = 2;
+  image.k_dtype = KVC_DTYPE_BF16;
+  image.v_dtype = KVC_DTYPE_F32;
+  image.layout = KVC_LAYOUT_PAGED;
+  image.stats = 0;
+  HeadImage head;
+  head.positions = {7};
+  const uint16_t k[2] = {0x3f80, 0xc000};  // bf16 1, -2
+  const float v[2] = {0.5f, -4.0f};         // 0x3f000000, 0xc0800000
+  head.k.resize(4);
+  head.v.resize(8);
+  std::memcpy(head.k.data(), k, 4);
+  std::memcpy(head.v.data(), v, 8);
+  head.seen = 1;
+  head.effective_budget = -1;
+  image.heads = {head};
+  image.triggers = {{0, false}};
+
+  std::vector<uint8_t> expected = {
+      0x89, 'K',  'V',  'C',  '\r', '\n', 0x1a, '\n',  // magic
+      2,    0,    0,    0,                             // format version
+      1,    0,    0,    0,    1,    0,    0,    0,     // layers, kv_heads
+      1,    0,    0,    0,    2,    0,    0,    0,     // q_heads, head_dim
+      2,    0,    0,    0,    0,    0,    0,    0,     // dtype (K) bf16, layout paged
+      0,    0,    0,    0,                             // statistics: none
+      32,   0,    0,    0,    0,    0,    0,    0,     // head section bytes
+      5,    0,    0,    0,    0,    0,    0,    0,     // trigger section bytes
+      0,    0,    0,    0,                             // V dtype f32
+      1,    0,    0,    0,    0xff, 0xff, 0xff, 0xff,  // n, effective budget
+      1,    0,    0,    0,    0,    0,    0,    0,     // seen
+      7,    0,    0,    0,                             // positions
+      0x80, 0x3f, 0x00, 0xc0,                          // keys
+      0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x80, 0xc0,  // values
+      0,    0,    0,    0,    0,                       // layer 0: decode steps, prefill pending
+  };
+  boost::crc_32_type crc;
+  crc.process_bytes(expected.data(), expected.size());
+  for (int i = 0; i < 4; ++i) expected.push_back(static_cast<uint8_t>(crc.checksum() >> (8 * i)));
+  CHECK(encoded(image) == expected);
+  check_same(kvc::decode(expected.data(), expected.size()), image);
+  // Cut inside the V dtype: the header is short.
+  std::vector<uint8_t> short_header(expected.begin(), expected.begin() + 58);
+  CHECK(contains(decode_error(short_header).what(), "truncated"));
 }
 
 TEST_CASE("sequence image: encode refuses an image decode would refuse") {
@@ -421,7 +480,7 @@ TEST_CASE("sequence image: f16 and bf16 convert to f32 exactly") {
     SequenceImage image;
     image.layers = image.kv_heads = image.q_heads = 1;
     image.head_dim = 256;
-    image.dtype = c.dtype;
+    image.k_dtype = image.v_dtype = c.dtype;
     image.layout = KVC_LAYOUT_PAGED;
     image.stats = KVC_STAT_ATTN_SUM;
     HeadImage head;
@@ -444,8 +503,9 @@ TEST_CASE("sequence image: f16 and bf16 convert to f32 exactly") {
     image.triggers = {{3, false}};
 
     SequenceImage wide = image;
-    kvc::convert_storage(wide, KVC_DTYPE_F32);
-    CHECK(wide.dtype == KVC_DTYPE_F32);
+    kvc::convert_storage(wide, KVC_DTYPE_F32, KVC_DTYPE_F32);
+    CHECK(wide.k_dtype == KVC_DTYPE_F32);
+    CHECK(wide.v_dtype == KVC_DTYPE_F32);
     REQUIRE(wide.heads[0].k.size() == 4 * 65536);
     REQUIRE(wide.heads[0].v.size() == 4 * 65536);
     int mismatches = 0, lossy = 0;
@@ -466,8 +526,16 @@ TEST_CASE("sequence image: f16 and bf16 convert to f32 exactly") {
     CHECK(wide.triggers[0].decode_steps == 3);
 
     SequenceImage same = image;
-    kvc::convert_storage(same, c.dtype);
+    kvc::convert_storage(same, c.dtype, c.dtype);
     check_same(same, image);
+
+    // K and V convert apart: only V is widened here.
+    SequenceImage v_wide = image;
+    kvc::convert_storage(v_wide, c.dtype, KVC_DTYPE_F32);
+    CHECK(v_wide.k_dtype == c.dtype);
+    CHECK(v_wide.v_dtype == KVC_DTYPE_F32);
+    CHECK(v_wide.heads[0].k == image.heads[0].k);
+    CHECK(v_wide.heads[0].v == wide.heads[0].v);
   }
 }
 
@@ -481,15 +549,16 @@ TEST_CASE("sequence image: lossy storage conversions are refused, naming why") {
                {KVC_DTYPE_F16, KVC_DTYPE_BF16, "10 mantissa bits, bf16 only 7"},
                {KVC_DTYPE_BF16, KVC_DTYPE_F16, "8-bit exponent, f16 only 5"}};
   for (const auto& c : cases) {
-    const SequenceImage image = random_image(rng, c.from, 0);
+    // The lossy part is V's; K converts exactly, and is left unconverted all the same.
+    const SequenceImage image = random_image(rng, KVC_DTYPE_F16, 0, c.from);
     SequenceImage target = image;
     try {
-      kvc::convert_storage(target, c.to);
-      FAIL_CHECK(kvc::dtype_name(c.from) << " -> " << kvc::dtype_name(c.to) << " converted");
+      kvc::convert_storage(target, KVC_DTYPE_F32, c.to);
+      FAIL_CHECK(kvc_format_name(c.from) << " -> " << kvc_format_name(c.to) << " converted");
     } catch (const kvc::Error& e) {
       CHECK(e.code() == KVC_ERR_UNSUPPORTED);
-      const std::string expected = std::string("cannot store ") + kvc::dtype_name(c.from) +
-                                   " data in a " + kvc::dtype_name(c.to) + " cache without loss";
+      const std::string expected = std::string("cannot store ") + kvc_format_name(c.from) +
+                                   " data in a " + kvc_format_name(c.to) + " cache without loss";
       CHECK(contains(e.what(), expected));
       CHECK(contains(e.what(), c.why));
     }
@@ -541,7 +610,7 @@ TEST_CASE("sequence image: a newer format version is unsupported, naming both ve
   put_u32(bytes, 8, 7);
   const kvc::Error newer = decode_error(bytes);
   CHECK(newer.code() == KVC_ERR_UNSUPPORTED);
-  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1)"));
+  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 2)"));
   put_u32(bytes, 8, 0);
   CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
 }

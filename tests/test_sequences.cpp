@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "host_reads.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 #include "test_support.hpp"
 
@@ -368,10 +369,10 @@ T element(const std::vector<uint8_t>& bytes, size_t i) {
 // The stored K rows of one sequence as f32, from storage of `dtype` (f32 or f16).
 std::vector<float> stored_keys(kvc_cache* cache, int32_t seq, kvc_dtype dtype) {
   const kvc::SequenceImage image = kvt::stored_sequence(cache, seq);
-  REQUIRE(image.dtype == dtype);
+  REQUIRE(image.k_dtype == dtype);
   std::vector<float> keys;
   for (const kvc::HeadImage& head : image.heads) {
-    for (size_t i = 0; i < head.k.size() / kvc_dtype_size(dtype); ++i) {
+    for (size_t i = 0; i < head.k.size() / kvc_format_row_bytes(dtype, 1); ++i) {
       keys.push_back(dtype == KVC_DTYPE_F32 ? element<float>(head.k, i)
                                             : kvc_f16_to_f32(element<uint16_t>(head.k, i)));
     }

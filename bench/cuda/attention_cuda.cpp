@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "../common.hpp"
-#include "cuda_bench.hpp"
-#include "device_timing.hpp"
-#include "read_baseline.hpp"
 #include "../machine.hpp"
 #include "../report.hpp"
 #include "../timer.hpp"
+#include "cuda_bench.hpp"
+#include "device_timing.hpp"
+#include "kvcache/kvcache_format.h"
+#include "read_baseline.hpp"
 
 namespace kvc_bench::cuda {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<DeviceBuffer> random_device(size_t n, kvc_dtype dtype, uint32_t 
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> values(n);
   for (float& x : values) x = u(rng);
-  std::vector<unsigned char> bytes(n * kvc_dtype_size(dtype));
+  std::vector<unsigned char> bytes(kvc_format_row_bytes(dtype, n));
   convert_from_f32(values.data(), bytes.data(), n, dtype);
   auto buffer = std::make_unique<DeviceBuffer>(bytes.size());
   check_cuda(cudaMemcpy(buffer->data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),

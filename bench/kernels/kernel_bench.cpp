@@ -27,6 +27,7 @@
 
 #include "attention_block.hpp"
 #include "common.hpp"
+#include "kvcache/kvcache_format.h"
 #include "machine.hpp"
 #include "options.hpp"
 #include "report.hpp"
@@ -151,7 +152,7 @@ class Decode {
       jobs_.push_back(job);
     }
     // One query a job: the workspace needs room for one query's rows.
-    shape_ = {s.head_dim, kvc::cpu::padded_dim(s.head_dim), s.group, 1, s.dtype,
+    shape_ = {s.head_dim, kvc::cpu::padded_dim(s.head_dim), s.group, 1, s.dtype, s.dtype,
               1.0f / float(s.head_dim), 0, 0.0f, 0, &kvc::cpu::tile_kernels()};
   }
 
@@ -206,7 +207,7 @@ int run(Options& opts) {
   if (keys == 0 || l2_keys == 0) throw UsageError("--keys and --l2_keys must hold a block");
   report_machine();
 
-  const size_t row_bytes = shape.head_dim * kvc_dtype_size(shape.dtype);
+  const size_t row_bytes = kvc_format_row_bytes(shape.dtype, shape.head_dim);
   const size_t job_bytes = keys * 2 * row_bytes;
   const size_t cold_jobs = std::max<size_t>(size_t(threads), (size_t(cold_mib) << 20) / job_bytes);
   PagedJobs cold(cold_jobs, keys, block_tokens, row_bytes, 1);

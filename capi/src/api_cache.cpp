@@ -1,8 +1,10 @@
+#include <cstddef>
 #include <functional>
 #include <optional>
 
 #include "cache_params.hpp"
 #include "handles.hpp"
+#include "kvcache/kvcache_format.h"
 #include "versioned_init.hpp"
 
 namespace {
@@ -14,7 +16,9 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
   p.kv_heads = c.kv_heads;
   p.q_heads = c.q_heads;
   p.head_dim = c.head_dim;
-  p.dtype = c.dtype;
+  p.dtype = c.k_dtype;
+  p.k_dtype = c.k_dtype == c.v_dtype ? -1 : c.k_dtype;
+  p.v_dtype = c.k_dtype == c.v_dtype ? -1 : c.v_dtype;
   p.layout = c.layout;
   p.block_tokens = c.block_tokens;
   p.growth_factor = c.growth_factor;
@@ -27,14 +31,19 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
 }
 
 kvc::CacheConfig config_from(const kvc_cache_params& p) {
-  kvc::require_enum(p.dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16, "dtype is not a kvc_dtype");
+  kvc::require(kvc_format_is_valid(kvc::raw_enum(p.dtype)), "dtype is not a kvc_dtype");
+  kvc::require(p.k_dtype == -1 || kvc_format_is_valid(p.k_dtype),
+               "k_dtype is neither -1 nor a kvc_dtype");
+  kvc::require(p.v_dtype == -1 || kvc_format_is_valid(p.v_dtype),
+               "v_dtype is neither -1 nor a kvc_dtype");
   kvc::require_enum(p.layout, KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS, "layout is not a kvc_layout");
   kvc::CacheConfig c;
   c.layers = p.layers;
   c.kv_heads = p.kv_heads;
   c.q_heads = p.q_heads;
   c.head_dim = p.head_dim;
-  c.dtype = p.dtype;
+  c.k_dtype = p.k_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.k_dtype);
+  c.v_dtype = p.v_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.v_dtype);
   c.layout = p.layout;
   c.block_tokens = p.block_tokens;
   c.growth_factor = p.growth_factor;
@@ -102,6 +111,11 @@ kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* param
     kvc_cache_params defaults{};
     kvc_cache_params_init(&defaults);
     kvc_cache_params p = kvc::read_versioned(params, defaults, "params");
+    // k_dtype lies in the tail padding of the struct before it had k_dtype and v_dtype: a
+    // caller whose struct_size does not cover v_dtype is an older one, and has neither.
+    if (params->struct_size < offsetof(kvc_cache_params, v_dtype) + sizeof(p.v_dtype)) {
+      p.k_dtype = p.v_dtype = -1;
+    }
     return CacheSetup{config_from(p), policy_from(p)};
   }, out_cache);
 }
@@ -123,6 +137,8 @@ kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_p
     kvc::require(cache != nullptr, "cache is NULL");
     kvc_cache_params params = params_from(cache->impl->config());
     params.backend = cache->impl->config().backend.c_str();
+    params.k_dtype = cache->impl->config().k_dtype;
+    params.v_dtype = cache->impl->config().v_dtype;
     if (const kvc::Policy* policy = cache->impl->policy()) {
       const kvc::PolicyConfig& p = policy->config();
       params.policy = p.name.c_str();

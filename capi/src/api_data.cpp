@@ -1,4 +1,5 @@
 #include "handles.hpp"
+#include "kvcache/kvcache_format.h"
 #include "versioned_init.hpp"
 
 namespace {
@@ -16,7 +17,7 @@ kvc_attention_params read_attention(const kvc_attention_params* params) {
 template <typename Tensor>
 const Tensor& deref(const Tensor* t, const char* what) {
   kvc::require(t != nullptr, what);
-  kvc::require_enum(t->dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16, "a tensor's dtype is not a kvc_dtype");
+  kvc::require(kvc_format_is_valid(kvc::raw_enum(t->dtype)), "a tensor's dtype is not a kvc_dtype");
   kvc::require_enum(t->device, KVC_DEVICE_HOST, KVC_DEVICE_BACKEND,
                     "a tensor's device is not a kvc_device");
   return *t;

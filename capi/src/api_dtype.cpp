@@ -1,21 +1,29 @@
 #include "handles.hpp"
-#include "dtype.hpp"
-
-namespace {
-
-// A C caller may pass any int; only enumerators reach the C++ enum.
-bool is_dtype(const kvc_dtype& dtype) {
-  return kvc::enum_in(dtype, KVC_DTYPE_F32, KVC_DTYPE_BF16);
-}
-
-}  // namespace
+#include "kvcache/kvcache_format.h"
 
 extern "C" {
 
-size_t kvc_dtype_size(kvc_dtype dtype) { return is_dtype(dtype) ? kvc::dtype_size(dtype) : 0; }
+// A C caller may pass any int: the table's functions take it as read (raw_enum).
 
-const char* kvc_dtype_name(kvc_dtype dtype) {
-  return is_dtype(dtype) ? kvc::dtype_name(dtype) : "unknown";
+size_t kvc_dtype_size(kvc_dtype dtype) {
+  const int32_t format = kvc::raw_enum(dtype);
+  return kvc_format_group_size(format) == 1 ? kvc_format_row_bytes(format, 1) : 0;
+}
+
+const char* kvc_dtype_name(kvc_dtype dtype) { return kvc_format_name(kvc::raw_enum(dtype)); }
+
+kvc_status* kvc_format_describe(kvc_dtype format, kvc_format_info* out_info) {
+  return kvc::guarded([&] {
+    const int32_t raw = kvc::raw_enum(format);
+    kvc::require(kvc_format_is_valid(raw), "format is not a kvc_dtype of the format table");
+    kvc_format_info info{};
+    info.struct_size = sizeof(info);
+    info.format = format;
+    info.name = kvc_format_name(raw);
+    info.group_size = kvc_format_group_size(raw);
+    info.group_bytes = kvc_format_group_bytes(raw);
+    kvc::write_versioned(out_info, info, "out_info");
+  });
 }
 
 }  // extern "C"

@@ -58,7 +58,7 @@ kvc_prefix checked_prefix(const kvc_prefix* in) {
 
 kvc::PrefixIdentity identity_of(const kvc::Cache& cache, const kvc_prefix& prefix) {
   const kvc::CacheConfig& c = cache.config();
-  return {prefix.model, c.layers, c.kv_heads, c.q_heads, c.head_dim, c.dtype,
+  return {prefix.model, c.layers, c.kv_heads, c.q_heads, c.head_dim, c.k_dtype, c.v_dtype,
           cache.stored_stats(), prefix.chunk_tokens};
 }
 

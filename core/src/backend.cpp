@@ -16,7 +16,16 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
     : name_(plugin.name),
       vtable_(plugin.backend),
       head_dim_(config.head_dim),
-      storage_dtype_(config.dtype) {
+      k_dtype_(config.k_dtype),
+      v_dtype_(config.v_dtype) {
+  // Before 1.3 the call structs had one storage format, which a backend applies to V too.
+  if (k_dtype_ != v_dtype_ && (plugin.abi_version & 0xffffu) < 3) {
+    throw Error(KVC_ERR_UNSUPPORTED,
+                "backend '" + name_ + "' is built against plugin ABI 1." +
+                    std::to_string(plugin.abi_version & 0xffffu) +
+                    ", which has one storage format for K and V; K is " +
+                    kvc_dtype_name(k_dtype_) + " and V " + kvc_dtype_name(v_dtype_));
+  }
   kvc_plugin_error error{};
   if (!vtable_.create_with_config) {
     check(vtable_.create(host, &instance_, &error), error, "create");
@@ -32,8 +41,8 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
   c.n_kv_heads = config.kv_heads;
   c.n_q_heads = config.q_heads;
   c.head_dim = config.head_dim;
-  c.k_dtype = config.dtype;
-  c.v_dtype = config.dtype;
+  c.k_dtype = config.k_dtype;
+  c.v_dtype = config.v_dtype;
   c.layout = config.layout;
   c.block_tokens = config.block_tokens;
   c.memory_limit = config.memory_limit;
@@ -71,8 +80,8 @@ void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
 
 void Backend::append(const std::vector<kvc_append_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_append_call call{sizeof(call), head_dim_, storage_dtype_, stream, jobs.data(),
-                       jobs.size()};
+  kvc_append_call call{sizeof(call), head_dim_, k_dtype_, stream, jobs.data(),
+                       jobs.size(),   v_dtype_};
   kvc_plugin_error error{};
   check(vtable_.append(instance_, &call, &error), error, "append");
 }
@@ -81,7 +90,8 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
   if (jobs.empty()) return;
   call.struct_size = sizeof(call);
   call.head_dim = head_dim_;
-  call.storage_dtype = storage_dtype_;
+  call.storage_dtype = k_dtype_;
+  call.v_dtype = v_dtype_;
   call.jobs = jobs.data();
   call.n_jobs = jobs.size();
   kvc_plugin_error error{};
@@ -90,15 +100,15 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
 
 void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_compact_call call{sizeof(call), head_dim_, storage_dtype_, stream,
-                        jobs.data(), jobs.size()};
+  kvc_compact_call call{sizeof(call), head_dim_, k_dtype_, stream,
+                        jobs.data(), jobs.size(),   v_dtype_};
   kvc_plugin_error error{};
   check(vtable_.compact(instance_, &call, &error), error, "compact");
 }
 
 void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_read_keys_call call{sizeof(call), head_dim_, storage_dtype_, stream,
+  kvc_read_keys_call call{sizeof(call), head_dim_, k_dtype_, stream,
                           jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.read_keys(instance_, &call, &error), error, "read_keys");

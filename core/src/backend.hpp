@@ -43,7 +43,8 @@ class Backend {
   std::string name_;
   kvc_backend_vtable vtable_;
   int32_t head_dim_;
-  kvc_dtype storage_dtype_;
+  kvc_dtype k_dtype_;
+  kvc_dtype v_dtype_;
   void* instance_ = nullptr;
 };
 

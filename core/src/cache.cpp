@@ -6,13 +6,16 @@
 #include <mutex>
 
 #include "error.hpp"
-#include "dtype.hpp"
+#include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 
 namespace kvc {
 namespace {
 
 Error invalid(const std::string& message) { return Error(KVC_ERR_INVALID_ARGUMENT, message); }
+
+// Bytes per element of a passed tensor (f32 or a storage format without scales).
+size_t element_bytes(kvc_dtype dtype) { return kvc_format_row_bytes(dtype, 1); }
 
 const LoadedPlugin& find_backend(Context& context, const std::string& name) {
   const LoadedPlugin* plugin = context.plugins().find(KVC_PLUGIN_BACKEND, name);
@@ -25,10 +28,14 @@ const LoadedPlugin& find_backend(Context& context, const std::string& name) {
 
 Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
   constexpr uint32_t attention_stats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
+  const size_t v_group = kvc_format_group_bytes(c.v_dtype);
   return Geometry{c.layout,
                   c.head_dim,
-                  c.dtype,
-                  static_cast<size_t>(c.head_dim) * dtype_size(c.dtype),
+                  kvc_format_row_bytes(c.k_dtype, static_cast<size_t>(c.head_dim)),
+                  kvc_format_row_bytes(c.v_dtype, static_cast<size_t>(c.head_dim)),
+                  // V rows start at their group's largest power-of-two divisor, at most a
+                  // float's alignment: 4 for f32, 2 for f16 and bf16.
+                  std::min(v_group & (0 - v_group), alignof(float)),
                   c.block_tokens,
                   policy ? policy->stats() & attention_stats : 0u};
 }
@@ -274,12 +281,12 @@ Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const
   return resolved;
 }
 
-void Cache::check_input(const kvc_tensor& t, int32_t heads, int32_t tokens,
+void Cache::check_input(const kvc_tensor& t, kvc_dtype storage, int32_t heads, int32_t tokens,
                         const char* what) const {
   if (!t.data) throw invalid(std::string(what) + ": data is NULL");
-  if (t.dtype != KVC_DTYPE_F32 && t.dtype != config_.dtype) {
+  if (t.dtype != KVC_DTYPE_F32 && t.dtype != storage) {
     throw invalid(std::string(what) + ": dtype must be f32 or the storage dtype " +
-                  dtype_name(config_.dtype) + ", got " + std::to_string(static_cast<int>(t.dtype)));
+                  kvc_format_name(storage) + ", got " + std::to_string(static_cast<int>(t.dtype)));
   }
   if (t.device != KVC_DEVICE_HOST && t.device != KVC_DEVICE_BACKEND) {
     throw invalid(std::string(what) + ": unknown device " + std::to_string(static_cast<int>(t.device)));
@@ -289,7 +296,7 @@ void Cache::check_input(const kvc_tensor& t, int32_t heads, int32_t tokens,
     throw invalid(std::string(what) + ": row_stride " + std::to_string(t.row_stride) +
                   " is shorter than a row of " + std::to_string(row) + " elements");
   }
-  check_extent(what, t.row_stride ? t.row_stride : row, row, dtype_size(t.dtype), tokens);
+  check_extent(what, t.row_stride ? t.row_stride : row, row, element_bytes(t.dtype), tokens);
 }
 
 // The bytes from a tensor's first element to its last must be addressable, so that no row
@@ -310,7 +317,7 @@ void Cache::check_extent(const char* what, size_t row_stride, size_t row, size_t
 
 void Cache::check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
                                    const kvc_tensor_mut& out, int32_t tokens) const {
-  check_input(q, config_.q_heads, tokens, "q");
+  check_input(q, config_.k_dtype, config_.q_heads, tokens, "q");
   if (!out.data) throw invalid("out: data is NULL");
   if (out.dtype != KVC_DTYPE_F32) throw invalid("out: dtype must be f32");
   if (out.device != KVC_DEVICE_HOST && out.device != KVC_DEVICE_BACKEND) {
@@ -329,9 +336,9 @@ void Cache::check_attention_inputs(const kvc_tensor& q, const kvc_attention_para
 }
 
 void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t tokens) const {
-  check_input(k, config_.kv_heads, tokens, "k");
-  check_input(v, config_.kv_heads, tokens, "v");
-  if (k.dtype != v.dtype) throw invalid("k and v must have the same dtype");
+  check_input(k, config_.k_dtype, config_.kv_heads, tokens, "k");
+  check_input(v, config_.v_dtype, config_.kv_heads, tokens, "v");
+  if (k.device != v.device) throw invalid("k and v must be on the same device");
 }
 
 void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
@@ -377,9 +384,9 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
     size_t first = static_cast<size_t>(resolved.offsets[i]);
     size_t head_offset = h * static_cast<size_t>(config_.head_dim);
     AppendSource source{
-        static_cast<const unsigned char*>(k.data) + (first * k_stride + head_offset) * dtype_size(k.dtype),
-        static_cast<const unsigned char*>(v.data) + (first * v_stride + head_offset) * dtype_size(v.dtype),
-        k_stride, v_stride, dtype_size(k.dtype), k.dtype, k.device,
+        static_cast<const unsigned char*>(k.data) + (first * k_stride + head_offset) * element_bytes(k.dtype),
+        static_cast<const unsigned char*>(v.data) + (first * v_stride + head_offset) * element_bytes(v.dtype),
+        k_stride, v_stride, k.dtype, v.dtype, k.device,
         batch.positions + first};
     stores[s]->plan_append(extra[s], source, geometry_, jobs);
   }
@@ -424,7 +431,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   segments.reserve(total_segments);  // jobs point into it: it must not reallocate
   std::vector<kvc_attend_job> jobs;
   jobs.reserve(resolved.sequences.size() * static_cast<size_t>(kv_heads));
-  const size_t q_element = dtype_size(q.dtype);
+  const size_t q_element = element_bytes(q.dtype);
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     const size_t token = static_cast<size_t>(resolved.offsets[i]);
     for (int32_t h = 0; h < kv_heads; ++h) {

@@ -108,7 +108,9 @@ class Cache {
   // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
   void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved) const;
   // Checks a batch's tensors of `tokens` rows.
-  void check_input(const kvc_tensor& t, int32_t heads, int32_t tokens, const char* what) const;
+  // `storage`: the format of the rows t is stored as (K's for q and k, V's for v).
+  void check_input(const kvc_tensor& t, kvc_dtype storage, int32_t heads, int32_t tokens,
+                   const char* what) const;
   void check_extent(const char* what, size_t row_stride, size_t row, size_t element,
                     int32_t tokens) const;
   void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t tokens) const;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <sstream>
 
+#include "kvcache/kvcache_format.h"
+
 namespace kvc {
 namespace {
 
@@ -48,6 +50,13 @@ void validate_cache_config(const CacheConfig& c) {
   }
   require_in("q_heads", c.q_heads, 1, kMaxQHeads);
   require_in("head_dim", c.head_dim, 1, kMaxHeadDim);
+  for (kvc_dtype format : {c.k_dtype, c.v_dtype}) {
+    if (kvc_format_row_bytes(format, static_cast<size_t>(c.head_dim)) == 0) {
+      refuse("head_dim", std::string("a multiple of ") + kvc_format_name(format) +
+                             "'s group size " + std::to_string(kvc_format_group_size(format)) +
+                             ", got " + std::to_string(c.head_dim));
+    }
+  }
   require_in("block_tokens", c.block_tokens, 1, kMaxBlockTokens);
   if (!(c.growth_factor >= kMinGrowthFactor && c.growth_factor <= kMaxGrowthFactor)) {
     refuse("growth_factor", "in " + format_number(kMinGrowthFactor) + ".." +

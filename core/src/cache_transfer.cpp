@@ -5,8 +5,8 @@
 #include <new>
 
 #include "cache.hpp"
-#include "dtype.hpp"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace kvc {
 namespace {
@@ -43,7 +43,8 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
   image.kv_heads = config_.kv_heads;
   image.q_heads = config_.q_heads;
   image.head_dim = config_.head_dim;
-  image.dtype = config_.dtype;
+  image.k_dtype = config_.k_dtype;
+  image.v_dtype = config_.v_dtype;
   image.layout = config_.layout;
   image.stats = geometry_.stats;
   image.heads.resize(sequence.heads.size());
@@ -84,10 +85,12 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
 void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v) {
   size_t at = 0;
   for (const kvc_segment& s : segments) {
-    const size_t bytes = static_cast<size_t>(s.count) * geometry_.row_bytes;
-    backend_.copy(k + at, s.k, bytes, KVC_COPY_DEVICE_TO_HOST);
-    backend_.copy(v + at, s.v, bytes, KVC_COPY_DEVICE_TO_HOST);
-    at += bytes;
+    const size_t count = static_cast<size_t>(s.count);
+    backend_.copy(k + at * geometry_.k_row_bytes, s.k, count * geometry_.k_row_bytes,
+                  KVC_COPY_DEVICE_TO_HOST);
+    backend_.copy(v + at * geometry_.v_row_bytes, s.v, count * geometry_.v_row_bytes,
+                  KVC_COPY_DEVICE_TO_HOST);
+    at += count;
   }
 }
 
@@ -97,8 +100,8 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   SequenceImage image = image_without_rows(find(seq_id), max_tokens, segments);
   for (size_t i = 0; i < image.heads.size(); ++i) {
     HeadImage& head = image.heads[i];
-    head.k.resize(head.positions.size() * geometry_.row_bytes);
-    head.v.resize(head.k.size());
+    head.k.resize(head.positions.size() * geometry_.k_row_bytes);
+    head.v.resize(head.positions.size() * geometry_.v_row_bytes);
     copy_rows(segments[i], head.k.data(), head.v.data());
   }
   return image;
@@ -109,7 +112,8 @@ size_t Cache::encoded_size_of(const Sequence& sequence) const {
   for (const HeadStore& head : sequence.heads) {
     head_tokens.push_back(static_cast<size_t>(head.length()));
   }
-  return encoded_size(config_.layers, config_.head_dim, config_.dtype, geometry_.stats,
+  return encoded_size(config_.layers, config_.head_dim, config_.k_dtype, config_.v_dtype,
+                      geometry_.stats,
                       head_tokens);
 }
 
@@ -172,7 +176,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
                                            " statistic, which this cache's policy reads");
     }
   }
-  convert_storage(image, config_.dtype);
+  convert_storage(image, config_.k_dtype, config_.v_dtype);
 
   std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
   if (sequences_.count(seq_id)) {
@@ -196,8 +200,8 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
       const HeadImage& head = image.heads[i];
       if (head.positions.empty()) continue;
       AppendSource source{head.k_rows(), head.v_rows(), static_cast<size_t>(config_.head_dim),
-                          static_cast<size_t>(config_.head_dim), dtype_size(config_.dtype),
-                          config_.dtype, KVC_DEVICE_HOST, head.positions.data()};
+                          static_cast<size_t>(config_.head_dim), config_.k_dtype,
+                          config_.v_dtype, KVC_DEVICE_HOST, head.positions.data()};
       stores[i]->plan_append(lengths[i], source, geometry_, jobs);
     }
     backend_.append(jobs, nullptr);

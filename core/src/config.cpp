@@ -21,6 +21,7 @@
 
 #include "cache_params.hpp"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache_support/byte_size.hpp"
 #include "quote.hpp"
 
@@ -85,8 +86,15 @@ constexpr IntRange kNonNegative{0, kIntMax};
 template <typename T>
 using Choices = std::vector<std::pair<const char*, T>>;
 
-const Choices<kvc_dtype> kDtypes{
-    {"f32", KVC_DTYPE_F32}, {"f16", KVC_DTYPE_F16}, {"bf16", KVC_DTYPE_BF16}};
+Choices<kvc_dtype> format_choices() {
+  Choices<kvc_dtype> formats;
+  for (int code = 0; code < KVC_FORMAT_CODE_END; ++code) {
+    if (kvc_format_is_valid(code)) formats.emplace_back(kvc_format_name(code), kvc_dtype(code));
+  }
+  return formats;
+}
+
+const Choices<kvc_dtype> kDtypes = format_choices();
 const Choices<kvc_layout> kLayouts{{"paged", KVC_LAYOUT_PAGED},
                                    {"contiguous", KVC_LAYOUT_CONTIGUOUS}};
 const Choices<PrefillCompression> kPrefillModes{{"none", PrefillCompression::none},
@@ -360,6 +368,7 @@ class ConfigReader {
   // Reads the values' types only; resolve_cache() applies the limits every entry point shares.
   void read_cache(const Field& section, CacheConfig& cache,
                   std::map<std::string, Field>& fields) const {
+    std::optional<kvc_dtype> both, k, v;  // `dtype` sets K and V, k_dtype and v_dtype override
     const auto field = [&](const char* key, const std::function<void(const Field&)>& read) {
       return KeyReader{key, [&fields, key, read](const Field& f) {
                          read(f);
@@ -371,13 +380,17 @@ class ConfigReader {
         field("kv_heads", [&](const Field& f) { cache.kv_heads = read_int(f, kAnyInt); }),
         field("q_heads", [&](const Field& f) { cache.q_heads = read_int(f, kAnyInt); }),
         field("head_dim", [&](const Field& f) { cache.head_dim = read_int(f, kAnyInt); }),
-        field("dtype", [&](const Field& f) { cache.dtype = read_choice(f, kDtypes); }),
+        field("dtype", [&](const Field& f) { both = read_choice(f, kDtypes); }),
+        field("k_dtype", [&](const Field& f) { k = read_choice(f, kDtypes); }),
+        field("v_dtype", [&](const Field& f) { v = read_choice(f, kDtypes); }),
         field("layout", [&](const Field& f) { cache.layout = read_choice(f, kLayouts); }),
         field("block_tokens", [&](const Field& f) { cache.block_tokens = read_int(f, kAnyInt); }),
         field("growth_factor", [&](const Field& f) { cache.growth_factor = read_number(f); }),
         field("memory_limit", [&](const Field& f) { cache.memory_limit = read_byte_size(f); }),
     };
     read_section(section, keys);
+    cache.k_dtype = k.value_or(both.value_or(cache.k_dtype));
+    cache.v_dtype = v.value_or(both.value_or(cache.v_dtype));
   }
 
   // The shared defaults and checks; a refused value is reported at its key's line.

@@ -17,7 +17,8 @@ struct CacheConfig {
   int32_t kv_heads = 1;
   int32_t q_heads = 0;  // 0: as many as kv_heads (resolve_cache_config)
   int32_t head_dim = 64;
-  kvc_dtype dtype = KVC_DTYPE_F16;
+  kvc_dtype k_dtype = KVC_DTYPE_F16;  // storage formats (kvcache_format.h); YAML `dtype` sets both
+  kvc_dtype v_dtype = KVC_DTYPE_F16;
   kvc_layout layout = KVC_LAYOUT_PAGED;
   int32_t block_tokens = 16;
   double growth_factor = 2.0;

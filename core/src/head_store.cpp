@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kvcache/kvcache_format.h"
+
 namespace kvc {
 
 int32_t Geometry::stat_count() const {
@@ -52,9 +54,9 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
     const Segment& old = segments_.front();
     const size_t n = static_cast<size_t>(old.count);
     try {
-      backend.copy(segment_k(moved), segment_k(old), n * g.row_bytes, KVC_COPY_DEVICE_TO_DEVICE,
-                   replaced.stream);
-      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.row_bytes,
+      backend.copy(segment_k(moved), segment_k(old), n * g.k_row_bytes,
+                   KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
+      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.v_row_bytes,
                    KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
       backend.copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t),
                    KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
@@ -154,15 +156,17 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
     kvc_append_job job{};
     job.struct_size = sizeof(job);
     job.n_tokens = take;
-    job.src_k = source.k + written * source.k_stride * source.element_bytes;
-    job.src_v = source.v + written * source.v_stride * source.element_bytes;
+    const size_t skipped = static_cast<size_t>(written);
+    job.src_k = source.k + kvc_format_row_bytes(source.k_dtype, skipped * source.k_stride);
+    job.src_v = source.v + kvc_format_row_bytes(source.v_dtype, skipped * source.v_stride);
     job.src_k_stride = source.k_stride;
     job.src_v_stride = source.v_stride;
-    job.src_dtype = source.dtype;
+    job.src_dtype = source.k_dtype;
+    job.src_v_dtype = source.v_dtype;
     job.src_device = source.device;
     job.src_pos = source.pos + written;
-    job.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.row_bytes;
-    job.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.row_bytes;
+    job.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.k_row_bytes;
+    job.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.v_row_bytes;
     job.dst_pos = segment_pos(s, g) + s.count;
     const int32_t index = length_ + written;
     job.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index), at(head_stats.attn_last, index),

@@ -16,18 +16,35 @@
 
 namespace kvc {
 
+inline size_t align_up(size_t bytes, size_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 struct Geometry {
   kvc_layout layout;
   int32_t head_dim;
-  kvc_dtype dtype;
-  size_t row_bytes;  // one token's K (or V) row
+  size_t k_row_bytes;  // one token's K row, of the K format (kvcache_format.h)
+  size_t v_row_bytes;  // one token's V row, of the V format
+  size_t v_alignment;  // of the V rows' start: K rows of another format may end anywhere
   int32_t block_tokens;
   uint32_t stats;  // the attention statistics stored per token (kvc_stat_flags)
 
   int32_t stat_count() const;
   // K, V and position of one token.
-  size_t token_bytes() const { return 2 * row_bytes + sizeof(int32_t); }
-  size_t bytes_for(int32_t capacity) const { return static_cast<size_t>(capacity) * token_bytes(); }
+  size_t token_bytes() const { return k_row_bytes + v_row_bytes + sizeof(int32_t); }
+  // A segment of `capacity` tokens holds its K rows, then its V rows, then its positions,
+  // each region starting aligned for what it holds.
+  size_t v_offset(int32_t capacity) const {
+    return align_up(static_cast<size_t>(capacity) * k_row_bytes, v_alignment);
+  }
+  size_t pos_offset(int32_t capacity) const {
+    return align_up(v_offset(capacity) + static_cast<size_t>(capacity) * v_row_bytes,
+                    alignof(int32_t));
+  }
+  size_t bytes_for(int32_t capacity) const {
+    return pos_offset(capacity) + static_cast<size_t>(capacity) * sizeof(int32_t);
+  }
+
   size_t stats_bytes_for(int32_t capacity) const {
     return static_cast<size_t>(capacity) * static_cast<size_t>(stat_count()) * sizeof(float);
   }
@@ -49,8 +66,8 @@ struct AppendSource {
   const unsigned char* v;
   size_t k_stride;
   size_t v_stride;
-  size_t element_bytes;
-  kvc_dtype dtype;
+  kvc_dtype k_dtype;  // f32 or the K format
+  kvc_dtype v_dtype;  // f32 or the V format
   kvc_device device;
   const int32_t* pos;
 };
@@ -181,10 +198,10 @@ class HeadStore {
 
 inline unsigned char* segment_k(const Segment& s) { return s.base; }
 inline unsigned char* segment_v(const Segment& s, const Geometry& g) {
-  return s.base + static_cast<size_t>(s.capacity) * g.row_bytes;
+  return s.base + g.v_offset(s.capacity);
 }
 inline int32_t* segment_pos(const Segment& s, const Geometry& g) {
-  return reinterpret_cast<int32_t*>(s.base + 2 * static_cast<size_t>(s.capacity) * g.row_bytes);
+  return reinterpret_cast<int32_t*>(s.base + g.pos_offset(s.capacity));
 }
 
 }  // namespace kvc

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iterator>
 
-#include "dtype.hpp"
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 
 namespace kvc {
@@ -15,9 +15,6 @@ std::string head_name(size_t index, int32_t kv_heads) {
          std::to_string(index % static_cast<size_t>(kv_heads));
 }
 
-size_t row_bytes(const SequenceImage& image) {
-  return static_cast<size_t>(image.head_dim) * dtype_size(image.dtype);
-}
 
 template <class T>
 void append_range(std::vector<T>& to, const std::vector<T>& from, size_t first, size_t count) {
@@ -56,20 +53,23 @@ SequenceImage prefix_chunk(const SequenceImage& image, int32_t chunk, int32_t ch
   out.kv_heads = image.kv_heads;
   out.q_heads = image.q_heads;
   out.head_dim = image.head_dim;
-  out.dtype = image.dtype;
+  out.k_dtype = image.k_dtype;
+  out.v_dtype = image.v_dtype;
   out.layout = image.layout;
   out.stats = image.stats;
   out.triggers.assign(static_cast<size_t>(image.layers), LayerTriggers{});
   const size_t first = static_cast<size_t>(chunk) * static_cast<size_t>(chunk_tokens);
   const size_t count = static_cast<size_t>(chunk_tokens);
-  const size_t row = row_bytes(image);
+  const size_t d = static_cast<size_t>(image.head_dim);
+  const size_t k_row = kvc_format_row_bytes(image.k_dtype, d);
+  const size_t v_row = kvc_format_row_bytes(image.v_dtype, d);
   out.heads.resize(image.heads.size());
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& from = image.heads[h];
     HeadImage& to = out.heads[h];
     append_range(to.positions, from.positions, first, count);
-    append_range(to.k, from.k, first * row, count * row);
-    append_range(to.v, from.v, first * row, count * row);
+    append_range(to.k, from.k, first * k_row, count * k_row);
+    append_range(to.v, from.v, first * v_row, count * v_row);
     for (size_t s = 0; s < std::size(from.stats); ++s) {
       if (!from.stats[s].empty()) append_range(to.stats[s], from.stats[s], first, count);
     }
@@ -86,7 +86,8 @@ void check_chunk(const SequenceImage& image, const PrefixIdentity& identity, int
   };
   if (image.layers != identity.layers || image.kv_heads != identity.kv_heads ||
       image.q_heads != identity.q_heads || image.head_dim != identity.head_dim ||
-      image.dtype != identity.dtype || image.stats != identity.stats) {
+      image.k_dtype != identity.k_dtype || image.v_dtype != identity.v_dtype ||
+      image.stats != identity.stats) {
     throw mismatch("it holds another shape, dtype or set of statistics");
   }
   const int64_t first = static_cast<int64_t>(chunk) * identity.chunk_tokens;
@@ -111,7 +112,8 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     joined.kv_heads = chunk.kv_heads;
     joined.q_heads = chunk.q_heads;
     joined.head_dim = chunk.head_dim;
-    joined.dtype = chunk.dtype;
+    joined.k_dtype = chunk.k_dtype;
+    joined.v_dtype = chunk.v_dtype;
     joined.layout = chunk.layout;
     joined.stats = chunk.stats;
     joined.heads.resize(chunk.heads.size());
@@ -119,14 +121,16 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     // whose policy compresses once reads it).
     joined.triggers.assign(static_cast<size_t>(chunk.layers), LayerTriggers{0, true});
   }
-  const size_t row = row_bytes(chunk);
+  const size_t d = static_cast<size_t>(chunk.head_dim);
+  const size_t k_row = kvc_format_row_bytes(chunk.k_dtype, d);
+  const size_t v_row = kvc_format_row_bytes(chunk.v_dtype, d);
   for (size_t h = 0; h < joined.heads.size(); ++h) {
     HeadImage& to = joined.heads[h];
     const HeadImage& from = chunk.heads[h];
     to.positions.insert(to.positions.end(), from.positions.begin(), from.positions.end());
-    const size_t rows_bytes = from.positions.size() * row;
-    to.k.insert(to.k.end(), from.k_rows(), from.k_rows() + rows_bytes);
-    to.v.insert(to.v.end(), from.v_rows(), from.v_rows() + rows_bytes);
+    const size_t n = from.positions.size();
+    to.k.insert(to.k.end(), from.k_rows(), from.k_rows() + n * k_row);
+    to.v.insert(to.v.end(), from.v_rows(), from.v_rows() + n * v_row);
     for (size_t s = 0; s < std::size(to.stats); ++s) {
       to.stats[s].insert(to.stats[s].end(), from.stats[s].begin(), from.stats[s].end());
     }

@@ -74,7 +74,11 @@ PrefixKeys::PrefixKeys(const PrefixIdentity& identity, const int32_t* token_ids)
   for (int32_t field : {identity.layers, identity.kv_heads, identity.q_heads, identity.head_dim}) {
     feed_le<uint32_t>(context, static_cast<uint32_t>(field));
   }
-  feed_le<uint32_t>(context, static_cast<uint32_t>(identity.dtype));
+  feed_le<uint32_t>(context, static_cast<uint32_t>(identity.k_dtype));
+  // Fed only when it differs, so that the keys of caches with one format stay as they were.
+  if (identity.v_dtype != identity.k_dtype) {
+    feed_le<uint32_t>(context, static_cast<uint32_t>(identity.v_dtype));
+  }
   feed_le<uint32_t>(context, identity.stats);
   feed_le<uint32_t>(context, static_cast<uint32_t>(identity.chunk_tokens));
   state_->next_ids = token_ids;

@@ -16,7 +16,7 @@ namespace kvc {
 struct PrefixIdentity {
   std::string model;
   int32_t layers, kv_heads, q_heads, head_dim;
-  kvc_dtype dtype;
+  kvc_dtype k_dtype, v_dtype;
   uint32_t stats;  // kvc_stat_flags stored per token
   int32_t chunk_tokens;
 };

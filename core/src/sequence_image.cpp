@@ -7,9 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "dtype.hpp"
 #include "error.hpp"
-#include "kvcache/kvcache_half.h"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 
 namespace kvc {
@@ -19,6 +18,7 @@ namespace {
 // PNG's trick: a high-bit byte, CR LF, ^Z and LF reveal 7-bit and text-mode transfers.
 constexpr uint8_t kMagic[8] = {0x89, 'K', 'V', 'C', '\r', '\n', 0x1a, '\n'};
 constexpr size_t kHeaderBytes = 56;     // magic, version, shape, dtype, layout, stats, sections
+constexpr size_t kVFormatBytes = 4;     // version 2: the V format after the sections
 constexpr size_t kHeadFixedBytes = 16;  // n, effective budget, seen
 constexpr size_t kTriggerBytes = 5;     // decode steps, prefill pending
 constexpr size_t kChecksumBytes = 4;
@@ -179,7 +179,7 @@ class Reader {
 // ------------------------------------------------------------------ checks shared by both ways
 
 void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t head_dim,
-                  uint32_t dtype, uint32_t layout, uint32_t stats) {
+                  uint32_t k_dtype, uint32_t v_dtype, uint32_t layout, uint32_t stats) {
   const std::pair<const char*, int32_t> positive[] = {
       {"layers", layers}, {"kv_heads", kv_heads}, {"q_heads", q_heads}, {"head_dim", head_dim}};
   for (const auto& [name, value] : positive) {
@@ -189,7 +189,15 @@ void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t hea
     fail("q_heads " + std::to_string(q_heads) + " is not a multiple of kv_heads " +
          std::to_string(kv_heads));
   }
-  if (dtype > KVC_DTYPE_BF16) fail("unknown dtype " + std::to_string(dtype));
+  for (uint32_t dtype : {k_dtype, v_dtype}) {
+    if (dtype >= KVC_FORMAT_CODE_END || !kvc_format_is_valid(static_cast<int>(dtype))) {
+      fail("unknown dtype " + std::to_string(dtype));
+    }
+    if (kvc_format_row_bytes(static_cast<int>(dtype), static_cast<size_t>(head_dim)) == 0) {
+      fail("head_dim " + std::to_string(head_dim) + " is not a multiple of " +
+           kvc_format_name(static_cast<int>(dtype)) + "'s group size");
+    }
+  }
   if (layout != KVC_LAYOUT_PAGED && layout != KVC_LAYOUT_CONTIGUOUS) {
     fail("unknown layout " + std::to_string(layout));
   }
@@ -229,9 +237,21 @@ void check_trigger(int32_t decode_steps, size_t layer) {
   }
 }
 
-uint64_t row_bytes(const SequenceImage& image) {
-  return static_cast<uint64_t>(image.head_dim) * dtype_size(image.dtype);
+uint64_t row_bytes(int32_t head_dim, kvc_dtype dtype) {
+  return kvc_format_row_bytes(dtype, static_cast<size_t>(head_dim));
 }
+
+// The width of the host-order units of a row, which the image stores little-endian.
+size_t unit_bytes(kvc_dtype dtype) {
+  return kvc_format_group_size(dtype) == 1 ? kvc_format_group_bytes(dtype) : 1;
+}
+
+// Version 1 when K and V share a format (as every image before version 2 did).
+uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype) {
+  return k_dtype == v_dtype ? 1 : kSequenceFormatVersion;
+}
+
+size_t header_bytes(uint32_t version) { return kHeaderBytes + (version >= 2 ? kVFormatBytes : 0); }
 
 int stat_count(uint32_t stats) {
   int count = 0;
@@ -242,11 +262,12 @@ int stat_count(uint32_t stats) {
 struct Sections {
   uint64_t heads;
   uint64_t triggers;
+  uint64_t header = kHeaderBytes;
 };
 
 // The bytes of each token of a head: its position, K and V rows and statistics.
-uint64_t token_bytes(int32_t head_dim, kvc_dtype dtype, uint32_t stats) {
-  return 4 + 2 * static_cast<uint64_t>(head_dim) * dtype_size(dtype) +
+uint64_t token_bytes(int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype, uint32_t stats) {
+  return 4 + row_bytes(head_dim, k_dtype) + row_bytes(head_dim, v_dtype) +
          4 * static_cast<uint64_t>(stat_count(stats));
 }
 
@@ -255,15 +276,15 @@ uint64_t head_section_bytes(size_t tokens, uint64_t per_token) {
 }
 
 uint64_t image_bytes(const Sections& s) {
-  return kHeaderBytes + s.heads + s.triggers + kChecksumBytes;
+  return s.header + s.heads + s.triggers + kChecksumBytes;
 }
 
 // Checks an image about to be encoded as decode() checks one read, and sizes its sections; the
 // sizes of K and V are not checked when a RowWriter writes them (rows_streamed).
 Sections check_image(const SequenceImage& image, bool rows_streamed) {
   check_header(image.layers, image.kv_heads, image.q_heads, image.head_dim,
-               static_cast<uint32_t>(image.dtype), static_cast<uint32_t>(image.layout),
-               image.stats);
+               static_cast<uint32_t>(image.k_dtype), static_cast<uint32_t>(image.v_dtype),
+               static_cast<uint32_t>(image.layout), image.stats);
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
   if (image.heads.size() != head_count) {
     fail(std::to_string(image.heads.size()) + " heads for " + std::to_string(image.layers) +
@@ -273,9 +294,9 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
     fail(std::to_string(image.triggers.size()) + " trigger states for " +
          std::to_string(image.layers) + " layers");
   }
-  const uint64_t row = row_bytes(image);
-  const uint64_t per_token = token_bytes(image.head_dim, image.dtype, image.stats);
-  Sections sections{0, kTriggerBytes * image.triggers.size()};
+  const uint64_t per_token = token_bytes(image.head_dim, image.k_dtype, image.v_dtype, image.stats);
+  Sections sections{0, kTriggerBytes * image.triggers.size(),
+                    header_bytes(version_for(image.k_dtype, image.v_dtype))};
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const std::string where = head_name(h, image.kv_heads);
@@ -285,14 +306,17 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
     }
     check_counters(static_cast<int32_t>(n), head.seen, head.effective_budget, where);
     check_positions(head.positions, where);
-    const std::pair<const char*, const std::vector<uint8_t>*> rows[] = {{"keys", &head.k},
-                                                                        {"values", &head.v}};
-    const uint64_t expected_rows = rows_streamed ? 0 : n * row;
-    for (const auto& [part, data] : rows) {
-      if (data->size() != expected_rows) {
-        fail(where + " " + part + ": " + std::to_string(data->size()) + " bytes, " +
+    struct Rows {
+      const char* part;
+      const std::vector<uint8_t>* data;
+      kvc_dtype dtype;
+    };
+    for (const Rows& r : {Rows{"keys", &head.k, image.k_dtype}, Rows{"values", &head.v, image.v_dtype}}) {
+      const uint64_t expected_rows = rows_streamed ? 0 : n * row_bytes(image.head_dim, r.dtype);
+      if (r.data->size() != expected_rows) {
+        fail(where + " " + r.part + ": " + std::to_string(r.data->size()) + " bytes, " +
              std::to_string(n) + " tokens of " + std::to_string(image.head_dim) + " x " +
-             dtype_name(image.dtype) + " need " + std::to_string(expected_rows) +
+             kvc_format_name(r.dtype) + " need " + std::to_string(expected_rows) +
              (rows_streamed ? " (a RowWriter writes them)" : ""));
       }
     }
@@ -316,7 +340,7 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
 
 struct Header {
   int32_t layers, kv_heads, q_heads, head_dim;
-  uint32_t dtype, layout, stats;
+  uint32_t k_dtype, v_dtype, layout, stats;
   Sections sections;
 };
 
@@ -325,32 +349,34 @@ Header read_header(Reader& r) {
     fail("bad magic: not a kvcache sequence image, or damaged by a text-mode transfer");
   }
   const uint32_t version = r.le<uint32_t>("format version");
-  if (version != kSequenceFormatVersion) {
+  if (version < 1 || version > kSequenceFormatVersion) {
     fail(version > kSequenceFormatVersion ? KVC_ERR_UNSUPPORTED : KVC_ERR_INVALID_ARGUMENT,
-         "unknown format version " + std::to_string(version) + " (this kvcache reads " +
+         "unknown format version " + std::to_string(version) + " (this kvcache reads 1 to " +
              std::to_string(kSequenceFormatVersion) + ")");
   }
-  constexpr size_t fields = kHeaderBytes - sizeof kMagic - 4;
+  const size_t fields = header_bytes(version) - sizeof kMagic - 4;
   Reader f(r.take(1, fields, "header"), fields);
   Header h;
   h.layers = f.i32("layers");
   h.kv_heads = f.i32("kv_heads");
   h.q_heads = f.i32("q_heads");
   h.head_dim = f.i32("head_dim");
-  h.dtype = f.le<uint32_t>("dtype");
+  h.k_dtype = f.le<uint32_t>("dtype");
   h.layout = f.le<uint32_t>("layout");
   h.stats = f.le<uint32_t>("statistics mask");
   h.sections.heads = f.le<uint64_t>("head section size");
   h.sections.triggers = f.le<uint64_t>("trigger section size");
+  h.sections.header = header_bytes(version);
+  h.v_dtype = version >= 2 ? f.le<uint32_t>("V dtype") : h.k_dtype;
   return h;
 }
 
 // The size the header declares against the n bytes given, then the checksum.
 void check_envelope(const Sections& s, const uint8_t* bytes, size_t n) {
-  const uint64_t body = n - kHeaderBytes;
+  const uint64_t body = n - s.header;
   if (s.heads > body || s.triggers > body - s.heads ||
       kChecksumBytes > body - s.heads - s.triggers) {
-    fail("truncated: the header declares " + std::to_string(kHeaderBytes) + " + " +
+    fail("truncated: the header declares " + std::to_string(s.header) + " + " +
          std::to_string(s.heads) + " (heads) + " + std::to_string(s.triggers) +
          " (triggers) + " + std::to_string(kChecksumBytes) + " (checksum) bytes, " +
          std::to_string(n) + " given");
@@ -377,14 +403,17 @@ HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& wh
   const auto count = static_cast<uint64_t>(n);
   r.array(head.positions, count, 4, "positions");
   check_positions(head.positions, where);
-  const uint64_t elements = count * static_cast<uint64_t>(image.head_dim);
-  const uint64_t width = dtype_size(image.dtype);
+  // Rows as units of unit_bytes(): their count and width are the format's, within the
+  // bounds Reader::take() needs.
+  const uint64_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
+  const uint64_t k_units = count * row_bytes(image.head_dim, image.k_dtype) / k_width;
+  const uint64_t v_units = count * row_bytes(image.head_dim, image.v_dtype) / v_width;
   if (rows == DecodedRows::in_place && kHostIsLittleEndian) {
-    head.k_in_place = r.take(elements, width, "keys");
-    head.v_in_place = r.take(elements, width, "values");
+    head.k_in_place = r.take(k_units, k_width, "keys");
+    head.v_in_place = r.take(v_units, v_width, "values");
   } else {
-    r.array(head.k, elements, width, "keys");
-    r.array(head.v, elements, width, "values");
+    r.array(head.k, k_units, k_width, "keys");
+    r.array(head.v, v_units, v_width, "values");
   }
   for (int s = 0; s < 3; ++s) {
     if ((image.stats & kStats[s].flag) == 0) continue;
@@ -396,21 +425,21 @@ HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& wh
 
 // ------------------------------------------------------------------ storage conversion
 
-// `bytes` bytes of f16 or bf16 elements as f32.
-std::vector<uint8_t> widen_to_f32(const uint8_t* half, size_t bytes, kvc_dtype from) {
-  std::vector<uint8_t> wide(bytes * 2);
-  for (size_t i = 0; i < bytes / 2; ++i) {
-    uint16_t h;
-    std::memcpy(&h, half + 2 * i, 2);
-    const float f = from == KVC_DTYPE_F16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
-    std::memcpy(wide.data() + 4 * i, &f, 4);
+// n rows of `from` as f32 rows, by the format table's reference conversion.
+std::vector<uint8_t> widen_to_f32(const uint8_t* rows, size_t n, int32_t head_dim, kvc_dtype from) {
+  const size_t d = static_cast<size_t>(head_dim);
+  std::vector<uint8_t> wide(n * kvc_format_row_bytes(KVC_DTYPE_F32, d));
+  std::vector<float> row(d);
+  for (size_t t = 0; t < n; ++t) {
+    kvc_format_row_to_f32(from, rows + t * kvc_format_row_bytes(from, d), row.data(), d);
+    kvc_format_row_from_f32(KVC_DTYPE_F32, row.data(), wide.data() + t * 4 * d, d);
   }
   return wide;
 }
 
 std::string lossy_reason(kvc_dtype from, kvc_dtype to) {
   if (from == KVC_DTYPE_F32) {
-    return std::string("rounding f32 to ") + dtype_name(to) + " would lose bits";
+    return std::string("rounding f32 to ") + kvc_format_name(to) + " would lose bits";
   }
   if (from == KVC_DTYPE_F16) return "f16 has 10 mantissa bits, bf16 only 7";
   return "bf16 has an 8-bit exponent, f16 only 5: large and small values would not fit";
@@ -422,10 +451,11 @@ size_t encoded_size(const SequenceImage& image) {
   return static_cast<size_t>(image_bytes(check_image(image, false)));
 }
 
-size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype dtype, uint32_t stats,
-                    const std::vector<size_t>& head_tokens) {
-  const uint64_t per_token = token_bytes(head_dim, dtype, stats);
-  Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers)};
+size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
+                    uint32_t stats, const std::vector<size_t>& head_tokens) {
+  const uint64_t per_token = token_bytes(head_dim, k_dtype, v_dtype, stats);
+  Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers),
+             header_bytes(version_for(k_dtype, v_dtype))};
   for (size_t n : head_tokens) s.heads += head_section_bytes(n, per_token);
   return static_cast<size_t>(image_bytes(s));
 }
@@ -444,17 +474,20 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   }
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
-  w.le(kSequenceFormatVersion);
+  const uint32_t version = version_for(image.k_dtype, image.v_dtype);
+  w.le(version);
   for (int32_t x : {image.layers, image.kv_heads, image.q_heads, image.head_dim}) {
     w.le(static_cast<uint32_t>(x));
   }
-  w.le(static_cast<uint32_t>(image.dtype));
+  w.le(static_cast<uint32_t>(image.k_dtype));
   w.le(static_cast<uint32_t>(image.layout));
   w.le(image.stats);
   w.le(s.heads);
   w.le(s.triggers);
-  const size_t width = dtype_size(image.dtype);
-  const size_t row = static_cast<size_t>(row_bytes(image));
+  if (version >= 2) w.le(static_cast<uint32_t>(image.v_dtype));
+  const size_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
+  const size_t k_row = static_cast<size_t>(row_bytes(image.head_dim, image.k_dtype));
+  const size_t v_row = static_cast<size_t>(row_bytes(image.head_dim, image.v_dtype));
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const size_t n = head.positions.size();
@@ -463,13 +496,14 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
     w.le(static_cast<uint64_t>(head.seen));
     w.elements(head.positions.data(), n, 4);
     if (rows) {
-      uint8_t* k = w.skip(n * row);
-      uint8_t* v = w.skip(n * row);
+      uint8_t* k = w.skip(n * k_row);
+      uint8_t* v = w.skip(n * v_row);
       rows->write(h, k, v);
-      host_to_le_in_place(k, 2 * n * row / width, width);  // V follows K
+      host_to_le_in_place(k, n * k_row / k_width, k_width);
+      host_to_le_in_place(v, n * v_row / v_width, v_width);
     } else {
-      w.elements(head.k.data(), head.k.size() / width, width);
-      w.elements(head.v.data(), head.v.size() / width, width);
+      w.elements(head.k.data(), head.k.size() / k_width, k_width);
+      w.elements(head.v.data(), head.v.size() / v_width, v_width);
     }
     for (int st = 0; st < 3; ++st) {
       if ((image.stats & kStats[st].flag) == 0) continue;
@@ -504,13 +538,15 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   Reader r(bytes, n);
   const Header h = read_header(r);
   check_envelope(h.sections, bytes, n);
-  check_header(h.layers, h.kv_heads, h.q_heads, h.head_dim, h.dtype, h.layout, h.stats);
+  check_header(h.layers, h.kv_heads, h.q_heads, h.head_dim, h.k_dtype, h.v_dtype, h.layout,
+               h.stats);
   SequenceImage image;
   image.layers = h.layers;
   image.kv_heads = h.kv_heads;
   image.q_heads = h.q_heads;
   image.head_dim = h.head_dim;
-  image.dtype = static_cast<kvc_dtype>(h.dtype);
+  image.k_dtype = static_cast<kvc_dtype>(h.k_dtype);
+  image.v_dtype = static_cast<kvc_dtype>(h.v_dtype);
   image.layout = static_cast<kvc_layout>(h.layout);
   image.stats = h.stats;
 
@@ -526,7 +562,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
          " bytes each)");
   }
 
-  Reader heads(bytes + kHeaderBytes, static_cast<size_t>(s.heads));
+  Reader heads(bytes + s.header, static_cast<size_t>(s.heads));
   image.heads.reserve(static_cast<size_t>(head_count));
   for (size_t i = 0; i < head_count; ++i) {
     image.heads.push_back(read_head(heads, image, head_name(i, image.kv_heads), rows));
@@ -535,7 +571,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
     fail("the head section has " + std::to_string(heads.left()) + " bytes after the last head");
   }
 
-  Reader triggers(bytes + kHeaderBytes + s.heads, static_cast<size_t>(s.triggers));
+  Reader triggers(bytes + s.header + s.heads, static_cast<size_t>(s.triggers));
   image.triggers.resize(static_cast<size_t>(image.layers));
   for (size_t layer = 0; layer < image.triggers.size(); ++layer) {
     triggers.at("layer " + std::to_string(layer) + " triggers");
@@ -551,33 +587,46 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   return image;
 }
 
-void convert_storage(SequenceImage& image, kvc_dtype target) {
-  if (static_cast<uint32_t>(target) > KVC_DTYPE_BF16) {
-    fail("unknown target dtype " + std::to_string(target));
+void convert_storage(SequenceImage& image, kvc_dtype k_target, kvc_dtype v_target) {
+  for (kvc_dtype target : {k_target, v_target}) {
+    if (!kvc_format_is_valid(target)) fail("unknown target dtype " + std::to_string(target));
   }
-  if (image.dtype == target) return;
-  if (target != KVC_DTYPE_F32) {
-    fail(KVC_ERR_UNSUPPORTED, std::string("cannot store ") + dtype_name(image.dtype) +
-                                  " data in a " + dtype_name(target) + " cache without loss: " +
-                                  lossy_reason(image.dtype, target) +
-                                  " (only f16 or bf16 into f32 converts exactly)");
+  const std::pair<kvc_dtype, kvc_dtype> parts[] = {{image.k_dtype, k_target},
+                                                   {image.v_dtype, v_target}};
+  for (const auto& [from, to] : parts) {
+    if (from != to && to != KVC_DTYPE_F32) {
+      fail(KVC_ERR_UNSUPPORTED, std::string("cannot store ") + kvc_format_name(from) +
+                                    " data in a " + kvc_format_name(to) + " cache without loss: " +
+                                    lossy_reason(from, to) +
+                                    " (only f16 or bf16 into f32 converts exactly)");
+    }
   }
+  const bool widen_k = image.k_dtype != k_target, widen_v = image.v_dtype != v_target;
+  if (!widen_k && !widen_v) return;
   // All heads are converted before any is replaced, so a failed allocation changes nothing.
   std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> wide;
   wide.reserve(image.heads.size());
-  const size_t row = static_cast<size_t>(row_bytes(image));
   for (const HeadImage& head : image.heads) {
-    const size_t in_place = head.positions.size() * row;
+    const size_t n = head.positions.size();
     wide.emplace_back(
-        widen_to_f32(head.k_rows(), head.k_in_place ? in_place : head.k.size(), image.dtype),
-        widen_to_f32(head.v_rows(), head.v_in_place ? in_place : head.v.size(), image.dtype));
+        widen_k ? widen_to_f32(head.k_rows(), n, image.head_dim, image.k_dtype)
+                : std::vector<uint8_t>{},
+        widen_v ? widen_to_f32(head.v_rows(), n, image.head_dim, image.v_dtype)
+                : std::vector<uint8_t>{});
   }
   for (size_t h = 0; h < image.heads.size(); ++h) {
-    image.heads[h].k = std::move(wide[h].first);
-    image.heads[h].v = std::move(wide[h].second);
-    image.heads[h].k_in_place = image.heads[h].v_in_place = nullptr;
+    HeadImage& head = image.heads[h];
+    if (widen_k) {
+      head.k = std::move(wide[h].first);
+      head.k_in_place = nullptr;
+    }
+    if (widen_v) {
+      head.v = std::move(wide[h].second);
+      head.v_in_place = nullptr;
+    }
   }
-  image.dtype = KVC_DTYPE_F32;
+  image.k_dtype = k_target;
+  image.v_dtype = v_target;
 }
 
 }  // namespace kvc

@@ -14,7 +14,7 @@ namespace kvc {
 // One (layer, KV head); tokens in storage (= position) order.
 struct HeadImage {
   std::vector<int32_t> positions;  // [n]
-  std::vector<uint8_t> k, v;       // [n * head_dim * dtype_size(dtype)] each, raw storage bytes
+  std::vector<uint8_t> k, v;       // [n] rows of the K and V formats, raw storage bytes
   // An image decoded with its rows in place leaves k and v empty, and these pointing at the
   // same bytes where they lie in the decoded buffer; k_rows() and v_rows() say where they are.
   const uint8_t* k_in_place = nullptr;
@@ -35,24 +35,27 @@ struct LayerTriggers {
 
 struct SequenceImage {
   int32_t layers = 0, kv_heads = 0, q_heads = 0, head_dim = 0;
-  kvc_dtype dtype = KVC_DTYPE_F32;  // of the cache it came from
+  kvc_dtype k_dtype = KVC_DTYPE_F32;  // storage formats of the cache it came from
+  kvc_dtype v_dtype = KVC_DTYPE_F32;
   kvc_layout layout = KVC_LAYOUT_PAGED;
   uint32_t stats = 0;                   // kvc_stat_flags of the statistics present
   std::vector<HeadImage> heads;         // [layer * kv_heads + kv_head]
   std::vector<LayerTriggers> triggers;  // [layer]
 };
 
-// The format version this build writes and reads.
-constexpr uint32_t kSequenceFormatVersion = 1;
+// The newest format version this build writes and reads: version 2 adds the V format to the
+// header. An image whose K and V share a format is written as version 1, which older builds
+// read too.
+constexpr uint32_t kSequenceFormatVersion = 2;
 
 // The exact byte count of encode(image). Throws kvc::Error INVALID_ARGUMENT when the image is
 // not one decode() would accept (sizes, positions, counters), naming what is wrong.
 size_t encoded_size(const SequenceImage& image);
 // The byte count of encode() of an image of `layers` layers whose heads hold head_tokens[h]
-// tokens of head_dim elements of `dtype`, with the statistics of `stats`, without the image
-// (nothing is checked).
-size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype dtype, uint32_t stats,
-                    const std::vector<size_t>& head_tokens);
+// tokens of head_dim values stored as k_dtype and v_dtype, with the statistics of `stats`,
+// without the image (nothing is checked).
+size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
+                    uint32_t stats, const std::vector<size_t>& head_tokens);
 // Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
 // nothing, when capacity is smaller or the image is inconsistent.
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);
@@ -84,9 +87,9 @@ enum class DecodedRows { copied, in_place };
 // takes images with their rows copied.
 SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows = DecodedRows::copied);
 
-// Makes the image one a cache storing `target` holds: the same dtype is left as it is,
-// f16 and bf16 become f32 exactly. Anything lossy (f32 -> f16 or bf16, f16 <-> bf16) throws
-// kvc::Error UNSUPPORTED saying why, leaving the image unchanged.
-void convert_storage(SequenceImage& image, kvc_dtype target);
+// Makes the image one a cache storing K as `k_target` and V as `v_target` holds: rows of the
+// same format are left as they are, f16 and bf16 become f32 exactly. Anything lossy (f32 -> f16
+// or bf16, f16 <-> bf16) throws kvc::Error UNSUPPORTED saying why, leaving the image unchanged.
+void convert_storage(SequenceImage& image, kvc_dtype k_target, kvc_dtype v_target);
 
 }  // namespace kvc

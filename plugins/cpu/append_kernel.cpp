@@ -11,7 +11,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "dtype.hpp"
+#include "kvcache/kvcache_format.h"
 #include "parallel.hpp"
 #include "row_convert.hpp"
 #include "validation.hpp"
@@ -27,14 +27,18 @@ constexpr size_t kMinChunkBytes = size_t{64} << 10;
 constexpr size_t kStreamBytes = size_t{4} << 20;
 
 void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
-              kvc_dtype storage_dtype) {
-  check_storage(head_dim, storage_dtype);
+              const StorageFormats& formats) {
+  check_storage(head_dim, formats);
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_append_job& job = jobs[j];
-    if (job.src_dtype != storage_dtype && job.src_dtype != KVC_DTYPE_F32)
+    if (job.src_dtype != formats.k && job.src_dtype != KVC_DTYPE_F32)
       fail(KVC_ERR_INVALID_ARGUMENT,
-           "append job %zu: source dtype %d is neither f32 nor the storage dtype", j,
+           "append job %zu: source dtype %d is neither f32 nor the storage dtype of K", j,
            int(job.src_dtype));
+    if (job.src_v_dtype != formats.v && job.src_v_dtype != KVC_DTYPE_F32)
+      fail(KVC_ERR_INVALID_ARGUMENT,
+           "append job %zu: source dtype %d of V is neither f32 nor the storage dtype of V", j,
+           int(job.src_v_dtype));
     if (job.n_tokens < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: negative n_tokens %d", j, job.n_tokens);
   }
@@ -72,15 +76,15 @@ void end_streaming() {
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
               size_t head_dim, bool stream) {
   if (src_dtype == storage_dtype)
-    copy_bytes(dst, src, head_dim * dtype_size(storage_dtype), stream);
+    copy_bytes(dst, src, kvc_format_row_bytes(storage_dtype, head_dim), stream);
   else
     store_row_f32(static_cast<const float*>(src), dst, storage_dtype, head_dim);
 }
 
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
                kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens) {
-  const size_t src_row_bytes = src_stride * dtype_size(src_dtype);
-  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
+  const size_t src_row_bytes = kvc_format_row_bytes(src_dtype, src_stride);
+  const size_t dst_row_bytes = kvc_format_row_bytes(storage_dtype, head_dim);
   if (src_dtype == storage_dtype && src_stride == head_dim) {
     std::memcpy(dst, src, n_tokens * dst_row_bytes);
     return;
@@ -98,11 +102,11 @@ void finish_job(const kvc_append_job& job) {
     if (stat) std::fill_n(stat, n, 0.0f);
 }
 
-void append_job(const kvc_append_job& job, size_t head_dim, kvc_dtype storage_dtype) {
+void append_job(const kvc_append_job& job, size_t head_dim, const StorageFormats& formats) {
   if (job.n_tokens == 0) return;
   const size_t n = size_t(job.n_tokens);
-  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, storage_dtype, head_dim, n);
-  copy_rows(job.src_v, job.src_v_stride, job.src_dtype, job.dst_v, storage_dtype, head_dim, n);
+  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, formats.k, head_dim, n);
+  copy_rows(job.src_v, job.src_v_stride, job.src_v_dtype, job.dst_v, formats.v, head_dim, n);
   finish_job(job);
 }
 
@@ -113,20 +117,23 @@ size_t grain_of(size_t bytes, size_t items) {
 
 // Bytes the jobs store: K and V rows and positions.
 size_t stored_bytes(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
-                    kvc_dtype storage_dtype) {
+                    const StorageFormats& formats) {
   size_t tokens = 0;
   for (size_t j = 0; j < n_jobs; ++j) tokens += size_t(jobs[j].n_tokens);
-  return tokens * (2 * head_dim * dtype_size(storage_dtype) + sizeof(int32_t));
+  return tokens * (kvc_format_row_bytes(formats.k, head_dim) +
+                   kvc_format_row_bytes(formats.v, head_dim) + sizeof(int32_t));
 }
 
 // Whether job b copies the same tokens as job a from the head next to a's: its source rows
 // start one head row after a's, alike in count, strides and dtype.
 bool next_head(const kvc_append_job& a, const kvc_append_job& b, size_t head_dim) {
-  const size_t row = head_dim * dtype_size(a.src_dtype);
   return b.n_tokens == a.n_tokens && b.src_dtype == a.src_dtype &&
-         b.src_k_stride == a.src_k_stride && b.src_v_stride == a.src_v_stride &&
-         static_cast<const char*>(b.src_k) == static_cast<const char*>(a.src_k) + row &&
-         static_cast<const char*>(b.src_v) == static_cast<const char*>(a.src_v) + row;
+         b.src_v_dtype == a.src_v_dtype && b.src_k_stride == a.src_k_stride &&
+         b.src_v_stride == a.src_v_stride &&
+         static_cast<const char*>(b.src_k) ==
+             static_cast<const char*>(a.src_k) + kvc_format_row_bytes(a.src_dtype, head_dim) &&
+         static_cast<const char*>(b.src_v) ==
+             static_cast<const char*>(a.src_v) + kvc_format_row_bytes(a.src_v_dtype, head_dim);
 }
 
 // The jobs in source order, cut into groups of neighbouring heads (next_head): the engine's
@@ -156,10 +163,11 @@ HeadGroups head_groups(const kvc_append_job* jobs, size_t n_jobs, size_t head_di
 void copy_group_rows(const kvc_append_job* const* group, size_t n_heads, bool values,
                      size_t head_dim, kvc_dtype storage_dtype) {
   const kvc_append_job& first = *group[0];
+  const kvc_dtype src_dtype = values ? first.src_v_dtype : first.src_dtype;
   const size_t src_row_bytes =
-      (values ? first.src_v_stride : first.src_k_stride) * dtype_size(first.src_dtype);
-  const size_t span = n_heads * head_dim * dtype_size(first.src_dtype);
-  const size_t dst_row_bytes = head_dim * dtype_size(storage_dtype);
+      kvc_format_row_bytes(src_dtype, values ? first.src_v_stride : first.src_k_stride);
+  const size_t span = n_heads * kvc_format_row_bytes(src_dtype, head_dim);
+  const size_t dst_row_bytes = kvc_format_row_bytes(storage_dtype, head_dim);
   const size_t n_tokens = size_t(first.n_tokens);
   const auto source = [&](size_t h) {
     return static_cast<const char*>(values ? group[h]->src_v : group[h]->src_k);
@@ -169,30 +177,30 @@ void copy_group_rows(const kvc_append_job* const* group, size_t n_heads, bool va
       prefetch_row(source(0) + (t + kPrefetchRows) * src_row_bytes, span);
     for (size_t h = 0; h < n_heads; ++h) {
       char* dst = static_cast<char*>(values ? group[h]->dst_v : group[h]->dst_k);
-      copy_row(source(h) + t * src_row_bytes, first.src_dtype, dst + t * dst_row_bytes,
+      copy_row(source(h) + t * src_row_bytes, src_dtype, dst + t * dst_row_bytes,
                storage_dtype, head_dim, true);
     }
   }
 }
 
 void append_group(const kvc_append_job* const* group, size_t n_heads, size_t head_dim,
-                  kvc_dtype storage_dtype) {
-  copy_group_rows(group, n_heads, false, head_dim, storage_dtype);
-  copy_group_rows(group, n_heads, true, head_dim, storage_dtype);
+                  const StorageFormats& formats) {
+  copy_group_rows(group, n_heads, false, head_dim, formats.k);
+  copy_group_rows(group, n_heads, true, head_dim, formats.v);
   for (size_t h = 0; h < n_heads; ++h) finish_job(*group[h]);
 }
 
 }  // namespace
 
 void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
-                int32_t head_dim, kvc_dtype storage_dtype) {
-  validate(jobs, n_jobs, head_dim, storage_dtype);
+                int32_t head_dim, const StorageFormats& formats) {
+  validate(jobs, n_jobs, head_dim, formats);
   if (n_jobs == 0) return;
   const size_t dim = size_t(head_dim);
-  const size_t bytes = stored_bytes(jobs, n_jobs, dim, storage_dtype);
+  const size_t bytes = stored_bytes(jobs, n_jobs, dim, formats);
   if (bytes < kStreamBytes) {
     parallel_for(host, n_jobs, grain_of(bytes, n_jobs), [&](size_t begin, size_t end) {
-      for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, storage_dtype);
+      for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, formats);
     });
     return;
   }
@@ -201,7 +209,7 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
   parallel_for(host, n_groups, grain_of(bytes, n_groups), [&](size_t begin, size_t end) {
     for (size_t g = begin; g < end; ++g)
       append_group(groups.jobs.data() + groups.starts[g], groups.starts[g + 1] - groups.starts[g],
-                   dim, storage_dtype);
+                   dim, formats);
     end_streaming();
   });
 }

@@ -16,7 +16,7 @@ constexpr size_t kMaxKeptLogits = size_t{1} << 20;
 // Queries as f32 rows, scaled: the kernels' dot products are then the logits before soft-cap.
 void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionWorkspace& w) {
   const size_t d = s.head_dim;
-  const size_t q_elem = dtype_size(job.q_dtype);
+  const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
   w.block_visible = {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
   for (size_t i = 0; i < w.n_queries; ++i) {
     const size_t query = w.first_query + i;
@@ -86,7 +86,7 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s) {
 
 void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
                 Prefetch& ahead) {
-  const TileRows k = tile_rows(tile.k, tile, w.rows(), s, w.k.data(), w.k_rows);
+  const TileRows k = tile_rows(tile.k, s.k_dtype, tile, w.rows(), s, w.k.data(), w.k_rows);
   s.kernels->logits(w.q.data(), w.rows(), k.rows, k.dtype, tile.n, s.padded_dim, w.logits.data(),
                     w.tile_max.data(), ahead);
   for (size_t row = 0; row < w.rows(); ++row) {
@@ -135,7 +135,7 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
     }
     update_softmax(tile.n, s, w);
     Prefetch next_values = next ? prefetch_rows(next->v_runs, *next) : Prefetch{};
-    const TileRows v = tile_rows(tile.v, tile, w.rows(), s, w.v.data(), w.v_rows);
+    const TileRows v = tile_rows(tile.v, s.v_dtype, tile, w.rows(), s, w.v.data(), w.v_rows);
     s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.rows, v.dtype, tile.n,
                           s.padded_dim, next_values);
   });

@@ -52,14 +52,14 @@ struct WorkPlan {
 };
 
 void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& config) {
-  check_storage(config.head_dim, config.storage_dtype);
+  check_storage(config.head_dim, StorageFormats{config.storage_dtype, config.v_dtype});
   if (config.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", config.group_size);
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (job.q_dtype != config.storage_dtype && job.q_dtype != KVC_DTYPE_F32)
       fail(KVC_ERR_INVALID_ARGUMENT,
-           "attend job %zu: query dtype %d is neither f32 nor the storage dtype", j,
+           "attend job %zu: query dtype %d is neither f32 nor the storage dtype of K", j,
            int(job.q_dtype));
     if (job.n_queries < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: negative n_queries %d", j, job.n_queries);
@@ -79,6 +79,7 @@ AttentionShape make_shape(const kvc_attend_call& config) {
           group,
           std::max<size_t>(1, kBlockRows / group),
           config.storage_dtype,
+          config.v_dtype,
           config.scale,
           config.sliding_window,
           config.softcap,

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "kernels.hpp"
-#include "dtype.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 
 namespace kvc::cpu {
@@ -20,7 +20,8 @@ struct AttentionShape {
   size_t padded_dim;  // head_dim rounded up to kDimAlign: the stride of f32 rows
   size_t group_size;
   size_t queries_per_block;
-  kvc_dtype storage_dtype;
+  kvc_dtype k_dtype;  // storage formats of K and V
+  kvc_dtype v_dtype;
   float scale;
   int32_t sliding_window;
   float softcap;
@@ -73,18 +74,19 @@ struct TileRows {
   kvc_dtype dtype;
 };
 
-// The stored rows (tile.k or tile.v) where the kernels can read them (f32 rows without
-// padding, or 16-bit ones for a block of up to max_rows_in_place rows), else converted into
-// buffer as f32 rows padded_dim apart (its padding stays zero), with `converted` pointing at
-// them.
-inline TileRows tile_rows(const void* const* stored, const Tile& tile, size_t block_rows,
-                          const AttentionShape& s, float* buffer, const void** converted) {
+// The stored rows of `dtype` (tile.k or tile.v) where the kernels can read them (f32 rows
+// without padding, or 16-bit ones for a block of up to max_rows_in_place rows), else converted
+// into buffer as f32 rows padded_dim apart (its padding stays zero), with `converted` pointing
+// at them.
+inline TileRows tile_rows(const void* const* stored, kvc_dtype dtype, const Tile& tile,
+                          size_t block_rows, const AttentionShape& s, float* buffer,
+                          const void** converted) {
   if (s.head_dim == s.padded_dim &&
-      (s.storage_dtype == KVC_DTYPE_F32 || block_rows <= s.kernels->max_rows_in_place))
-    return {stored, s.storage_dtype};
+      (dtype == KVC_DTYPE_F32 || block_rows <= s.kernels->max_rows_in_place))
+    return {stored, dtype};
   for (size_t t = 0; t < tile.n; ++t) {
     float* row = buffer + t * s.padded_dim;
-    s.kernels->convert(stored[t], s.storage_dtype, row, s.head_dim);
+    s.kernels->convert(stored[t], dtype, row, s.head_dim);
     converted[t] = row;
   }
   return {converted, KVC_DTYPE_F32};
@@ -115,7 +117,8 @@ inline std::pair<int32_t, int32_t> position_range(const int32_t* pos, size_t n) 
 template <class Visit>
 void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRange visible,
                            const AttentionShape& s, Visit&& visit) {
-  const size_t row_bytes = s.head_dim * dtype_size(s.storage_dtype);
+  const size_t k_row_bytes = kvc_format_row_bytes(s.k_dtype, s.head_dim);
+  const size_t v_row_bytes = kvc_format_row_bytes(s.v_dtype, s.head_dim);
   Tile tiles[2];
   Tile* filling = &tiles[0];
   const Tile* pending = nullptr;  // visible, and waiting for the next visible tile
@@ -149,11 +152,11 @@ void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRang
       if (tile.n == 0) tile.key = segment_key + first;
       const size_t n = std::min(kTileKeys - tile.n, end - first);
       for (size_t t = 0; t < n; ++t) {
-        tile.k[tile.n + t] = k + (first + t) * row_bytes;
-        tile.v[tile.n + t] = v + (first + t) * row_bytes;
+        tile.k[tile.n + t] = k + (first + t) * k_row_bytes;
+        tile.v[tile.n + t] = v + (first + t) * v_row_bytes;
       }
-      tile.k_runs[tile.n_runs] = {k + first * row_bytes, n * row_bytes};
-      tile.v_runs[tile.n_runs] = {v + first * row_bytes, n * row_bytes};
+      tile.k_runs[tile.n_runs] = {k + first * k_row_bytes, n * k_row_bytes};
+      tile.v_runs[tile.n_runs] = {v + first * v_row_bytes, n * v_row_bytes};
       ++tile.n_runs;
       std::copy_n(segment.pos + first, n, tile.pos + tile.n);
       tile.n += n;

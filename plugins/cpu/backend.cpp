@@ -11,9 +11,9 @@
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
 #include "compact_kernel.hpp"
-#include "dtype.hpp"
 #include "kernels.hpp"
 #include "kvcache/kvcache_backend_plugin.hpp"
+#include "kvcache/kvcache_format.h"
 #include "plugin_error.hpp"
 #include "read_keys_kernel.hpp"
 #include "read_tokens_kernel.hpp"
@@ -23,11 +23,14 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// The kernels store K and V in one format, in host memory, and take no parameters.
+// The kernels run f32, f16 and bf16 K and V, each in its own format, in host memory, and take
+// no parameters.
 void check_config(const kvc_backend_config& config) {
-  if (dtype_size(config.k_dtype) == 0 || config.k_dtype != config.v_dtype)
-    fail(KVC_ERR_UNSUPPORTED, "K and V must share one of f32, f16 and bf16; got formats %d and %d",
-         int(config.k_dtype), int(config.v_dtype));
+  for (const kvc_dtype format : {config.k_dtype, config.v_dtype}) {
+    if (!kvc_format_is_valid(format) || kvc_format_group_size(format) != 1)
+      fail(KVC_ERR_UNSUPPORTED, "the cpu backend has no kernels for storage format %d",
+           int(format));
+  }
   if (config.device > 0)
     fail(KVC_ERR_UNSUPPORTED, "backend.device %d: host memory is the only device", config.device);
   plugin::refuse_params(config);
@@ -69,13 +72,13 @@ class CpuBackend {
   void synchronize(void*) {}
 
   void append(const kvc_append_job* jobs, const kvc_append_call& call) {
-    run_append(host_, jobs, call.n_jobs, call.head_dim, call.storage_dtype);
+    run_append(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
   }
   void attend(const kvc_attend_job* jobs, const kvc_attend_call& call) {
     run_attend(host_, jobs, call);
   }
   void compact(const kvc_compact_job* jobs, const kvc_compact_call& call) {
-    run_compact(host_, jobs, call.n_jobs, call.head_dim, call.storage_dtype);
+    run_compact(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
   }
   void read_keys(const kvc_read_keys_job* jobs, const kvc_read_keys_call& call) {
     run_read_keys(host_, jobs, call.n_jobs, call.head_dim, call.storage_dtype);

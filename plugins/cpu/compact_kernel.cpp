@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "dtype.hpp"
+#include "kvcache/kvcache_format.h"
 #include "parallel.hpp"
 #include "validation.hpp"
 
@@ -10,8 +10,8 @@ namespace kvc::cpu {
 namespace {
 
 void validate(const kvc_compact_job* jobs, size_t n_jobs, int32_t head_dim,
-              kvc_dtype storage_dtype) {
-  check_storage(head_dim, storage_dtype);
+              const StorageFormats& formats) {
+  check_storage(head_dim, formats);
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_compact_job& job = jobs[j];
     const size_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);
@@ -60,7 +60,7 @@ void move_stat(float* stat, const kvc_compact_job& job) {
 
 // keep is increasing, so keep[i] >= i: every token moves towards the front, onto a slot
 // whose own token has already moved or was dropped.
-void compact_job(const kvc_compact_job& job, size_t row_bytes) {
+void compact_job(const kvc_compact_job& job, size_t k_row_bytes, size_t v_row_bytes) {
   TokenCursor source(job.segments);
   TokenCursor target(job.segments);
   for (int32_t i = 0; i < job.n_keep; ++i) {
@@ -69,8 +69,8 @@ void compact_job(const kvc_compact_job& job, size_t row_bytes) {
     const kvc_segment& src = source.segment();
     const kvc_segment& dst = target.segment();
     if (&src == &dst && from == to) continue;
-    move_row(src.k, from, dst.k, to, row_bytes);
-    move_row(src.v, from, dst.v, to, row_bytes);
+    move_row(src.k, from, dst.k, to, k_row_bytes);
+    move_row(src.v, from, dst.v, to, v_row_bytes);
     move_row(src.pos, from, dst.pos, to, sizeof(int32_t));
   }
   move_stat(job.stats.attn_sum, job);
@@ -81,11 +81,12 @@ void compact_job(const kvc_compact_job& job, size_t row_bytes) {
 }  // namespace
 
 void run_compact(const kvc_host_api& host, const kvc_compact_job* jobs, size_t n_jobs,
-                 int32_t head_dim, kvc_dtype storage_dtype) {
-  validate(jobs, n_jobs, head_dim, storage_dtype);
-  const size_t row_bytes = size_t(head_dim) * dtype_size(storage_dtype);
+                 int32_t head_dim, const StorageFormats& formats) {
+  validate(jobs, n_jobs, head_dim, formats);
+  const size_t k_row_bytes = kvc_format_row_bytes(formats.k, size_t(head_dim));
+  const size_t v_row_bytes = kvc_format_row_bytes(formats.v, size_t(head_dim));
   parallel_for(host, n_jobs, 1, [&](size_t begin, size_t end) {
-    for (size_t j = begin; j < end; ++j) compact_job(jobs[j], row_bytes);
+    for (size_t j = begin; j < end; ++j) compact_job(jobs[j], k_row_bytes, v_row_bytes);
   });
 }
 

@@ -1,8 +1,7 @@
-// Element sizes and f16/bf16 conversions for the CPU kernels, from the public header only
-// (plugins never reach into the core).
+// f16/bf16 conversions for the CPU kernels, from the public header only (plugins never reach
+// into the core); sizes are the format table's (kvcache_format.h).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "kvcache/kvcache_half.h"
@@ -14,15 +13,5 @@ inline float f16_to_f32(uint16_t h) { return kvc_f16_to_f32(h); }
 inline uint16_t f32_to_f16(float f) { return kvc_f32_to_f16(f); }
 inline float bf16_to_f32(uint16_t b) { return kvc_bf16_to_f32(b); }
 inline uint16_t f32_to_bf16(float f) { return kvc_f32_to_bf16(f); }
-
-// Bytes per element of `dtype`; 0 for a value outside kvc_dtype.
-inline size_t dtype_size(kvc_dtype dtype) {
-  switch (dtype) {
-    case KVC_DTYPE_F32: return 4;
-    case KVC_DTYPE_F16:
-    case KVC_DTYPE_BF16: return 2;
-  }
-  return 0;
-}
 
 }  // namespace kvc::cpu

@@ -4,17 +4,31 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dtype.hpp"
 #include "kvcache/kvcache_backend_plugin.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 #include "plugin_error.hpp"
 
 namespace kvc::cpu {
 
+// The storage formats of a call's K and V rows (kvcache_format.h).
+struct StorageFormats {
+  kvc_dtype k;
+  kvc_dtype v;
+};
+
 inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
   if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
-  if (dtype_size(storage_dtype) == 0)
+  if (!kvc_format_is_valid(storage_dtype))
     fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
+  if (kvc_format_group_size(storage_dtype) != 1)
+    fail(KVC_ERR_UNSUPPORTED, "the cpu backend has no kernels for storage format %s",
+         kvc_format_name(storage_dtype));
+}
+
+inline void check_storage(int32_t head_dim, const StorageFormats& formats) {
+  check_storage(head_dim, formats.k);
+  check_storage(head_dim, formats.v);
 }
 
 using plugin::Reads;

@@ -21,15 +21,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int32_t j = find_range(job_begins, n_jobs, token);
   const DevAppendJob& job = jobs[j];
   const int64_t t = token - job_begins[j];
-  const size_t src_elem = dtype_bytes(job.src_dtype);
-  const size_t dst_elem = dtype_bytes(storage_dtype);
-  const char* src_k = static_cast<const char*>(job.src_k) + t * job.src_k_stride * src_elem;
-  const char* src_v = static_cast<const char*>(job.src_v) + t * job.src_v_stride * src_elem;
-  char* dst_k = static_cast<char*>(job.dst_k) + t * head_dim * dst_elem;
-  char* dst_v = static_cast<char*>(job.dst_v) + t * head_dim * dst_elem;
+  const char* src_k = static_cast<const char*>(job.src_k) +
+                      t * kvc_format_row_bytes(job.src_dtype, size_t(job.src_k_stride));
+  const char* src_v = static_cast<const char*>(job.src_v) +
+                      t * kvc_format_row_bytes(job.src_v_dtype, size_t(job.src_v_stride));
+  const size_t dst_row = kvc_format_row_bytes(storage_dtype, size_t(head_dim));
+  char* dst_k = static_cast<char*>(job.dst_k) + t * dst_row;
+  char* dst_v = static_cast<char*>(job.dst_v) + t * dst_row;
   for (int32_t i = lane; i < head_dim; i += 32) {
     convert_element(src_k, job.src_dtype, dst_k, storage_dtype, size_t(i));
-    convert_element(src_v, job.src_dtype, dst_v, storage_dtype, size_t(i));
+    convert_element(src_v, job.src_v_dtype, dst_v, storage_dtype, size_t(i));
   }
   if (lane == 0) {
     job.dst_pos[t] = job.src_pos[t];
@@ -40,13 +41,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 void validate(const kvc_append_job* jobs, const kvc_append_call& call) {
-  check_storage(call.head_dim, call.storage_dtype);
+  check_storage(call.head_dim, call.storage_dtype, call.v_dtype);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_append_job& job = jobs[j];
-    if (job.src_dtype != call.storage_dtype && job.src_dtype != KVC_DTYPE_F32)
-      fail(KVC_ERR_INVALID_ARGUMENT,
-           "append job %zu: source dtype %d is neither f32 nor the storage dtype", j,
-           int(job.src_dtype));
+    for (kvc_dtype src : {job.src_dtype, job.src_v_dtype})
+      if (src != call.storage_dtype && src != KVC_DTYPE_F32)
+        fail(KVC_ERR_INVALID_ARGUMENT,
+             "append job %zu: source dtype %d is neither f32 nor the storage dtype", j, int(src));
     if (job.n_tokens < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: negative n_tokens %d", j, job.n_tokens);
     check_device(job.src_device, "the K/V source", j);
@@ -56,13 +57,16 @@ void validate(const kvc_append_job* jobs, const kvc_append_call& call) {
   }
 }
 
-// Host rows `n` rows of `stride` elements apart, packed into the upload; returns their offset.
+// Host rows `n` rows of `stride` values of `dtype` apart, packed into the upload; returns
+// their offset.
 size_t stage_rows(Upload& upload, const void* rows, size_t stride, size_t n, size_t head_dim,
-                  size_t elem) {
-  const size_t offset = upload.add(nullptr, n * head_dim * elem);
+                  kvc_dtype dtype) {
+  const size_t row = kvc_format_row_bytes(dtype, head_dim);
+  const size_t from_stride = kvc_format_row_bytes(dtype, stride);
+  const size_t offset = upload.add(nullptr, n * row);
   for (size_t t = 0; t < n; ++t)
-    std::memcpy(upload.at<char>(offset) + t * head_dim * elem,
-                static_cast<const char*>(rows) + t * stride * elem, head_dim * elem);
+    std::memcpy(upload.at<char>(offset) + t * row,
+                static_cast<const char*>(rows) + t * from_stride, row);
   return offset;
 }
 
@@ -89,12 +93,12 @@ void run_append(Instance& instance, const kvc_append_job* jobs, const kvc_append
     DevAppendJob d{job.src_k, job.src_v, int64_t(job.src_k_stride), int64_t(job.src_v_stride),
                    nullptr, job.dst_k, job.dst_v, job.dst_pos,
                    {job.dst_stats.attn_sum, job.dst_stats.attn_last, job.dst_stats.attn_window},
-                   int32_t(job.src_dtype)};
+                   int32_t(job.src_dtype), int32_t(job.src_v_dtype)};
     const size_t n = size_t(job.n_tokens);
     if (job.src_device == KVC_DEVICE_HOST && n > 0) {
-      const size_t elem = dtype_bytes(job.src_dtype);
-      const size_t k = stage_rows(upload, job.src_k, job.src_k_stride, n, head_dim, elem);
-      const size_t v = stage_rows(upload, job.src_v, job.src_v_stride, n, head_dim, elem);
+      const size_t k = stage_rows(upload, job.src_k, job.src_k_stride, n, head_dim, job.src_dtype);
+      const size_t v =
+          stage_rows(upload, job.src_v, job.src_v_stride, n, head_dim, job.src_v_dtype);
       d.src_k_stride = d.src_v_stride = int64_t(head_dim);
       upload.link(at + offsetof(DevAppendJob, src_k), k);
       upload.link(at + offsetof(DevAppendJob, src_v), v);

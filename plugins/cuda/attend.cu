@@ -94,7 +94,7 @@ __device__ __forceinline__ void start_item(const AttendParams& p, const WorkItem
                                            float (&q)[R][CPL][E], int32_t (&q_pos)[R],
                                            float (&acc)[R][CPL][E], RowState (&state)[R]) {
   const int D = p.head_dim, L = p.lanes_per_key;
-  const size_t q_elem = dtype_bytes(job.q_dtype);
+  const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int32_t row = item.row_begin + r;
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(AttendParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int L = p.lanes_per_key, slots = 32 / L, slot = lane / L, sub = lane % L;
   const int D = p.head_dim;
-  const size_t row_bytes = size_t(D) * (DT == kF32 ? 4 : 2);
+  const size_t row_bytes = kvc_format_row_bytes(DT, size_t(D));
 
   float q[R][CPL][E];
   int32_t q_pos[R];
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 4) attend_staged_kernel(AttendParams
   constexpr int slots = 32 / L, lane_groups = kWarps * slots;
   constexpr int keys_per_stage = staged_keys(L);
   const int slot = lane / L, sub = lane % L, lane_group = warp * slots + slot;
-  const size_t row_bytes = size_t(p.head_dim) * (DT == kF32 ? 4 : 2);
+  const size_t row_bytes = kvc_format_row_bytes(DT, size_t(p.head_dim));
   uint4* rows_s = reinterpret_cast<uint4*>(shared);  // [kStages][K, V][keys_per_stage][L]
   int32_t* pos_s = reinterpret_cast<int32_t*>(rows_s + kStages * kStageBytes / 16);
 
@@ -443,8 +443,8 @@ __global__ void __launch_bounds__(kStatKeys) stats_kernel(StatParams p) {
   const int64_t local = key - job.segment_begins[segment];
   const int32_t key_pos = s.pos[local];
   const char* k_row =
-      static_cast<const char*>(s.k) + local * p.head_dim * dtype_bytes(p.storage_dtype);
-  const size_t q_elem = dtype_bytes(job.q_dtype);
+      static_cast<const char*>(s.k) + local * kvc_format_row_bytes(p.storage_dtype, p.head_dim);
+  const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
   const int32_t n = job.n_queries;
   const int32_t first_query =
       job.stats.sum ? 0 : job.stats.window ? max(0, n - max(1, p.observation_window)) : n - 1;
@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(kStatKeys) stats_kernel(StatParams p) {
 }
 
 void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
-  check_storage(call.head_dim, call.storage_dtype);
+  check_storage(call.head_dim, call.storage_dtype, call.v_dtype);
   if (call.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", call.group_size);
   if (!(call.scale > 0.0f)) fail(KVC_ERR_INVALID_ARGUMENT, "scale must be > 0");
@@ -567,7 +567,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   while (lanes < n_chunks && lanes < 32) lanes *= 2;
   int cpl = 1;
   while (lanes * cpl < n_chunks) cpl *= 2;
-  const size_t row_bytes = size_t(D) * dtype_bytes(dtype);
+  const size_t row_bytes = kvc_format_row_bytes(dtype, size_t(D));
 
   std::vector<PlanJob> plan_jobs(n_jobs);
   std::vector<int32_t> keys(n_jobs);
@@ -611,7 +611,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     const size_t at = table + j * sizeof(DevAttendJob);
-    const size_t q_elem = dtype_bytes(job.q_dtype);
+    const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
     DevAttendJob d{job.q, int64_t(job.q_stride), int32_t(job.q_dtype), job.n_queries, nullptr,
                    job.out, int64_t(job.out_stride), nullptr, nullptr, job.n_segments, keys[j],
                    {job.stats.attn_sum, job.stats.attn_last, job.stats.attn_window},

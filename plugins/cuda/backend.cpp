@@ -59,10 +59,7 @@ int find_device(int requested) {
 // What the kernels serve: K and V in one of f32, f16 and bf16, head_dim within the generic
 // kernel's rows; no parameters.
 void check_config(const kvc_backend_config& config) {
-  if (config.k_dtype != config.v_dtype)
-    fail(KVC_ERR_UNSUPPORTED, "K and V must share one storage format; got formats %d and %d",
-         int(config.k_dtype), int(config.v_dtype));
-  check_storage(config.head_dim, config.k_dtype);
+  check_storage(config.head_dim, config.k_dtype, config.v_dtype);
   plugin::refuse_params(config);
 }
 

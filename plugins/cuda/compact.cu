@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kWarps * 32) compact_kernel(CompactParams p) {
 }
 
 void validate(const kvc_compact_job* jobs, const kvc_compact_call& call) {
-  check_storage(call.head_dim, call.storage_dtype);
+  check_storage(call.head_dim, call.storage_dtype, call.v_dtype);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_compact_job& job = jobs[j];
     const int32_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);
@@ -126,7 +126,7 @@ void run_compact(Instance& instance, const kvc_compact_job* jobs, const kvc_comp
                                      {job.stats.attn_sum, job.stats.attn_last,
                                       job.stats.attn_window}};
   }
-  const size_t row_units = size_t(call.head_dim) * dtype_bytes(call.storage_dtype) / 2;
+  const size_t row_units = kvc_format_row_bytes(call.storage_dtype, size_t(call.head_dim)) / 2;
   const size_t n = size_t(total);
   const size_t row_bytes = row_units * sizeof(uint16_t);
   ScratchLayout layout;

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvcache/kvcache_format.h"
+
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
 #define KVC_HD __host__ __device__ __forceinline__
@@ -106,8 +108,6 @@ KVC_HD uint16_t f32_to_bf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
   return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
-
-KVC_HD size_t dtype_bytes(int dtype) { return dtype == kF32 ? 4 : 2; }
 
 // Element i of an array of `dtype` as f32.
 KVC_HD float load_as_f32(const void* data, int dtype, size_t i) {

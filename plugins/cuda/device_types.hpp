@@ -33,7 +33,8 @@ struct DevAppendJob {
   void* dst_v;
   int32_t* dst_pos;
   DevStats dst_stats;
-  int32_t src_dtype;
+  int32_t src_dtype;    // of src_k
+  int32_t src_v_dtype;  // of src_v
 };
 
 struct DevAttendJob {

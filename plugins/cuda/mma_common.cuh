@@ -108,7 +108,7 @@ __device__ __forceinline__ const char* query_row(const AttendParams& p, const Wo
   const int32_t row = item.row_begin + r;
   return static_cast<const char*>(job.q) +
          (int64_t(row / p.group) * job.q_stride + int64_t(row % p.group) * p.head_dim) *
-             int64_t(dtype_bytes(job.q_dtype));
+             int64_t(kvc_format_row_bytes(job.q_dtype, 1));
 }
 
 // Each of the item's first ROWS rows' power-of-two divisor (1 but for f16 rows whose scaled

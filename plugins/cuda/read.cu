@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (flat >= p.n_tokens) return;
   const Token t = token_at(p, flat);
   const char* row = static_cast<const char*>(t.segment->k) +
-                    t.local * head_dim * int64_t(dtype_bytes(storage_dtype));
+                    t.local * int64_t(kvc_format_row_bytes(storage_dtype, size_t(head_dim)));
   for (int32_t d = threadIdx.x % 32; d < head_dim; d += 32)
     out[flat * head_dim + d] = load_as_f32(row, storage_dtype, size_t(d));
 }
@@ -95,7 +95,7 @@ struct ReadTables {
 
 void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
                    const kvc_read_keys_call& call) {
-  check_storage(call.head_dim, call.storage_dtype);
+  check_storage(call.head_dim, call.storage_dtype, call.storage_dtype);
   ReadTables<kvc_read_keys_job> tables(jobs, call.n_jobs, "read_keys", Reads::rows_and_positions);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const int64_t end = j + 1 < call.n_jobs ? tables.begins[j + 1] : tables.total;

@@ -5,27 +5,35 @@
 #include <cstdint>
 
 #include "kvcache/kvcache_backend_plugin.hpp"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 #include "plugin_error.hpp"
 
 namespace kvc::cuda {
 
-inline bool known_dtype(kvc_dtype dtype) {
-  return dtype == KVC_DTYPE_F32 || dtype == KVC_DTYPE_F16 || dtype == KVC_DTYPE_BF16;
-}
-
 // The generic attention kernel's lanes hold at most 8 16-byte chunks of a row, 32 lanes a key:
 // head_dim 1024 in f32, 2048 in f16 or bf16.
 constexpr int32_t kMaxRowChunks = 32 * 8;
 
-inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
+// The storage formats of K and V (kvcache_format.h): the kernels read one format without
+// scales for both.
+inline void check_storage(int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype) {
   if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
-  if (!known_dtype(storage_dtype))
-    fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
-  const int32_t per_chunk = storage_dtype == KVC_DTYPE_F32 ? 4 : 8;
+  for (kvc_dtype dtype : {k_dtype, v_dtype}) {
+    if (!kvc_format_is_valid(dtype))
+      fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(dtype));
+    if (kvc_format_group_size(dtype) != 1)
+      fail(KVC_ERR_UNSUPPORTED, "the cuda backend has no kernels for storage format %s",
+           kvc_format_name(dtype));
+  }
+  if (k_dtype != v_dtype)
+    fail(KVC_ERR_UNSUPPORTED,
+         "the cuda backend stores K and V in one format, not K as %s and V as %s",
+         kvc_format_name(k_dtype), kvc_format_name(v_dtype));
+  const int32_t per_chunk = int32_t(16 / kvc_format_row_bytes(k_dtype, 1));
   if (head_dim > kMaxRowChunks * per_chunk)
     fail(KVC_ERR_UNSUPPORTED, "head_dim %d is more than the %d this backend's kernels serve in %s",
-         head_dim, kMaxRowChunks * per_chunk, storage_dtype == KVC_DTYPE_F32 ? "f32" : "f16/bf16");
+         head_dim, kMaxRowChunks * per_chunk, kvc_format_name(k_dtype));
 }
 
 inline void check_device(kvc_device device, const char* what, size_t job) {

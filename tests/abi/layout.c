@@ -3,6 +3,7 @@
  * compares the output with tests/abi/layout_x86_64.txt (see check_layout.sh). A new struct or
  * field needs a line here; new fields go at the end of a versioned struct. */
 #include <kvcache/kvcache.h>
+#include <kvcache/kvcache_format.h>
 #include <kvcache/kvcache_plugin.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -46,6 +47,8 @@ int main(void) {
   FIELD(kvc_cache_params, prefill);
   FIELD(kvc_cache_params, decode_every);
   FIELD(kvc_cache_params, decode_slack);
+  FIELD(kvc_cache_params, k_dtype);
+  FIELD(kvc_cache_params, v_dtype);
   SIZE(kvc_cache_stats);
   FIELD(kvc_cache_stats, struct_size);
   FIELD(kvc_cache_stats, bytes_used);
@@ -130,6 +133,14 @@ int main(void) {
   VALUE(KVC_DTYPE_F32);
   VALUE(KVC_DTYPE_F16);
   VALUE(KVC_DTYPE_BF16);
+  VALUE(KVC_FORMAT_CODE_END);
+
+  SIZE(kvc_format_info);
+  FIELD(kvc_format_info, struct_size);
+  FIELD(kvc_format_info, format);
+  FIELD(kvc_format_info, name);
+  FIELD(kvc_format_info, group_size);
+  FIELD(kvc_format_info, group_bytes);
   VALUE(KVC_LAYOUT_PAGED);
   VALUE(KVC_LAYOUT_CONTIGUOUS);
   VALUE(KVC_PREFILL_NONE);
@@ -182,6 +193,7 @@ int main(void) {
   FIELD(kvc_append_job, dst_v);
   FIELD(kvc_append_job, dst_pos);
   FIELD(kvc_append_job, dst_stats);
+  FIELD(kvc_append_job, src_v_dtype);
   SIZE(kvc_append_call);
   FIELD(kvc_append_call, struct_size);
   FIELD(kvc_append_call, head_dim);
@@ -189,6 +201,7 @@ int main(void) {
   FIELD(kvc_append_call, stream);
   FIELD(kvc_append_call, jobs);
   FIELD(kvc_append_call, n_jobs);
+  FIELD(kvc_append_call, v_dtype);
   SIZE(kvc_attend_job);
   FIELD(kvc_attend_job, struct_size);
   FIELD(kvc_attend_job, n_queries);
@@ -215,6 +228,7 @@ int main(void) {
   FIELD(kvc_attend_call, stream);
   FIELD(kvc_attend_call, jobs);
   FIELD(kvc_attend_call, n_jobs);
+  FIELD(kvc_attend_call, v_dtype);
   SIZE(kvc_compact_job);
   FIELD(kvc_compact_job, struct_size);
   FIELD(kvc_compact_job, n_segments);
@@ -229,6 +243,7 @@ int main(void) {
   FIELD(kvc_compact_call, stream);
   FIELD(kvc_compact_call, jobs);
   FIELD(kvc_compact_call, n_jobs);
+  FIELD(kvc_compact_call, v_dtype);
   SIZE(kvc_read_keys_job);
   FIELD(kvc_read_keys_job, struct_size);
   FIELD(kvc_read_keys_job, n_segments);

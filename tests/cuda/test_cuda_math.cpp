@@ -397,19 +397,31 @@ TEST_CASE("cuda math: statistics targets of each query") {
 }
 
 TEST_CASE("cuda math: rows longer than the kernels serve are refused, not cut short") {
-  CHECK_NOTHROW(kc::check_storage(1024, KVC_DTYPE_F32));
-  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_F16));
-  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_BF16));
+  CHECK_NOTHROW(kc::check_storage(1024, KVC_DTYPE_F32, KVC_DTYPE_F32));
+  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_F16, KVC_DTYPE_F16));
+  CHECK_NOTHROW(kc::check_storage(2048, KVC_DTYPE_BF16, KVC_DTYPE_BF16));
   const std::pair<int32_t, kvc_dtype> too_long[] = {
       {1025, KVC_DTYPE_F32}, {2049, KVC_DTYPE_F16}, {2056, KVC_DTYPE_BF16}};
   for (const auto& [head_dim, dtype] : too_long) {
     CAPTURE(head_dim);
     try {
-      kc::check_storage(head_dim, dtype);
+      kc::check_storage(head_dim, dtype, dtype);
       FAIL("accepted");
     } catch (const kc::PluginError& e) {
       CHECK(e.code() == KVC_ERR_UNSUPPORTED);
       CHECK(std::string(e.what()).find(std::to_string(head_dim)) != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("cuda math: K and V of different formats are refused, naming both") {
+  try {
+    kc::check_storage(64, KVC_DTYPE_F16, KVC_DTYPE_F32);
+    FAIL("accepted");
+  } catch (const kc::PluginError& e) {
+    CHECK(e.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(std::string(e.what()).find(
+              "the cuda backend stores K and V in one format, not K as f16 and V as f32") !=
+          std::string::npos);
   }
 }

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "fuzz_support.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace {
 
@@ -134,6 +135,10 @@ class Program {
     p.q_heads = q_heads_ = kv_heads_ * (1 + (shape >> 2) % 2);
     p.head_dim = head_dim_ = kHeadDims[(shape >> 3) % 4];
     p.dtype = dtype_ = static_cast<kvc_dtype>(storage % 3);
+    // V in the format of K (the default), or in any of the table's.
+    const int v_choice = (shape >> 5) % 4;
+    p.v_dtype = v_choice == 0 ? -1 : v_choice - 1;
+    v_dtype_ = v_choice == 0 ? dtype_ : static_cast<kvc_dtype>(v_choice - 1);
     p.layout = static_cast<kvc_layout>((storage >> 2) % 2);
     p.block_tokens = 1 + (storage >> 3) % 8;
     p.growth_factor = kGrowthFactors[storage >> 6];
@@ -193,19 +198,20 @@ class Program {
     return kEdges[b % 4];
   }
 
-  // [rows, heads, head_dim] of a dtype the byte chooses (f32, the storage's, another, or not a
-  // dtype at all), any row stride, sized exactly as the header defines the layout.
-  Tensor tensor(size_t rows, int32_t heads) {
+  // [rows, heads, head_dim] of a dtype the byte chooses (f32, the storage format `storage`,
+  // another, or not a dtype at all), any row stride, sized exactly as the header defines the
+  // layout.
+  Tensor tensor(size_t rows, int32_t heads, kvc_dtype storage) {
     const uint8_t b = in_.u8();
-    kvc_dtype dtype = (b % 8 < 3) ? KVC_DTYPE_F32 : dtype_;
-    if (b % 8 == 6) dtype = static_cast<kvc_dtype>((dtype_ + 1) % 3);
+    kvc_dtype dtype = (b % 8 < 3) ? KVC_DTYPE_F32 : storage;
+    if (b % 8 == 6) dtype = static_cast<kvc_dtype>((storage + 1) % 3);
     if (b % 8 == 7) dtype = static_cast<kvc_dtype>(3);
     const size_t row = static_cast<size_t>(heads) * head_dim_;
     const size_t strides[] = {0, row, row + 3, row > 1 ? row - 1 : 0};
     const size_t stride = strides[(b >> 3) % 4];
     const size_t step = stride == 0 ? row : stride;
     const size_t elements = rows == 0 ? 0 : (rows - 1) * step + row;
-    const size_t element_size = dtype == 3 ? 4 : kvc_dtype_size(dtype);
+    const size_t element_size = dtype == 3 ? 4 : kvc_format_row_bytes(dtype, 1);
     Tensor t;
     t.bytes.resize(elements * element_size);
     Filler(in_.u8()).fill(t.bytes.data(), dtype == 3 ? KVC_DTYPE_F32 : dtype, elements,
@@ -578,7 +584,7 @@ class Program {
   bool append() {
     const int32_t l = layer();
     Batch b = batch();
-    const Tensor k = tensor(b.rows, kv_heads_), v = tensor(b.rows, kv_heads_);
+    const Tensor k = tensor(b.rows, kv_heads_, dtype_), v = tensor(b.rows, kv_heads_, v_dtype_);
     if (!kvf::ok(kvc_append(cache_, l, &b.batch, &k.view, &v.view))) return false;
     appended(b);
     return true;
@@ -587,9 +593,9 @@ class Program {
   bool attend(bool append_too) {
     const int32_t l = layer();
     Batch b = batch();
-    const Tensor q = tensor(b.rows, q_heads_);
-    const Tensor k = tensor(append_too ? b.rows : 0, kv_heads_);
-    const Tensor v = tensor(append_too ? b.rows : 0, kv_heads_);
+    const Tensor q = tensor(b.rows, q_heads_, dtype_);
+    const Tensor k = tensor(append_too ? b.rows : 0, kv_heads_, dtype_);
+    const Tensor v = tensor(append_too ? b.rows : 0, kv_heads_, v_dtype_);
     const kvc_attention_params params = attention_params();
     const uint8_t o = in_.u8();
     const size_t row = static_cast<size_t>(q_heads_) * head_dim_;
@@ -637,14 +643,15 @@ class Program {
                         "kvc_seq_view");
         int64_t n = 0;
         int64_t previous = -1;
-        const size_t row = static_cast<size_t>(head_dim_) * kvc_dtype_size(dtype_);
+        const size_t k_row = kvc_format_row_bytes(dtype_, static_cast<size_t>(head_dim_));
+        const size_t v_row = kvc_format_row_bytes(v_dtype_, static_cast<size_t>(head_dim_));
         for (const kvc_segment_view& view : views) {
           for (int32_t t = 0; t < view.count; ++t) {
             kvf::check(view.pos[t] > previous, "stored positions not increasing");
             previous = view.pos[t];
             // Touch the first and last byte of each row, so ASan sees a short segment.
-            volatile uint8_t sink = static_cast<const uint8_t*>(view.k)[t * row] ^
-                                    static_cast<const uint8_t*>(view.v)[(t + 1) * row - 1];
+            volatile uint8_t sink = static_cast<const uint8_t*>(view.k)[t * k_row] ^
+                                    static_cast<const uint8_t*>(view.v)[(t + 1) * v_row - 1];
             (void)sink;
           }
           n += view.count;
@@ -658,6 +665,16 @@ class Program {
         kvc_cache_params p;
         kvc_cache_params_init(&p);
         kvf::require_ok(kvc_cache_get_params(cache_, &p), "kvc_cache_get_params");
+        kvf::check(p.k_dtype == dtype_ && p.v_dtype == v_dtype_, "formats read back as others");
+        // The table's entry of a format, or of 3, which is none.
+        const auto format = static_cast<kvc_dtype>(in_.u8() % 4);
+        kvc_format_info described;
+        described.struct_size = sizeof described;
+        const bool known = kvf::ok(kvc_format_describe(format, &described));
+        kvf::check(known == (kvc_format_is_valid(format) != 0), "kvc_format_describe's verdict");
+        kvf::check(!known || (described.group_bytes == kvc_format_group_bytes(format) &&
+                              described.group_size == kvc_format_group_size(format)),
+                   "kvc_format_describe disagrees with the header's table");
         kvc_policy_info info;
         kvc_policy_info_init(&info);
         return kvf::ok(kvc_cache_policy_info(cache_, &info));
@@ -702,7 +719,8 @@ class Program {
   kvc_context* context_ = nullptr;
   kvc_cache* cache_ = nullptr;
   int32_t layers_ = 0, kv_heads_ = 0, q_heads_ = 0, head_dim_ = 0;
-  kvc_dtype dtype_ = KVC_DTYPE_F32;
+  kvc_dtype dtype_ = KVC_DTYPE_F32;    // of K
+  kvc_dtype v_dtype_ = KVC_DTYPE_F32;  // of V
   std::set<int32_t> live_;
   std::map<int32_t, int32_t> next_;
   // The "big" store's values: the export image and the next position of each offloaded key.

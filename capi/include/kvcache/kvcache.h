@@ -168,16 +168,38 @@ KVC_API kvc_status *kvc_context_plugin_info(const kvc_context *context, size_t i
 /** @brief One model shape's K/V store with its memory limit and backend. Opaque. */
 typedef struct kvc_cache kvc_cache;
 
-/** @brief Element types of stored and passed tensors. */
+/**
+ * @brief Storage formats of K and V rows, and element types of passed tensors. Each format's
+ * layout (group size, bytes per row) is in the table of kvcache/kvcache_format.h.
+ */
 typedef enum kvc_dtype { KVC_DTYPE_F32 = 0, KVC_DTYPE_F16 = 1, KVC_DTYPE_BF16 = 2 } kvc_dtype;
 
-/** @brief Bytes per element of @p dtype; 0 for a value that is not a ::kvc_dtype. */
+/**
+ * @brief Bytes per element of @p dtype, a format without scales (kvc_format_row_bytes() of
+ * one value); 0 for a format with scales or a value that is not a ::kvc_dtype.
+ */
 KVC_API size_t kvc_dtype_size(kvc_dtype dtype);
 /**
  * @brief The name of @p dtype as written in YAML ("f32", "f16", "bf16"), or "unknown" for a
  * value that is not a ::kvc_dtype; static storage.
  */
 KVC_API const char *kvc_dtype_name(kvc_dtype dtype);
+
+/** @brief One format of the table, as kvc_format_describe() reports it. */
+typedef struct kvc_format_info {
+  uint32_t struct_size;  /**< set by the caller to sizeof(kvc_format_info) */
+  kvc_dtype format;      /**< the format described */
+  const char *name;      /**< as in YAML; static storage */
+  uint32_t group_size;   /**< values sharing one scale; 1: no scales */
+  uint32_t group_bytes;  /**< bytes of one group, its scale included */
+} kvc_format_info;
+
+/**
+ * @brief Describes @p format from the table of kvcache/kvcache_format.h, for callers that
+ * cannot use that header's inline functions (language wrappers). INVALID_ARGUMENT for a value
+ * outside the table or a NULL @p out_info. Thread-safe.
+ */
+KVC_API kvc_status *kvc_format_describe(kvc_dtype format, kvc_format_info *out_info);
 
 /** @brief Storage layouts; both are read by the same kernels as a list of segments. */
 typedef enum kvc_layout {
@@ -220,7 +242,7 @@ typedef struct kvc_cache_params {
   int32_t kv_heads;      /**< 1..4096, layers x kv_heads <= 65536; default 1 */
   int32_t q_heads;       /**< a multiple of kv_heads (GQA); default 0: as many as kv_heads */
   int32_t head_dim;      /**< 1..1024; default 64 */
-  kvc_dtype dtype;       /**< storage dtype; default f16 */
+  kvc_dtype dtype;       /**< storage format of K and V (see k_dtype, v_dtype); default f16 */
   kvc_layout layout;     /**< default paged */
   int32_t block_tokens;  /**< paged: tokens per block; default 16 */
   double growth_factor;  /**< contiguous: capacity multiplier when full (1.01..16); default 2 */
@@ -237,6 +259,11 @@ typedef struct kvc_cache_params {
   kvc_prefill_compression prefill;    /**< default KVC_PREFILL_NONE */
   int32_t decode_every;  /**< > 0: compress every this many single-token steps */
   int32_t decode_slack;  /**< > 0: compress when a head holds more than budget + slack */
+  /** A ::kvc_dtype: the storage format of K, or -1 (the default): `dtype`.
+   * kvc_cache_get_params() reports the format in use. A struct_size that ends before v_dtype
+   * (an older caller's, whose tail padding k_dtype occupies) means -1 for both. */
+  int32_t k_dtype;
+  int32_t v_dtype;       /**< likewise for V */
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */
@@ -363,10 +390,15 @@ KVC_API kvc_status *kvc_seq_import_file(kvc_cache *cache, int32_t seq_id, const 
 KVC_API kvc_status *kvc_seq_length(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                    int32_t kv_head, int32_t *out_length);
 
-/** @brief A run of stored tokens, as seen by an engine with its own attention kernels. */
+/**
+ * @brief A run of stored tokens, as seen by an engine with its own attention kernels. Row t
+ * of K starts kvc_format_row_bytes(k_dtype, head_dim) * t bytes after k, laid out as that
+ * format's row (kvcache/kvcache_format.h, scales included); V likewise with v_dtype. The
+ * formats are those kvc_cache_get_params() reports in k_dtype and v_dtype.
+ */
 typedef struct kvc_segment_view {
-  const void *k;       /**< [count, head_dim] of the storage dtype, in the backend's memory */
-  const void *v;       /**< [count, head_dim] of the storage dtype, in the backend's memory */
+  const void *k;       /**< [count] rows of the K format, in the backend's memory */
+  const void *v;       /**< [count] rows of the V format, in the backend's memory */
   const int32_t *pos;  /**< [count] absolute positions, in the backend's memory */
   int32_t count;       /**< tokens in this segment */
 } kvc_segment_view;
@@ -396,7 +428,7 @@ typedef enum kvc_device {
  */
 typedef struct kvc_tensor {
   const void *data;    /**< the first element; read during the call only */
-  kvc_dtype dtype;     /**< f32 or the cache's storage dtype */
+  kvc_dtype dtype;     /**< f32, or the cache's storage format (K's for k and q, V's for v) */
   kvc_device device;   /**< where data lives */
   size_t row_stride;   /**< elements between consecutive tokens; 0 means heads * head_dim */
 } kvc_tensor;

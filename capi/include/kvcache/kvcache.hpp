@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 
 namespace kvcache {
 
@@ -84,6 +85,15 @@ inline kvc_prefix prefix(const char* model, const std::vector<int32_t>& token_id
   kvc_prefix p;
   kvc_prefix_init(&p, model, token_ids.data(), static_cast<int32_t>(token_ids.size()));
   return p;
+}
+
+/** @brief The format table's description of @p format (kvc_format_describe()); throws
+ * kvcache::Error for a value outside the table. */
+inline kvc_format_info describe_format(kvc_dtype format) {
+  kvc_format_info info{};
+  info.struct_size = sizeof info;
+  check(kvc_format_describe(format, &info));
+  return info;
 }
 
 /** @brief Owns a kvc_context. */

@@ -181,7 +181,8 @@ class BackendAdapter {
     return report_errors(error, [&] {
       char what[48];
       std::snprintf(what, sizeof what, "%s call", name);
-      const Call call = read_host_struct(given, min_call, what);
+      Call call = read_host_struct(given, min_call, what);
+      complete_formats(call, given);
       const HostJobs<Job> jobs(call.jobs, call.n_jobs, min_job, name);
       run(self(instance), jobs.data(), call);
     });

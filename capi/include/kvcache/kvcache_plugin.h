@@ -151,8 +151,8 @@ typedef int32_t (*kvc_plugin_entry_fn)(const kvc_host_api *host,
 typedef struct kvc_segment {
   uint32_t struct_size;  /**< sizeof(kvc_segment) of the host */
   int32_t count;         /**< tokens in this segment */
-  const void *k;         /**< [count, head_dim] of the storage dtype */
-  const void *v;         /**< [count, head_dim] of the storage dtype */
+  const void *k;         /**< [count] rows of the K format (kvcache_format.h), opaque bytes */
+  const void *v;         /**< [count] rows of the V format, likewise */
   const int32_t *pos;    /**< [count] absolute positions */
 } kvc_segment;
 
@@ -175,24 +175,28 @@ typedef struct kvc_append_job {
   const void *src_v;         /**< like src_k, for V */
   size_t src_k_stride;       /**< elements between consecutive K source rows */
   size_t src_v_stride;       /**< elements between consecutive V source rows */
-  kvc_dtype src_dtype;       /**< f32 or the storage dtype */
+  kvc_dtype src_dtype;       /**< of src_k (and src_v without src_v_dtype): f32 or K's format */
   kvc_device src_device;     /**< where src_k and src_v live */
   const int32_t *src_pos;    /**< [n_tokens], host memory */
-  void *dst_k;               /**< [n_tokens, head_dim] of the storage dtype */
-  void *dst_v;               /**< [n_tokens, head_dim] of the storage dtype */
+  void *dst_k;               /**< [n_tokens] rows of the K format */
+  void *dst_v;               /**< [n_tokens] rows of the V format */
   int32_t *dst_pos;          /**< [n_tokens] */
   /** The new tokens' entries of each tracked statistic ([n_tokens] each), set to 0. */
   kvc_head_stats dst_stats;
+  /** (1.3) Of src_v: f32 or V's format; outside struct_size (an older host): src_dtype. */
+  kvc_dtype src_v_dtype;
 } kvc_append_job;
 
 /** @brief One append call: jobs write disjoint memory. */
 typedef struct kvc_append_call {
   uint32_t struct_size;      /**< sizeof(kvc_append_call) of the host */
   int32_t head_dim;          /**< elements per head row */
-  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  kvc_dtype storage_dtype;   /**< format of stored K; of V too when v_dtype is not set */
   void *stream;              /**< the engine's stream or queue, or NULL */
   const kvc_append_job *jobs; /**< [n_jobs], host array, strided by struct_size */
   size_t n_jobs;             /**< entries in jobs */
+  /** (1.3) Format of stored V; outside struct_size (an older host): storage_dtype. */
+  kvc_dtype v_dtype;
 } kvc_append_call;
 
 /** @brief Attention of the query tokens of one sequence and one KV head's query group. The
@@ -202,7 +206,7 @@ typedef struct kvc_attend_job {
   int32_t n_queries;         /**< query tokens, >= 1 */
   const void *q;             /**< first query token, first head of the group */
   size_t q_stride;           /**< elements between query tokens */
-  kvc_dtype q_dtype;         /**< f32 or the storage dtype */
+  kvc_dtype q_dtype;         /**< f32 or the storage format of K */
   kvc_device q_device;       /**< where q lives */
   const int32_t *q_pos;      /**< [n_queries] absolute positions, host memory */
   float *out;                /**< first output token, first head of the group; f32 */
@@ -221,7 +225,7 @@ typedef struct kvc_attend_call {
   uint32_t struct_size;      /**< sizeof(kvc_attend_call) of the host */
   int32_t head_dim;          /**< elements per head row */
   int32_t group_size;        /**< query heads per KV head; their rows are adjacent in q/out */
-  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  kvc_dtype storage_dtype;   /**< format of stored K; of V too when v_dtype is not set */
   float scale;               /**< logit scale, > 0 */
   int32_t sliding_window;    /**< > 0: keys at positions (p - window, p] */
   float softcap;             /**< > 0: softcap * tanh(logit / softcap) */
@@ -231,6 +235,8 @@ typedef struct kvc_attend_call {
   void *stream;              /**< the engine's stream or queue, or NULL */
   const kvc_attend_job *jobs; /**< [n_jobs], host array, strided by struct_size */
   size_t n_jobs;             /**< entries in jobs */
+  /** (1.3) Format of stored V; outside struct_size (an older host): storage_dtype. */
+  kvc_dtype v_dtype;
 } kvc_attend_call;
 
 /**
@@ -251,10 +257,12 @@ typedef struct kvc_compact_job {
 typedef struct kvc_compact_call {
   uint32_t struct_size;      /**< sizeof(kvc_compact_call) of the host */
   int32_t head_dim;          /**< elements per head row */
-  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  kvc_dtype storage_dtype;   /**< format of stored K; of V too when v_dtype is not set */
   void *stream;              /**< the engine's stream or queue, or NULL */
   const kvc_compact_job *jobs; /**< [n_jobs], host array, strided by struct_size */
   size_t n_jobs;             /**< entries in jobs */
+  /** (1.3) Format of stored V; outside struct_size (an older host): storage_dtype. */
+  kvc_dtype v_dtype;
 } kvc_compact_call;
 
 /** @brief Reads the keys of one (sequence, layer, KV head) as f32 rows into host memory. */
@@ -269,7 +277,7 @@ typedef struct kvc_read_keys_job {
 typedef struct kvc_read_keys_call {
   uint32_t struct_size;      /**< sizeof(kvc_read_keys_call) of the host */
   int32_t head_dim;          /**< elements per head row */
-  kvc_dtype storage_dtype;   /**< dtype of stored K and V */
+  kvc_dtype storage_dtype;   /**< format of stored K */
   void *stream;              /**< the engine's stream or queue, or NULL */
   const kvc_read_keys_job *jobs; /**< [n_jobs], host array, strided by struct_size */
   size_t n_jobs;             /**< entries in jobs */

@@ -110,7 +110,22 @@ Struct read_host_struct(const Struct* given, size_t min_size, const char* what) 
   return copy;
 }
 
-// Jobs whose `segments` (if they have any) are plain kvc_segment arrays.
+// A call struct with storage formats (append, attend, compact) from an older host lacks its
+// (1.3) v_dtype: V is then stored as storage_dtype says, like K.
+inline void complete_formats(kvc_append_call& call, const kvc_append_call* given) {
+  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_append_call, v_dtype)) call.v_dtype = call.storage_dtype;
+}
+inline void complete_formats(kvc_attend_call& call, const kvc_attend_call* given) {
+  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_attend_call, v_dtype)) call.v_dtype = call.storage_dtype;
+}
+inline void complete_formats(kvc_compact_call& call, const kvc_compact_call* given) {
+  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_compact_call, v_dtype)) call.v_dtype = call.storage_dtype;
+}
+template <class Call>
+void complete_formats(Call&, const Call*) {}
+
+// Jobs whose `segments` (if they have any) are plain kvc_segment arrays. An append job from an
+// older host gets its (1.3) src_v_dtype from src_dtype.
 template <class Job>
 class HostJobs {
  public:
@@ -128,6 +143,10 @@ class HostJobs {
       std::memcpy(&copies_[j], job, std::min<size_t>(jobs->struct_size, sizeof(Job)));
       copies_[j].struct_size = sizeof(Job);
       if constexpr (kHasSegments) copy_segments(copies_[j], segments_[j], call, j);
+      if constexpr (std::is_same_v<Job, kvc_append_job>) {
+        if (!KVC_PLUGIN_HAS_FIELD(job, kvc_append_job, src_v_dtype))
+          copies_[j].src_v_dtype = copies_[j].src_dtype;
+      }
     }
     jobs_ = copies_.data();
   }

@@ -1,6 +1,7 @@
 package kvcache
 
 // #include <kvcache/kvcache.h>
+// #include <kvcache/kvcache_format.h>
 import "C"
 
 import "unsafe"
@@ -19,6 +20,36 @@ func (d DType) String() string { return C.GoString(C.kvc_dtype_name(C.kvc_dtype(
 
 // Size is the bytes per element; 0 for a value that is not a DType.
 func (d DType) Size() int { return int(C.kvc_dtype_size(C.kvc_dtype(d))) }
+
+// AsDType in CacheParams.KDType or VDType stores K or V as CacheParams.DType.
+const AsDType DType = -1
+
+// FormatInfo is a storage format as the library's format table (kvcache_format.h)
+// describes it.
+type FormatInfo struct {
+	Name       string // as in YAML
+	GroupSize  uint32 // values sharing one scale; 1 for a format without scales
+	GroupBytes uint32 // bytes of one group of values, its scale included
+}
+
+// RowBytes is the bytes of a row of values values (a multiple of GroupSize), scales included.
+func (f FormatInfo) RowBytes(values int) int {
+	return values / int(f.GroupSize) * int(f.GroupBytes)
+}
+
+// Describe reads the format table's entry for d (kvc_format_describe); an error for a value
+// outside the table.
+func (d DType) Describe() (FormatInfo, error) {
+	info := C.kvc_format_info{struct_size: C.sizeof_kvc_format_info}
+	if err := statusError("kvc_format_describe", C.kvc_format_describe(C.kvc_dtype(d), &info)); err != nil {
+		return FormatInfo{}, err
+	}
+	return FormatInfo{
+		Name:       C.GoString(info.name),
+		GroupSize:  uint32(info.group_size),
+		GroupBytes: uint32(info.group_bytes),
+	}, nil
+}
 
 // Layout is a storage layout.
 type Layout int32
@@ -59,6 +90,7 @@ type CacheParams struct {
 	PolicyParams                     []KeyValue
 	Prefill                          PrefillCompression
 	DecodeEvery, DecodeSlack         int32
+	KDType, VDType                   DType // the storage format of K or V alone; AsDType: DType
 }
 
 // DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
@@ -88,6 +120,8 @@ func paramsFromC(p *C.kvc_cache_params) CacheParams {
 		Prefill:      PrefillCompression(p.prefill),
 		DecodeEvery:  int32(p.decode_every),
 		DecodeSlack:  int32(p.decode_slack),
+		KDType:       DType(p.k_dtype),
+		VDType:       DType(p.v_dtype),
 	}
 }
 
@@ -123,5 +157,7 @@ func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
 	c.prefill = C.kvc_prefill_compression(p.Prefill)
 	c.decode_every = C.int32_t(p.DecodeEvery)
 	c.decode_slack = C.int32_t(p.DecodeSlack)
+	c.k_dtype = C.int32_t(p.KDType)
+	c.v_dtype = C.int32_t(p.VDType)
 	return c
 }

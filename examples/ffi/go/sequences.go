@@ -64,8 +64,9 @@ func (cache *Cache) Len(id, layer, kvHead int32) (int32, error) {
 	return int32(n), err
 }
 
-// Segment is a copy of one run of stored tokens: K and V as bytes of the storage dtype
-// ([len(Positions), head_dim] each) and their absolute positions.
+// Segment is a copy of one run of stored tokens: K and V as rows of their storage formats
+// (len(Positions) rows each, laid out as kvcache_format.h describes) and their absolute
+// positions.
 type Segment struct {
 	K, V      []byte
 	Positions []int32
@@ -87,12 +88,21 @@ func (cache *Cache) View(id, layer, kvHead int32) ([]Segment, error) {
 		if err := statusError("kvc_seq_view", st); err != nil {
 			return err
 		}
-		rowBytes := C.int(int(cache.shape.HeadDim) * cache.shape.DType.Size())
+		kFormat, err := cache.shape.KDType.Describe()
+		if err != nil {
+			return err
+		}
+		vFormat, err := cache.shape.VDType.Describe()
+		if err != nil {
+			return err
+		}
+		kRow := C.int(kFormat.RowBytes(int(cache.shape.HeadDim)))
+		vRow := C.int(vFormat.RowBytes(int(cache.shape.HeadDim)))
 		segments = make([]Segment, len(views))
 		for i, v := range views {
 			segments[i] = Segment{
-				K:         C.GoBytes(v.k, C.int(v.count)*rowBytes),
-				V:         C.GoBytes(v.v, C.int(v.count)*rowBytes),
+				K:         C.GoBytes(v.k, C.int(v.count)*kRow),
+				V:         C.GoBytes(v.v, C.int(v.count)*vRow),
 				Positions: append([]int32(nil), unsafe.Slice((*int32)(unsafe.Pointer(v.pos)), v.count)...),
 			}
 		}

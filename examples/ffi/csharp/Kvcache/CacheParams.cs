@@ -42,6 +42,10 @@ namespace Kvcache
         public int DecodeEvery { get; set; }
         /// <summary>&gt; 0: compress when a head holds more than budget + slack.</summary>
         public int DecodeSlack { get; set; }
+        /// <summary>The storage format of K alone; null: DType.</summary>
+        public DType? KDType { get; set; }
+        /// <summary>The storage format of V alone; null: DType.</summary>
+        public DType? VDType { get; set; }
 
         internal static CacheParams FromNative(NativeCacheParams p)
         {
@@ -52,6 +56,8 @@ namespace Kvcache
                 Backend = NativeMethods.String(p.Backend), Policy = NativeMethods.String(p.Policy),
                 Budget = p.Budget, BudgetRatio = p.BudgetRatio, Sinks = p.Sinks, Recent = p.Recent,
                 Prefill = p.Prefill, DecodeEvery = p.DecodeEvery, DecodeSlack = p.DecodeSlack,
+                KDType = p.KDType < 0 ? (DType?)null : (DType)p.KDType,
+                VDType = p.VDType < 0 ? (DType?)null : (DType)p.VDType,
             };
         }
 
@@ -70,6 +76,8 @@ namespace Kvcache
                 Budget = Budget, BudgetRatio = BudgetRatio, Sinks = Sinks, Recent = Recent,
                 NPolicyParams = new UIntPtr((uint)PolicyParams.Count),
                 Prefill = Prefill, DecodeEvery = DecodeEvery, DecodeSlack = DecodeSlack,
+                KDType = KDType.HasValue ? (int)KDType.Value : -1,
+                VDType = VDType.HasValue ? (int)VDType.Value : -1,
             };
             if (PolicyParams.Count > 0) {
                 var entries = new NativeKeyValue[PolicyParams.Count];

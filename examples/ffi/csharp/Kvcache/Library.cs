@@ -18,5 +18,16 @@ namespace Kvcache
 
         /// <summary>The name of <paramref name="dtype"/> as written in YAML ("f32", "f16", "bf16").</summary>
         public static string DTypeName(DType dtype) { return NativeMethods.String(NativeMethods.kvc_dtype_name(dtype)); }
+
+        /// <summary>
+        /// The library's format table entry for <paramref name="format"/> (kvc_format_describe);
+        /// throws KvcacheException for a value outside the table.
+        /// </summary>
+        public static FormatInfo DescribeFormat(DType format)
+        {
+            var info = new NativeFormatInfo { StructSize = (uint)System.Runtime.InteropServices.Marshal.SizeOf(typeof(NativeFormatInfo)) };
+            KvcacheException.Check(NativeMethods.kvc_format_describe(format, ref info));
+            return new FormatInfo(info);
+        }
     }
 }

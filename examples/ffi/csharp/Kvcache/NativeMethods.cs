@@ -54,6 +54,7 @@ namespace Kvcache
         // cache
         [DllImport(Lib)] internal static extern UIntPtr kvc_dtype_size(DType dtype);
         [DllImport(Lib)] internal static extern IntPtr kvc_dtype_name(DType dtype);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_format_describe(DType format, ref NativeFormatInfo info);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_cache_create(ContextHandle context, ref NativeCacheParams parameters, out CacheHandle cache);
         [DllImport(Lib)]

@@ -49,6 +49,18 @@ namespace Kvcache
         public PrefillCompression Prefill;
         public int DecodeEvery;
         public int DecodeSlack;
+        public int KDType;
+        public int VDType;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    struct NativeFormatInfo
+    {
+        public uint StructSize;
+        public DType Format;
+        public IntPtr Name;
+        public uint GroupSize;
+        public uint GroupBytes;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -62,6 +62,19 @@ namespace Kvcache.Tests
             Assert.Equal("bf16", Library.DTypeName(DType.BF16), "bf16 name");
         }
 
+        [Test]
+        public static void FormatsComeFromTheLibraryTable()
+        {
+            FormatInfo f16 = Library.DescribeFormat(DType.F16);
+            Assert.Equal(DType.F16, f16.Format, "format");
+            Assert.Equal("f16", f16.Name, "name");
+            Assert.Equal(1u, f16.GroupSize, "group size");
+            Assert.Equal(2u, f16.GroupBytes, "group bytes");
+            Assert.Equal(256L, f16.RowBytes(128), "row bytes");
+            Assert.Equal(12L, Library.DescribeFormat(DType.F32).RowBytes(3), "f32 row bytes");
+            Assert.Fails(StatusCode.InvalidArgument, () => Library.DescribeFormat((DType)7), "format 7");
+        }
+
         // A contiguous segment reserved up to the limit and then truncated cannot move into a
         // smaller one, which the library logs at debug level.
         [Test]

@@ -50,7 +50,7 @@ pub use cache::{Cache, EstimateRequest, Shape};
 pub use context::{Context, PluginInfo, PluginKind};
 pub use data::{Attention, Batch};
 pub use error::{Code, Error, Result};
-pub use params::{CacheParams, DType, Layout};
+pub use params::{describe_raw, CacheParams, DType, FormatInfo, Layout};
 pub use policy::{PolicyInfo, StatKind};
 pub use seq_ops::Sequences;
 pub use shard::Shard;

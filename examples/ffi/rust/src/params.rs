@@ -2,8 +2,8 @@
 use std::mem::MaybeUninit;
 use std::ptr;
 
-use crate::error::Result;
-use crate::strings::c_string;
+use crate::error::{check, Result};
+use crate::strings::{c_string, owned};
 use crate::sys;
 
 /// Storage element type of K and V (inputs and outputs of this crate are always f32).
@@ -12,6 +12,52 @@ pub enum DType {
     F32,
     F16,
     Bf16,
+}
+
+/// A storage format as the library's format table (`kvcache_format.h`) describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FormatInfo {
+    /// The name used in YAML, such as "f16".
+    pub name: String,
+    /// Values sharing one scale; 1 for a format without scales.
+    pub group_size: u32,
+    /// Bytes of one group of values, its scale included.
+    pub group_bytes: u32,
+}
+
+impl FormatInfo {
+    /// Bytes of a row of `values` values (a multiple of the group size), scales included.
+    pub fn row_bytes(&self, values: usize) -> usize {
+        values / self.group_size as usize * self.group_bytes as usize
+    }
+}
+
+impl DType {
+    fn raw(self) -> sys::kvc_dtype {
+        match self {
+            DType::F32 => sys::KVC_DTYPE_F32,
+            DType::F16 => sys::KVC_DTYPE_F16,
+            DType::Bf16 => sys::KVC_DTYPE_BF16,
+        }
+    }
+
+    /// This format's entry of the library's format table (`kvc_format_describe`).
+    pub fn describe(self) -> Result<FormatInfo> {
+        describe_raw(self.raw())
+    }
+}
+
+/// The format table's entry for a raw `kvc_dtype` value; an error for one outside the table.
+pub fn describe_raw(format: sys::kvc_dtype) -> Result<FormatInfo> {
+    let mut info = MaybeUninit::<sys::kvc_format_info>::zeroed();
+    // SAFETY: all-zero is a valid kvc_format_info (a NULL name); struct_size is set before the
+    // call, and the name it returns is static.
+    unsafe {
+        (*info.as_mut_ptr()).struct_size = std::mem::size_of::<sys::kvc_format_info>() as u32;
+        check(sys::kvc_format_describe(format, info.as_mut_ptr()))?;
+        let info = info.assume_init();
+        Ok(FormatInfo { name: owned(info.name), group_size: info.group_size, group_bytes: info.group_bytes })
+    }
 }
 
 /// How a cache stores each (sequence, layer, KV head).
@@ -98,11 +144,7 @@ impl CacheParams {
         raw.kv_heads = self.kv_heads;
         raw.q_heads = self.q_heads;
         raw.head_dim = self.head_dim;
-        raw.dtype = match self.dtype {
-            DType::F32 => sys::KVC_DTYPE_F32,
-            DType::F16 => sys::KVC_DTYPE_F16,
-            DType::Bf16 => sys::KVC_DTYPE_BF16,
-        };
+        raw.dtype = self.dtype.raw();
         raw.layout = match self.layout {
             Layout::Paged => sys::KVC_LAYOUT_PAGED,
             Layout::Contiguous => sys::KVC_LAYOUT_CONTIGUOUS,

@@ -58,6 +58,15 @@ pub struct kvc_plugin_info {
     pub path: *const c_char,
 }
 
+#[repr(C)]
+pub struct kvc_format_info {
+    pub struct_size: u32,
+    pub format: kvc_dtype,
+    pub name: *const c_char,
+    pub group_size: u32,
+    pub group_bytes: u32,
+}
+
 pub type kvc_dtype = c_int;
 pub const KVC_DTYPE_F32: kvc_dtype = 0;
 pub const KVC_DTYPE_F16: kvc_dtype = 1;
@@ -101,6 +110,8 @@ pub struct kvc_cache_params {
     pub prefill: kvc_prefill_compression,
     pub decode_every: i32,
     pub decode_slack: i32,
+    pub k_dtype: i32,
+    pub v_dtype: i32,
 }
 
 #[repr(C)]
@@ -235,6 +246,7 @@ extern "C" {
 
     pub fn kvc_dtype_size(dtype: kvc_dtype) -> usize;
     pub fn kvc_dtype_name(dtype: kvc_dtype) -> *const c_char;
+    pub fn kvc_format_describe(format: kvc_dtype, out_info: *mut kvc_format_info) -> *mut kvc_status;
 
     pub fn kvc_cache_params_init_sized(params: *mut kvc_cache_params, struct_size: usize);
     pub fn kvc_cache_create(

@@ -91,3 +91,15 @@ fn version_and_names_agree() {
         assert_eq!(sys::kvc_dtype_size(sys::KVC_DTYPE_F16), 2);
     }
 }
+
+#[test]
+fn formats_come_from_the_library_table() {
+    let f16 = kvcache::DType::F16.describe().unwrap();
+    assert_eq!(f16, kvcache::FormatInfo { name: "f16".into(), group_size: 1, group_bytes: 2 });
+    assert_eq!(f16.row_bytes(128), 256);
+    assert_eq!(kvcache::DType::F32.describe().unwrap().row_bytes(3), 12);
+    assert_eq!(kvcache::DType::Bf16.describe().unwrap().name, "bf16");
+    let err = kvcache::describe_raw(7).err().unwrap();
+    assert_eq!(err.code(), kvcache::Code::InvalidArgument);
+    assert!(err.message().contains("format"), "{err}");
+}
