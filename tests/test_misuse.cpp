@@ -523,7 +523,7 @@ TEST_CASE("misuse: sized init functions") {
   }
   SUBCASE("kvc_cache_params") {
     check_sized_init<kvc_cache_params>(
-        offsetof(kvc_cache_params, k_dtype),
+        offsetof(kvc_cache_params, v_dtype),
         [](kvc_cache_params* p, size_t n) { kvc_cache_params_init_sized(p, n); },
         [](kvc_cache_params* p) { (kvc_cache_params_init)(p); });
   }

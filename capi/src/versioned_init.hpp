@@ -22,9 +22,13 @@ constexpr size_t oldest_layout<kvc_batch> = offsetof(kvc_batch, stream);
 // kvc_cache_stats_init came before bytes_shared.
 template <>
 constexpr size_t oldest_layout<kvc_cache_stats> = offsetof(kvc_cache_stats, bytes_shared);
-// k_dtype and v_dtype came after the C ABI 1.0 (k_dtype in what was its tail padding).
+// The C ABI 1.0's kvc_cache_params ended where k_dtype now starts, padded to the struct's
+// alignment (k_dtype lies in that padding; v_dtype past it).
 template <>
-constexpr size_t oldest_layout<kvc_cache_params> = offsetof(kvc_cache_params, k_dtype);
+constexpr size_t oldest_layout<kvc_cache_params> =
+    (offsetof(kvc_cache_params, k_dtype) + alignof(kvc_cache_params) - 1) /
+    alignof(kvc_cache_params) * alignof(kvc_cache_params);
+static_assert(oldest_layout<kvc_cache_params> <= offsetof(kvc_cache_params, v_dtype));
 
 // Copies `value` (struct_size ignored) into the caller's struct of `struct_size` bytes: the
 // fields that fit, zeros past the fields this library knows, then struct_size. Writes nothing
