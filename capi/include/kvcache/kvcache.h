@@ -271,6 +271,7 @@ KVC_API void kvc_cache_params_init_sized(kvc_cache_params *params, size_t struct
 /** @brief For binaries built against older headers: writes the oldest layout of
  * ::kvc_cache_params (see the conventions above). */
 KVC_API void kvc_cache_params_init(kvc_cache_params *params);
+/** @brief Fills the caller's struct: kvc_cache_params_init_sized() with its `sizeof`. */
 #define kvc_cache_params_init(params) \
   kvc_cache_params_init_sized((params), sizeof(kvc_cache_params))
 
@@ -313,6 +314,7 @@ KVC_API void kvc_cache_stats_init_sized(kvc_cache_stats *stats, size_t struct_si
 /** @brief For binaries built against older headers: writes the oldest layout of
  * ::kvc_cache_stats (see the conventions above). */
 KVC_API void kvc_cache_stats_init(kvc_cache_stats *stats);
+/** @brief Fills the caller's struct: kvc_cache_stats_init_sized() with its `sizeof`. */
 #define kvc_cache_stats_init(stats) \
   kvc_cache_stats_init_sized((stats), sizeof(kvc_cache_stats))
 /** @brief Fills @p out_stats; set out_stats->struct_size first (kvc_cache_stats_init()). */
@@ -477,6 +479,7 @@ KVC_API void kvc_batch_init_sized(kvc_batch *batch, size_t struct_size, int32_t 
  * ::kvc_batch (see the conventions above). */
 KVC_API void kvc_batch_init(kvc_batch *batch, int32_t n_seqs, const int32_t *seq_ids,
                             const int32_t *n_tokens, const int32_t *positions);
+/** @brief Fills the caller's struct: kvc_batch_init_sized() with its `sizeof`. */
 #define kvc_batch_init(batch, n_seqs, seq_ids, n_tokens, positions) \
   kvc_batch_init_sized((batch), sizeof(kvc_batch), (n_seqs), (seq_ids), (n_tokens), (positions))
 
@@ -493,6 +496,7 @@ KVC_API void kvc_attention_params_init_sized(kvc_attention_params *params, size_
 /** @brief For binaries built against older headers: writes the oldest layout of
  * ::kvc_attention_params (see the conventions above). */
 KVC_API void kvc_attention_params_init(kvc_attention_params *params);
+/** @brief Fills the caller's struct: kvc_attention_params_init_sized() with its `sizeof`. */
 #define kvc_attention_params_init(params) \
   kvc_attention_params_init_sized((params), sizeof(kvc_attention_params))
 
@@ -563,6 +567,7 @@ KVC_API void kvc_policy_info_init_sized(kvc_policy_info *info, size_t struct_siz
 /** @brief For binaries built against older headers: writes the oldest layout of
  * ::kvc_policy_info (see the conventions above). */
 KVC_API void kvc_policy_info_init(kvc_policy_info *info);
+/** @brief Fills the caller's struct: kvc_policy_info_init_sized() with its `sizeof`. */
 #define kvc_policy_info_init(info) \
   kvc_policy_info_init_sized((info), sizeof(kvc_policy_info))
 
@@ -623,6 +628,7 @@ KVC_API void kvc_estimate_request_init_sized(kvc_estimate_request *request, size
  * ::kvc_estimate_request (see the conventions above). */
 KVC_API void kvc_estimate_request_init(kvc_estimate_request *request, int32_t prompt_tokens,
                                        int32_t chunk_tokens, int32_t new_tokens);
+/** @brief Fills the caller's struct: kvc_estimate_request_init_sized() with its `sizeof`. */
 #define kvc_estimate_request_init(request, prompt_tokens, chunk_tokens, new_tokens)      \
   kvc_estimate_request_init_sized((request), sizeof(kvc_estimate_request), (prompt_tokens), \
                                   (chunk_tokens), (new_tokens))
@@ -702,6 +708,7 @@ KVC_API void kvc_prefix_init_sized(kvc_prefix *prefix, size_t struct_size, const
  * ::kvc_prefix (see the conventions above). */
 KVC_API void kvc_prefix_init(kvc_prefix *prefix, const char *model, const int32_t *token_ids,
                              int32_t n_tokens);
+/** @brief Fills the caller's struct: kvc_prefix_init_sized() with its `sizeof`. */
 #define kvc_prefix_init(prefix, model, token_ids, n_tokens) \
   kvc_prefix_init_sized((prefix), sizeof(kvc_prefix), (model), (token_ids), (n_tokens))
 

@@ -28,9 +28,9 @@
  *   void read_keys(const kvc_read_keys_job* jobs, const kvc_read_keys_call& call);
  *   void read_tokens(const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& call);
  * @endcode
- * and the library says `KVC_BACKEND_PLUGIN(B);` once. Every function may throw (PluginError
- * via kvc::plugin::fail for a status of its choice; std::bad_alloc is OUT_OF_MEMORY, anything
- * else INTERNAL); the skeleton has already checked the instance, the host API (its ABI major),
+ * and the library says `KVC_BACKEND_PLUGIN(B, version);` once. Every function may throw
+ * (PluginError via kvc::plugin::fail for a status of its choice; std::bad_alloc is
+ * OUT_OF_MEMORY, anything else INTERNAL); the skeleton has already checked the instance, the host API (its ABI major),
  * out-parameters, copy arguments, the config's shape and parameter list, and the size of
  * every struct and job array. The destructor of B destroys the instance and must not throw.
  */
@@ -45,6 +45,7 @@
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache/kvcache_plugin_support.hpp"
 
+/** @cond internal */
 namespace kvc::plugin {
 
 // The host API a backend is created with: present and of this plugin's ABI major.
@@ -258,9 +259,10 @@ inline int32_t backend_entry(const kvc_plugin_descriptor* descriptor,
 }
 
 }  // namespace kvc::plugin
+/** @endcond */
 
-// Defines the library's plugin_label() and its one exported symbol, the entry point
-// returning the descriptor of backend class Class at plugin version Version.
+/** @brief Defines the library's plugin_label() and its one exported symbol, the entry point
+ * returning the descriptor of backend class @p Class at plugin version @p Version. */
 #define KVC_BACKEND_PLUGIN(Class, Version)                                                    \
   const char* kvc::plugin::plugin_label() { return Class::kLabel; }                           \
   namespace {                                                                                 \

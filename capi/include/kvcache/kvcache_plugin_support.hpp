@@ -33,6 +33,7 @@
 
 #include "kvcache/kvcache_plugin.h"
 
+/** @cond internal */
 namespace kvc::plugin {
 
 
@@ -185,5 +186,6 @@ class HostJobs {
 };
 
 }  // namespace kvc::plugin
+/** @endcond */
 
 #endif  // KVCACHE_KVCACHE_PLUGIN_SUPPORT_HPP
