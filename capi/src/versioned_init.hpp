@@ -15,17 +15,17 @@ namespace kvc {
 // kvc_X_init symbols write (a binary built against an older header cannot say which it was)
 // and the least the _sized functions accept. A struct that grows keeps its entry here.
 template <typename T>
-constexpr size_t oldest_layout = sizeof(T);
+inline constexpr size_t oldest_layout = sizeof(T);
 // The first release (d4a5c38) had no stream and prompt_end.
 template <>
-constexpr size_t oldest_layout<kvc_batch> = offsetof(kvc_batch, stream);
+inline constexpr size_t oldest_layout<kvc_batch> = offsetof(kvc_batch, stream);
 // kvc_cache_stats_init came before bytes_shared.
 template <>
-constexpr size_t oldest_layout<kvc_cache_stats> = offsetof(kvc_cache_stats, bytes_shared);
+inline constexpr size_t oldest_layout<kvc_cache_stats> = offsetof(kvc_cache_stats, bytes_shared);
 // The C ABI 1.0's kvc_cache_params ended where k_dtype now starts, padded to the struct's
 // alignment (k_dtype lies in that padding; v_dtype past it).
 template <>
-constexpr size_t oldest_layout<kvc_cache_params> =
+inline constexpr size_t oldest_layout<kvc_cache_params> =
     (offsetof(kvc_cache_params, k_dtype) + alignof(kvc_cache_params) - 1) /
     alignof(kvc_cache_params) * alignof(kvc_cache_params);
 static_assert(oldest_layout<kvc_cache_params> <= offsetof(kvc_cache_params, v_dtype));

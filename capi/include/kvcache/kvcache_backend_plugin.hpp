@@ -30,9 +30,10 @@
  * @endcode
  * and the library says `KVC_BACKEND_PLUGIN(B, version);` once. Every function may throw
  * (PluginError via kvc::plugin::fail for a status of its choice; std::bad_alloc is
- * OUT_OF_MEMORY, anything else INTERNAL); the skeleton has already checked the instance, the host API (its ABI major),
- * out-parameters, copy arguments, the config's shape and parameter list, and the size of
- * every struct and job array. The destructor of B destroys the instance and must not throw.
+ * OUT_OF_MEMORY, anything else INTERNAL); the skeleton has already checked the instance,
+ * the host API (its ABI major), out-parameters, copy arguments, the config's shape and
+ * parameter list, and the size of every struct and job array. The destructor of B destroys
+ * the instance and must not throw.
  */
 #ifndef KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
 #define KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
