@@ -113,17 +113,13 @@ Struct read_host_struct(const Struct* given, size_t min_size, const char* what) 
 
 // A call struct with storage formats (append, attend, compact) from an older host lacks its
 // (1.3) v_dtype: V is then stored as storage_dtype says, like K.
-inline void complete_formats(kvc_append_call& call, const kvc_append_call* given) {
-  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_append_call, v_dtype)) call.v_dtype = call.storage_dtype;
-}
-inline void complete_formats(kvc_attend_call& call, const kvc_attend_call* given) {
-  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_attend_call, v_dtype)) call.v_dtype = call.storage_dtype;
-}
-inline void complete_formats(kvc_compact_call& call, const kvc_compact_call* given) {
-  if (!KVC_PLUGIN_HAS_FIELD(given, kvc_compact_call, v_dtype)) call.v_dtype = call.storage_dtype;
-}
 template <class Call>
-void complete_formats(Call&, const Call*) {}
+void complete_formats(Call& call, const Call* given) {
+  if constexpr (std::is_same_v<Call, kvc_append_call> || std::is_same_v<Call, kvc_attend_call> ||
+                std::is_same_v<Call, kvc_compact_call>) {
+    if (!KVC_PLUGIN_HAS_FIELD(given, Call, v_dtype)) call.v_dtype = call.storage_dtype;
+  }
+}
 
 // Jobs whose `segments` (if they have any) are plain kvc_segment arrays. An append job from an
 // older host gets its (1.3) src_v_dtype from src_dtype.
