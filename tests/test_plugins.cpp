@@ -501,6 +501,83 @@ TEST_CASE("plugins: an append and an attend to a non-empty sequence read nothing
   }
 }
 
+namespace {
+
+// The segment tables a backend keeping them resident would have uploaded and reused (the
+// counting backend checks on each attend that a reused table lists the same segments).
+struct TableUse {
+  long uploads, reuses;
+};
+
+TableUse counted_tables() {
+  void* handle = dlopen(KVC_TEST_COUNTING_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto tables = reinterpret_cast<int (*)(long*)>(dlsym(handle, "kvc_counting_tables"));
+  const bool found = tables != nullptr;
+  REQUIRE(found);
+  long out[2] = {};
+  REQUIRE(tables(out) == 1);
+  dlclose(handle);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+// A head's segment table gets a new version only when its list of segments changes: in the
+// paged layout when a decode step opens a block, not on every step.
+TEST_CASE("plugins: decode steps reuse a head's resident segment table until a block opens") {
+  constexpr int32_t kLayers = 2, kKvHeads = 2, kQHeads = 4, kDim = 8, kBlock = 4;
+  constexpr int32_t kPrompt = 10, kSteps = 14;
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_CHECK_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_COUNTING_PLUGIN));
+  for (kvc_layout layout : {KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS}) {
+    CAPTURE(layout);
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    p.layers = kLayers;
+    p.kv_heads = kKvHeads;
+    p.q_heads = kQHeads;
+    p.head_dim = kDim;
+    p.dtype = KVC_DTYPE_F16;
+    p.layout = layout;
+    p.block_tokens = kBlock;
+    p.backend = "counting";
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    const int32_t seq = 0;
+    REQUIRE(kvc_seq_create(cache.get(), seq) == nullptr);
+    std::vector<float> kv(kPrompt * kKvHeads * kDim, 0.5f), q(kPrompt * kQHeads * kDim, 0.25f);
+    std::vector<float> out(q.size());
+    const kvc_tensor tk = kvt::tensor(kv.data(), KVC_DTYPE_F32);
+    const kvc_tensor tq = kvt::tensor(q.data(), KVC_DTYPE_F32);
+    kvc_tensor_mut to = kvt::tensor_mut(out.data());
+    std::vector<int32_t> positions(kPrompt);
+    for (int32_t t = 0; t < kPrompt; ++t) positions[static_cast<size_t>(t)] = t;
+    kvc_batch prompt;
+    kvc_batch_init(&prompt, 1, &seq, &kPrompt, positions.data());
+    const TableUse before = counted_tables();
+    for (int32_t layer = 0; layer < kLayers; ++layer)
+      KVT_REQUIRE_OK(kvc_append_attend(cache.get(), layer, &prompt, &tq, &tk, &tk, nullptr, &to));
+    for (int32_t step = 0; step < kSteps; ++step) {
+      const int32_t one = 1, pos = kPrompt + step;
+      kvc_batch decode;
+      kvc_batch_init(&decode, 1, &seq, &one, &pos);
+      for (int32_t layer = 0; layer < kLayers; ++layer)
+        KVT_REQUIRE_OK(kvc_append_attend(cache.get(), layer, &decode, &tq, &tk, &tk, nullptr, &to));
+    }
+    const TableUse after = counted_tables();
+    const long heads = kLayers * kKvHeads, attends = heads * (kSteps + 1);
+    const long uploads = after.uploads - before.uploads, reuses = after.reuses - before.reuses;
+    CHECK(uploads + reuses == attends);
+    if (layout == KVC_LAYOUT_PAGED) {
+      // Lengths 10 to 24 span 3 to 6 blocks: four lists of segments per head.
+      CHECK(uploads == heads * 4);
+    } else {
+      // One segment, replaced only when it grows (by doubling), so most steps reuse it.
+      CHECK(uploads < attends / 2);
+    }
+  }
+}
+
 // What makes the strict backend catch host reads of storage in the suites that run on it.
 TEST_CASE("plugins: the strict backend's memory faults when the host reads it between calls") {
   kvt::ContextPtr ctx = kvt::make_context();

@@ -453,6 +453,8 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
       job.segments = segments.data() + first_segment;
       job.n_segments = static_cast<int32_t>(segments.size() - first_segment);
       job.stats = head.stats(geometry_);
+      job.table_id = head.table_id();
+      job.table_version = head.table_version();
       jobs.push_back(job);
     }
   }

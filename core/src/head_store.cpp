@@ -1,6 +1,7 @@
 #include "head_store.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "kvcache/kvcache_format.h"
@@ -12,6 +13,13 @@ int32_t Geometry::stat_count() const {
   for (kvc_stat_flags flag : kStoredStats) n += (stats & flag) ? 1 : 0;
   return n;
 }
+
+uint64_t new_table_number() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+void HeadStore::segments_changed() { table_version_ = new_table_number(); }
 
 size_t HeadStore::open_segment(const Geometry& g) const {
   if (g.layout == KVC_LAYOUT_CONTIGUOUS) return 0;
@@ -71,6 +79,7 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
   replaced.segment = true;
   replaced.segment_index = 0;
   segments_.push_back(moved);
+  segments_changed();
   return copied;
 }
 
@@ -115,6 +124,7 @@ void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometr
     } else {
       segments_.erase(at);
     }
+    segments_changed();
   }
 }
 
@@ -178,12 +188,15 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
 
 void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
   int32_t left = n;
+  bool opened = false;  // a segment gather() skipped, being empty, now has tokens
   for (size_t i = open_segment(g); left > 0 && i < segments_.size(); ++i) {
     Segment& s = segments_[i];
     int32_t take = std::min(s.capacity - s.count, left);
+    opened |= s.count == 0 && take > 0;
     s.count += take;
     left -= take;
   }
+  if (opened) segments_changed();
   length_ += n;
   seen_ += n;
   if (n > 0) newest_position_ = newest_position;
@@ -207,6 +220,7 @@ void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPo
   length_ = kept;
   newest_position_ = newest_position;
   release_empty_blocks(pool, g);
+  segments_changed();
 }
 
 void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
@@ -219,6 +233,7 @@ void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool&
   length_ = kept;
   newest_position_ = newest_position;
   release_empty_blocks(pool, g);
+  segments_changed();
 }
 
 void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
@@ -256,6 +271,7 @@ void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& 
     pool.share(s.base, g.bytes_for(s.capacity));
     segments_.push_back(s);
   }
+  segments_changed();
   length_ = source.length_;
   newest_position_ = source.newest_position_;
   seen_ = source.seen_;
@@ -289,6 +305,7 @@ Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockP
   replaced.segment_index = index;
   replaced.old_segment = s;
   s.base = static_cast<unsigned char*>(memory);
+  segments_changed();
   return replaced;
 }
 
@@ -296,6 +313,7 @@ void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats
                       int32_t length, int32_t newest_position, int64_t seen,
                       int32_t effective_budget) {
   segments_ = std::move(segments);
+  segments_changed();
   stats_ = stats;
   stats_capacity_ = stats_capacity;
   length_ = length;
@@ -307,6 +325,7 @@ void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats
 void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
   for (const Segment& s : segments_) release_segment(s.base, s.capacity, pool, g);
   segments_.clear();
+  segments_changed();
   if (stats_) pool.release(stats_, g.stats_bytes_for(stats_capacity_));
   stats_ = nullptr;
   stats_capacity_ = 0;

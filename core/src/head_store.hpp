@@ -94,6 +94,9 @@ struct Replaced {
   void* stream = nullptr;  // the copies were queued on it; memory is released on it too
 };
 
+// A number no head's table id or version has had before while the library is loaded.
+uint64_t new_table_number();
+
 class HeadStore {
  public:
   int32_t length() const { return length_; }
@@ -105,6 +108,10 @@ class HeadStore {
   // The budget the policy gave this head at its last compression, or -1 before any.
   int32_t effective_budget() const { return effective_budget_; }
   const std::vector<Segment>& segments() const { return segments_; }
+  // The identity of this head's segment table and its version, which changes whenever the
+  // list gather() gives changes other than in its counts (kvc_attend_job::table_version).
+  uint64_t table_id() const { return table_id_; }
+  uint64_t table_version() const { return table_version_; }
 
   // What must be added so that `extra` more tokens fit (contiguous growth and statistics
   // grown by the schedule's factor, or exactly when `exact`); a shared segment that the
@@ -187,7 +194,12 @@ class HeadStore {
   void release_segment(void* base, int32_t capacity, BlockPool& pool, const Geometry& g,
                        void* stream = nullptr) const;
 
+  // A new table version, after a change of the segment list.
+  void segments_changed();
+
   std::vector<Segment> segments_;
+  uint64_t table_id_ = new_table_number();
+  uint64_t table_version_ = new_table_number();
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
   int32_t stats_capacity_ = 0;
   int32_t length_ = 0;

@@ -10,6 +10,9 @@
 
 #include "cpu_forward.h"
 #include "kvcache/kvcache_plugin.h"
+#if KVC_PLUGIN_ABI_MINOR >= 4
+#include "resident_tables.h"
+#endif
 
 #ifndef COUNTING_NAME
 #define COUNTING_NAME "counting"
@@ -22,6 +25,9 @@ enum { C_COPY, C_APPEND, C_ATTEND, C_COMPACT, C_READ_KEYS, C_READ_TOKENS, C_COPY
 typedef struct counting_instance {
   void *inner;
   long calls[C_COUNT];
+#if KVC_PLUGIN_ABI_MINOR >= 4
+  kvc_test_tables *tables; /* the segment tables it would keep resident */
+#endif
 } counting_instance;
 
 static const kvc_backend_vtable *cpu;
@@ -43,8 +49,18 @@ static int32_t counting_create(const kvc_host_api *host, void **out_instance,
   if (code != KVC_OK) return code;
   instance = (counting_instance *)calloc(1, sizeof *instance);
   if (!instance) return KVC_ERR_OUT_OF_MEMORY;
+#if KVC_PLUGIN_ABI_MINOR >= 4
+  instance->tables = kvc_test_tables_create();
+  if (!instance->tables) {
+    free(instance);
+    return KVC_ERR_OUT_OF_MEMORY;
+  }
+#endif
   code = cpu->create(host, &instance->inner, error);
   if (code != KVC_OK) {
+#if KVC_PLUGIN_ABI_MINOR >= 4
+    kvc_test_tables_destroy(instance->tables);
+#endif
     free(instance);
     return code;
   }
@@ -55,6 +71,9 @@ static int32_t counting_create(const kvc_host_api *host, void **out_instance,
 
 static void counting_destroy(void *instance) {
   cpu->destroy(self(instance)->inner);
+#if KVC_PLUGIN_ABI_MINOR >= 4
+  kvc_test_tables_destroy(self(instance)->tables);
+#endif
   if (latest == instance) latest = NULL;
   free(instance);
 }
@@ -81,6 +100,12 @@ static int32_t counting_append(void *instance, const kvc_append_call *call,
 static int32_t counting_attend(void *instance, const kvc_attend_call *call,
                                kvc_plugin_error *error) {
   ++self(instance)->calls[C_ATTEND];
+#if KVC_PLUGIN_ABI_MINOR >= 4
+  {
+    int32_t code = kvc_test_tables_check(self(instance)->tables, call, error);
+    if (code != KVC_OK) return code;
+  }
+#endif
   return cpu->attend(self(instance)->inner, call, error);
 }
 
@@ -129,6 +154,16 @@ KVC_PLUGIN_EXPORT int kvc_counting_calls(long out[7]) {
   memcpy(out, latest->calls, sizeof latest->calls);
   return 1;
 }
+
+#if KVC_PLUGIN_ABI_MINOR >= 4
+/* Of the latest instance, the segment tables a backend keeping them resident would have
+ * uploaded and those it would have reused; returns 0 when no instance exists. */
+KVC_PLUGIN_EXPORT int kvc_counting_tables(long out[2]) {
+  if (!latest) return 0;
+  kvc_test_tables_counts(latest->tables, &out[0], &out[1]);
+  return 1;
+}
+#endif
 
 KVC_PLUGIN_EXPORT int32_t kvc_plugin_entry(const kvc_host_api *host,
                                            const kvc_plugin_descriptor **out_descriptors,

@@ -20,6 +20,7 @@
 
 #include "cpu_forward.h"
 #include "kvcache/kvcache_plugin.h"
+#include "resident_tables.h"
 
 /* Address space reserved per instance; pages are only backed once a call writes them. */
 #define ARENA_BYTES ((size_t)16 << 30)
@@ -50,6 +51,7 @@ typedef struct strict_instance {
   extent_list live;   /* allocations, by first page */
   long active_calls;  /* while > 0 the used pages are readable and writable */
   pthread_mutex_t mutex;
+  kvc_test_tables *tables; /* what a GPU backend keeping tables resident would rely on */
 } strict_instance;
 
 static const kvc_backend_vtable *cpu;
@@ -173,8 +175,10 @@ static int32_t strict_create(const kvc_host_api *host, void **out_instance,
   }
   s->arena = s->mapping + (HUGE_PAGE - (uintptr_t)s->mapping % HUGE_PAGE) % HUGE_PAGE;
   madvise(s->arena, ARENA_BYTES, MADV_HUGEPAGE); /* a hint: without it, only slower */
-  code = cpu->create(host, &s->inner, error);
+  s->tables = kvc_test_tables_create();
+  code = s->tables ? cpu->create(host, &s->inner, error) : KVC_ERR_OUT_OF_MEMORY;
   if (code != KVC_OK) {
+    kvc_test_tables_destroy(s->tables);
     munmap(s->mapping, ARENA_BYTES + HUGE_PAGE);
     free(s);
     return code;
@@ -188,6 +192,7 @@ static int32_t strict_create(const kvc_host_api *host, void **out_instance,
 static void strict_destroy(void *instance) {
   strict_instance *s = self(instance);
   cpu->destroy(s->inner);
+  kvc_test_tables_destroy(s->tables);
   munmap(s->mapping, ARENA_BYTES + HUGE_PAGE);
   pthread_mutex_destroy(&s->mutex);
   free(s->free.items);
@@ -275,11 +280,20 @@ static int32_t strict_copy(void *instance, void *dst, const void *src, size_t by
     return code;                                                                           \
   }
 STRICT_CALL(append, kvc_append_call)
-STRICT_CALL(attend, kvc_attend_call)
 STRICT_CALL(compact, kvc_compact_call)
 STRICT_CALL(read_keys, kvc_read_keys_call)
 STRICT_CALL(read_tokens, kvc_read_tokens_call)
 
+/* The host's segment tables are checked as a backend keeping them resident would use them. */
+static int32_t strict_attend(void *instance, const kvc_attend_call *call,
+                             kvc_plugin_error *error) {
+  int32_t code = kvc_test_tables_check(self(instance)->tables, call, error);
+  if (code != KVC_OK) return code;
+  enter(self(instance));
+  code = cpu->attend(self(instance)->inner, call, error);
+  leave(self(instance));
+  return code;
+}
 static const kvc_backend_vtable strict_vtable = {
     sizeof(kvc_backend_vtable), strict_create,  strict_destroy, strict_alloc,
     strict_free,                strict_copy,    strict_append,  strict_attend,

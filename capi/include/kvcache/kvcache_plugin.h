@@ -42,7 +42,8 @@
  * descriptor from a plugin built against an older minor. 1.3 appended to ::kvc_backend_vtable
  * create_with_config (the cache's shape, formats, device and `backend.params`, which the
  * backend may refuse) and the stream-ordered copy_async, free_async and synchronize (all
- * optional).
+ * optional). 1.4 appended kvc_attend_job::table_id and kvc_attend_job::table_version, which
+ * let a backend keep a head's segment table resident between calls (@ref abi_tables).
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -52,6 +53,19 @@
  * call before returning when nothing it wrote is host memory; every call that writes host
  * memory (copy to the host, read_keys, read_tokens, attend into host `out`) returns only when
  * that memory is written.
+ *
+ * @section abi_tables Resident segment tables
+ * An attend job lists its head's segments (::kvc_segment) on every call, in host memory. A
+ * device backend that would upload that list each call may instead keep a copy in its own
+ * memory keyed by kvc_attend_job::table_id and reuse it while kvc_attend_job::table_version
+ * is unchanged: the host mints a new version whenever the list changes other than in its
+ * counts (a segment added, dropped or replaced; growth, copy-on-write, compaction,
+ * truncation, import, rollback). The counts need not be uploaded either: every segment of a
+ * job but the last holds as many tokens as the first (a paged head's full blocks; a
+ * contiguous head has one segment), so they follow from their sum. Ids are never reused while
+ * the library is loaded, and the host does not say when a head is gone: a resident copy is a
+ * cache the backend bounds itself. A job without them (0, an older host) gives no such
+ * promise.
  *
  * Errors: plugin functions return a ::kvc_status_code and, on failure, write a message into
  * the ::kvc_plugin_error they are given. No C++ exception may leave a plugin function.
@@ -75,7 +89,7 @@ extern "C" {
 /** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
 /** @brief Plugin ABI minor: grows when fields are appended to structs. */
-#define KVC_PLUGIN_ABI_MINOR 3
+#define KVC_PLUGIN_ABI_MINOR 4
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Marks a plugin's entry point as exported from its shared library. */
@@ -217,6 +231,11 @@ typedef struct kvc_attend_job {
   /** Statistics the attention updates (see ::kvc_stat_flags); all NULL when none is tracked.
    * When any is set, the job holds every new query of its (sequence, KV head). */
   kvc_head_stats stats;
+  /** (1.4) The identity of this head's segment table (@ref abi_tables); 0: not given. */
+  uint64_t table_id;
+  /** (1.4) Changes whenever the segment list changes other than in its counts (@ref
+   * abi_tables); 0: not given. */
+  uint64_t table_version;
 } kvc_attend_job;
 
 /** @brief One attention call: shape and options shared by its jobs; jobs write disjoint
