@@ -216,6 +216,8 @@ int main(void) {
   FIELD(kvc_attend_job, segments);
   FIELD(kvc_attend_job, n_segments);
   FIELD(kvc_attend_job, stats);
+  FIELD(kvc_attend_job, table_id);
+  FIELD(kvc_attend_job, table_version);
   SIZE(kvc_attend_call);
   FIELD(kvc_attend_call, struct_size);
   FIELD(kvc_attend_call, head_dim);
