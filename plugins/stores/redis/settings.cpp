@@ -109,7 +109,7 @@ Settings read_settings(const StoreParams& params) {
   s.wait_replicas = static_cast<int>(params.integer("wait_replicas", 0, 0, 64));
   s.wait_timeout_ms = static_cast<int>(
       params.integer("wait_timeout_ms", static_cast<uint64_t>(s.wait_timeout_ms), 1, INT32_MAX));
-  if (s.wait_timeout_ms >= s.timeout_ms) {
+  if (s.wait_replicas > 0 && s.wait_timeout_ms >= s.timeout_ms) {
     StoreParams::config_error("wait_timeout_ms",
                               "must be less than params.timeout_ms (" +
                                   decimal(static_cast<uint64_t>(s.timeout_ms)) +

@@ -24,7 +24,7 @@ struct Settings {
   std::string key_prefix = "kvc:";
   size_t pool = 4;  // connections per node
   // WAIT after each write for this many replicas to acknowledge it, at most wait_timeout_ms
-  // (less than timeout_ms); 0: no WAIT.
+  // (then less than timeout_ms); 0: no WAIT.
   int wait_replicas = 0;
   int wait_timeout_ms = 1000;
 

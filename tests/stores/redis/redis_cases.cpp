@@ -193,8 +193,8 @@ TEST_SUITE("redis") {
         {{{"wait_replicas", "-1"}}, "params.wait_replicas"},
         {{{"wait_replicas", "65"}}, "params.wait_replicas"},
         {{{"wait_timeout_ms", "0"}}, "params.wait_timeout_ms"},
-        {{{"wait_timeout_ms", "5000"}}, "params.wait_timeout_ms"},
-        {{{"timeout_ms", "100"}, {"wait_timeout_ms", "100"}}, "params.wait_timeout_ms"},
+        {{{"wait_replicas", "1"}, {"wait_timeout_ms", "5000"}}, "params.wait_timeout_ms"},
+        {{{"wait_replicas", "1"}, {"timeout_ms", "100"}}, "params.wait_timeout_ms"},
     };
     for (const auto& [params, named] : bad) {
       CAPTURE(named);
