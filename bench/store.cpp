@@ -25,6 +25,8 @@ const char* const kStoreHelp =
     "                     afterwards)\n"
     "  --redis=HOST:PORT  also measure a redis store on this server, beside redis-benchmark\n"
     "                     (from PATH) against the same server\n"
+    "  --redis-wait=N     the redis store's wait_replicas: each put waits for N replicas of\n"
+    "                     the server (default 0: none)\n"
     "  --sizes=LIST       export image sizes in MiB, comma-separated (default 1,4,16,64)\n"
     "  --reps=N           repetitions of each measurement; medians count (default 5)\n"
     "  --fsync=0|1        the disk store and its baseline fsync each write (default 1)\n"
@@ -250,6 +252,7 @@ int run_store(Options& opts) {
   const std::string redis_text = opts.get_string("redis", "");
   const std::vector<size_t> sizes = parse_sizes(opts.get_string("sizes", "1,4,16,64"));
   const int reps = static_cast<int>(opts.get_int("reps", 5, 1, 1000));
+  const int64_t redis_wait = opts.get_int("redis-wait", 0, 0, 64);
   const bool fsync_each = opts.get_int("fsync", 1, 0, 1) != 0;
   opts.reject_unknown();
   const bool with_redis = !redis_text.empty();
@@ -265,7 +268,8 @@ int run_store(Options& opts) {
           ", fsync: " + (fsync_each ? "true" : "false") + " } }\n";
   if (with_redis) {
     yaml += "  redis: { plugin: redis, params: { host: " + yaml_quoted(redis.host) +
-            ", port: " + std::to_string(redis.port) + " } }\n";
+            ", port: " + std::to_string(redis.port) +
+            ", wait_replicas: " + std::to_string(redis_wait) + " } }\n";
   }
   StoreBench bench(yaml, largest);
   std::vector<std::string> stores = {"host", "disk"};
@@ -279,6 +283,7 @@ int run_store(Options& opts) {
   report("disk_dir", folder.path());
   report("disk_fsync", fsync_each ? 1 : 0);
   if (with_redis) report("redis", redis_text);
+  if (with_redis) report("redis_wait_replicas", redis_wait);
 
   double redis_ratio_at_largest = 0;
   for (const size_t size : sizes) {

@@ -179,6 +179,7 @@ void check_same(const SequenceImage& a, const SequenceImage& b) {
   CHECK(a.v_dtype == b.v_dtype);
   CHECK(a.layout == b.layout);
   CHECK(a.stats == b.stats);
+  CHECK(a.offload_version == b.offload_version);
   REQUIRE(a.heads.size() == b.heads.size());
   for (size_t h = 0; h < a.heads.size(); ++h) {
     CAPTURE(h);
@@ -436,6 +437,63 @@ TEST_CASE("sequence image: two formats make version 2, the V dtype after the sec
   CHECK(contains(decode_error(short_header).what(), "truncated"));
 }
 
+TEST_CASE("sequence image: an offload version makes version 3, after the V dtype") {
+  SequenceImage image;
+  image.layers = image.kv_heads = image.q_heads = 1;
+  image.head_dim = 1;
+  image.k_dtype = image.v_dtype = KVC_DTYPE_F32;
+  image.offload_version = 0x0102030405060708;
+  HeadImage head;
+  head.positions = {3};
+  const float k = 1.0f, v = -2.0f;  // 0x3f800000, 0xc0000000
+  head.k.resize(4);
+  head.v.resize(4);
+  std::memcpy(head.k.data(), &k, 4);
+  std::memcpy(head.v.data(), &v, 4);
+  head.seen = 1;
+  head.effective_budget = -1;
+  image.heads = {head};
+  image.triggers = {{0, false}};
+
+  std::vector<uint8_t> expected = {
+      0x89, 'K',  'V',  'C',  '\r', '\n', 0x1a, '\n',  // magic
+      3,    0,    0,    0,                             // format version
+      1,    0,    0,    0,    1,    0,    0,    0,     // layers, kv_heads
+      1,    0,    0,    0,    1,    0,    0,    0,     // q_heads, head_dim
+      0,    0,    0,    0,    0,    0,    0,    0,     // dtype (K) f32, layout paged
+      0,    0,    0,    0,                             // statistics: none
+      28,   0,    0,    0,    0,    0,    0,    0,     // head section bytes
+      5,    0,    0,    0,    0,    0,    0,    0,     // trigger section bytes
+      0,    0,    0,    0,                             // V dtype f32
+      8,    7,    6,    5,    4,    3,    2,    1,     // offload version
+      1,    0,    0,    0,    0xff, 0xff, 0xff, 0xff,  // n, effective budget
+      1,    0,    0,    0,    0,    0,    0,    0,     // seen
+      3,    0,    0,    0,                             // positions
+      0x00, 0x00, 0x80, 0x3f,                          // keys
+      0x00, 0x00, 0x00, 0xc0,                          // values
+      0,    0,    0,    0,    0,                       // layer 0: decode steps, prefill pending
+  };
+  boost::crc_32_type crc;
+  crc.process_bytes(expected.data(), expected.size());
+  for (int i = 0; i < 4; ++i) expected.push_back(static_cast<uint8_t>(crc.checksum() >> (8 * i)));
+  CHECK(encoded(image) == expected);
+  CHECK(kvc::encoded_size(image) == expected.size());
+  CHECK(kvc::encoded_size(1, 1, KVC_DTYPE_F32, KVC_DTYPE_F32, 0, {1}, image.offload_version) ==
+        expected.size());
+  const SequenceImage decoded = kvc::decode(expected.data(), expected.size());
+  check_same(decoded, image);
+  CHECK(decoded.offload_version == image.offload_version);
+  // Without one the same image is version 1, as older builds wrote it, and decodes with none.
+  image.offload_version = 0;
+  const std::vector<uint8_t> plain = encoded(image);
+  CHECK(plain[8] == 1);
+  CHECK(plain.size() == expected.size() - 12);
+  CHECK(kvc::decode(plain.data(), plain.size()).offload_version == 0);
+  // Cut inside the offload version: the header is short.
+  std::vector<uint8_t> short_header(expected.begin(), expected.begin() + 64);
+  CHECK(contains(decode_error(short_header).what(), "truncated"));
+}
+
 TEST_CASE("sequence image: encode refuses an image decode would refuse") {
   const auto error = [](const SequenceImage& image) {
     try {
@@ -593,6 +651,10 @@ TEST_CASE("sequence image: every single-bit flip is a clear error") {
       const std::string message = e.what();
       if (i < 8) {
         CHECK(contains(message, "sequence image: bad magic"));
+      } else if (i == 8 && bit == 1) {  // version 3: 12 header bytes more than were written
+        INFO(message);
+        CHECK((contains(message, "sequence image: truncated") ||
+               contains(message, "sequence image: checksum mismatch")));
       } else if (i < 12) {
         CHECK(contains(message, "sequence image: unknown format version"));
       } else if (i >= 40 && i < kHeaderBytes) {  // a section size: the total no longer matches
@@ -610,7 +672,7 @@ TEST_CASE("sequence image: a newer format version is unsupported, naming both ve
   put_u32(bytes, 8, 7);
   const kvc::Error newer = decode_error(bytes);
   CHECK(newer.code() == KVC_ERR_UNSUPPORTED);
-  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 2)"));
+  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 3)"));
   put_u32(bytes, 8, 0);
   CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
 }

@@ -732,3 +732,79 @@ TEST_CASE("stores: a store's exists or remove failing fails the call with its co
   KVT_CHECK_OK(kvc_seq_restore(cache.get(), 1, "mem", "k"));  // still there
   KVT_CHECK_OK(kvc_store_drop(ctx.get(), "mem", "k"));
 }
+
+TEST_CASE("stores: a value for another shape or dtype is refused with import's code, naming "
+          "the store and the key") {
+  kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: shapes } }\n");
+  kvt::CachePtr cache = make_cache(ctx.get(), Shape{});
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  feed_ids(cache.get(), 0, prompt(6, 20), 0, 6);
+  KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 0, "mem", "f16-sequence"));
+  // Another shape: INVALID_ARGUMENT, as kvc_seq_import of the same bytes.
+  kvc_cache_params wider = budgeted_params("h2o", 1000);
+  wider.head_dim = 2 * kHeadDim;
+  kvt::CachePtr other_shape = kvt::make_cache(ctx.get(), wider);
+  Status shape{kvc_seq_restore(other_shape.get(), 0, "mem", "f16-sequence")};
+  CHECK(shape.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(shape.message(), "store 'mem': the value under 'f16-sequence'"));
+  CHECK(kvt::contains(shape.message(), "head_dim 16"));
+  // A narrower storage dtype (lossy): UNSUPPORTED.
+  kvt::CachePtr f32 = make_cache(ctx.get(), Shape{KVC_LAYOUT_PAGED, KVC_DTYPE_F32, "h2o"});
+  KVT_REQUIRE_OK(kvc_seq_create(f32.get(), 0));
+  feed_ids(f32.get(), 0, prompt(6, 20), 0, 6);
+  KVT_REQUIRE_OK(kvc_seq_offload(f32.get(), 0, "mem", "f32-sequence"));
+  Status dtype{kvc_seq_restore(cache.get(), 0, "mem", "f32-sequence")};
+  CHECK(dtype.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(dtype.message(), "store 'mem': the value under 'f32-sequence'"));
+  CHECK_FALSE(has_sequence(cache.get(), 0));
+}
+
+TEST_CASE("stores: a value older than the last one this context offloaded under its key is "
+          "refused as stale; a newer one from another context is taken") {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("kvc_test_stale_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  const std::string stores = "  disk: { plugin: disk, params: { path: \"" + folder.string() +
+                             "\", fsync: false } }\n";
+  kvt::ContextPtr ctx = store_context(stores);
+  kvt::CachePtr cache = make_cache(ctx.get(), Shape{});
+  const std::filesystem::path file = folder / "v-turn";  // docs/stores.md, the disk store
+  const std::filesystem::path kept = folder.string() + "-older";
+
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  feed_ids(cache.get(), 0, prompt(6, 21), 0, 6);
+  const std::vector<unsigned char> older = export_bytes(cache.get(), 0);
+  KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 0, "disk", "turn"));
+  std::filesystem::copy_file(file, kept, std::filesystem::copy_options::overwrite_existing);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  feed_ids(cache.get(), 0, prompt(9, 22), 0, 9);
+  const std::vector<unsigned char> newer = export_bytes(cache.get(), 0);
+  KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 0, "disk", "turn"));
+
+  // The store loses the newer value (as a promoted replica that never received it would).
+  std::filesystem::copy_file(kept, file, std::filesystem::copy_options::overwrite_existing);
+  const kvc_cache_stats before = kvt::get_stats(cache.get());
+  Status stale{kvc_seq_restore(cache.get(), 0, "disk", "turn")};
+  CHECK(stale.code() == KVC_ERR_IO);
+  CHECK(kvt::contains(stale.message(), "store 'disk': the value under 'turn' is stale"));
+  CHECK_FALSE(has_sequence(cache.get(), 0));
+  CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+  // What is there is the older value, whole: a context that never offloaded it restores it.
+  kvt::ContextPtr other = store_context(stores);
+  kvt::CachePtr reader = make_cache(other.get(), Shape{});
+  KVT_REQUIRE_OK(kvc_seq_restore(reader.get(), 0, "disk", "turn"));
+  CHECK(export_bytes(reader.get(), 0) == older);
+
+  // A value offloaded later, by any context, is current.
+  KVT_REQUIRE_OK(kvc_seq_remove(reader.get(), 0));
+  KVT_REQUIRE_OK(kvc_seq_create(reader.get(), 0));
+  feed_ids(reader.get(), 0, prompt(9, 22), 0, 9);
+  KVT_REQUIRE_OK(kvc_seq_offload(reader.get(), 0, "disk", "turn"));
+  KVT_REQUIRE_OK(kvc_seq_restore(cache.get(), 0, "disk", "turn"));
+  CHECK(export_bytes(cache.get(), 0) == newer);
+  // The older value put back again is refused again.
+  std::filesystem::copy_file(kept, file, std::filesystem::copy_options::overwrite_existing);
+  KVT_CHECK_ERR(kvc_seq_restore(cache.get(), 1, "disk", "turn"), KVC_ERR_IO);
+  std::filesystem::remove_all(folder);
+  std::filesystem::remove(kept);
+}

@@ -2,14 +2,11 @@
 // chunks (docs/stores.md).
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "handles.hpp"
+#include "offload.hpp"
+#include "prefix_transfer.hpp"
 #include "versioned_init.hpp"
-#include "prefix_chunks.hpp"
-#include "prefix_keys.hpp"
-#include "quote.hpp"
-#include "sequence_image.hpp"
 
 namespace {
 
@@ -30,20 +27,7 @@ std::string checked_key(const char* key) {
   return std::string(key, length);
 }
 
-// A value read back from a store as a sequence image, its rows left in `bytes`: one that does
-// not decode is a damaged value (IO); a newer format keeps its UNSUPPORTED.
-kvc::SequenceImage decode_value(const kvc::StoredValue& bytes, const kvc::Store& store,
-                                const std::string& key) {
-  try {
-    return kvc::decode(bytes.data(), bytes.size(), kvc::DecodedRows::in_place);
-  } catch (const kvc::Error& e) {
-    const kvc_status_code code = e.code() == KVC_ERR_UNSUPPORTED ? e.code() : KVC_ERR_IO;
-    throw kvc::Error(code, "store " + kvc::quote(store.name()) + ": the value under " +
-                               kvc::quote(key) + ": " + e.what());
-  }
-}
-
-kvc_prefix checked_prefix(const kvc_prefix* in) {
+kvc::PrefixRequest checked_prefix(const kvc_prefix* in) {
   kvc_prefix defaults{};
   defaults.chunk_tokens = kDefaultChunkTokens;
   const kvc_prefix prefix = kvc::read_versioned(in, defaults, "prefix");
@@ -53,13 +37,7 @@ kvc_prefix checked_prefix(const kvc_prefix* in) {
                "prefix->token_ids is NULL and prefix->n_tokens > 0");
   kvc::require(prefix.chunk_tokens >= 1 && prefix.chunk_tokens <= kMaxChunkTokens,
                "prefix->chunk_tokens is outside 1..65536");
-  return prefix;
-}
-
-kvc::PrefixIdentity identity_of(const kvc::Cache& cache, const kvc_prefix& prefix) {
-  const kvc::CacheConfig& c = cache.config();
-  return {prefix.model, c.layers, c.kv_heads, c.q_heads, c.head_dim, c.k_dtype, c.v_dtype,
-          cache.stored_stats(), prefix.chunk_tokens};
+  return {prefix.model, prefix.token_ids, prefix.n_tokens, prefix.chunk_tokens};
 }
 
 }  // namespace
@@ -72,10 +50,7 @@ kvc_status* kvc_seq_offload(kvc_cache* cache, int32_t seq_id, const char* store,
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
     const std::string checked = checked_key(key);
-    const kvc::Store& target = cache->impl->context().store(store);
-    const kvc::support::LargeBytes bytes = cache->impl->export_bytes(seq_id);
-    target.put(checked, bytes.data(), bytes.size());
-    cache->impl->remove_sequence(seq_id);
+    kvc::offload_sequence(*cache->impl, seq_id, store, checked);
   });
 }
 
@@ -85,10 +60,7 @@ kvc_status* kvc_seq_restore(kvc_cache* cache, int32_t seq_id, const char* store,
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
     const std::string checked = checked_key(key);
-    const kvc::Store& source = cache->impl->context().store(store);
-    cache->impl->check_new_sequence_id(seq_id);
-    const kvc::StoredValue bytes = source.get(checked);
-    cache->impl->import_sequence(seq_id, decode_value(bytes, source, checked));
+    kvc::restore_sequence(*cache->impl, seq_id, store, checked);
   });
 }
 
@@ -116,21 +88,9 @@ kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
-    const kvc_prefix p = checked_prefix(prefix);
+    const kvc::PrefixRequest p = checked_prefix(prefix);
     kvc::require(out_tokens_saved != nullptr, "out_tokens_saved is NULL");
-    const kvc::Store& target = cache->impl->context().store(store);
-    const int32_t n_chunks = p.n_tokens / p.chunk_tokens;
-    const kvc::SequenceImage image =
-        cache->impl->export_sequence(seq_id, static_cast<size_t>(n_chunks) * p.chunk_tokens);
-    kvc::check_prefix_heads(image, seq_id, n_chunks * p.chunk_tokens);
-    kvc::PrefixKeys keys(identity_of(*cache->impl, p), p.token_ids);
-    for (int32_t c = 0; c < n_chunks; ++c) {
-      const std::string key = keys.next();
-      if (target.exists(key)) continue;
-      const std::vector<uint8_t> bytes = kvc::encode(kvc::prefix_chunk(image, c, p.chunk_tokens));
-      target.put(key, bytes.data(), bytes.size());
-    }
-    *out_tokens_saved = n_chunks * p.chunk_tokens;
+    *out_tokens_saved = kvc::save_prefix(*cache->impl, seq_id, store, p);
   });
 }
 
@@ -139,34 +99,9 @@ kvc_status* kvc_prefix_load(kvc_cache* cache, int32_t seq_id, const char* store,
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
-    const kvc_prefix p = checked_prefix(prefix);
+    const kvc::PrefixRequest p = checked_prefix(prefix);
     kvc::require(out_tokens_restored != nullptr, "out_tokens_restored is NULL");
-    const kvc::Store& source = cache->impl->context().store(store);
-    cache->impl->check_new_sequence_id(seq_id);
-    const kvc::PrefixIdentity identity = identity_of(*cache->impl, p);
-    kvc::PrefixKeys keys(identity, p.token_ids);
-    kvc::SequenceImage joined;
-    int32_t found = 0;
-    while (found < p.n_tokens / p.chunk_tokens) {
-      const std::string key = keys.next();
-      kvc::StoredValue bytes;
-      try {
-        bytes = source.get(key);
-      } catch (const kvc::Error& e) {
-        if (e.code() == KVC_ERR_NOT_FOUND) break;
-        throw;
-      }
-      const kvc::SequenceImage chunk = decode_value(bytes, source, key);
-      kvc::check_chunk(chunk, identity, found, key);
-      kvc::append_chunk(joined, chunk);
-      ++found;
-    }
-    if (found == 0) {
-      cache->impl->create_sequence(seq_id);
-    } else {
-      cache->impl->import_sequence(seq_id, std::move(joined));
-    }
-    *out_tokens_restored = found * p.chunk_tokens;
+    *out_tokens_restored = kvc::load_prefix(*cache->impl, seq_id, store, p);
   });
 }
 

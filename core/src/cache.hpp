@@ -62,8 +62,9 @@ class Cache {
   // encode(export_sequence(seq_id)) into out[0, capacity), the rows copied from storage
   // straight into it; returns the bytes written. INVALID_ARGUMENT when capacity is short.
   size_t export_to(int32_t seq_id, uint8_t* out, size_t capacity);
-  // encode(export_sequence(seq_id)) the same way, in a new buffer (std::bad_alloc when none).
-  support::LargeBytes export_bytes(int32_t seq_id);
+  // encode(export_sequence(seq_id)) the same way, in a new buffer (std::bad_alloc when none),
+  // with `offload_version` in the image (0: none).
+  support::LargeBytes export_bytes(int32_t seq_id, uint64_t offload_version = 0);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }
@@ -218,8 +219,9 @@ class Cache {
   void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
   // The encoded size of a sequence's image, from its heads' lengths; the encoding itself, the
   // rows copied from storage straight into `out`. The caller holds sequences_mutex_.
-  size_t encoded_size_of(const Sequence& sequence) const;
-  size_t encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity);
+  size_t encoded_size_of(const Sequence& sequence, uint64_t offload_version = 0) const;
+  size_t encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
+                         uint64_t offload_version = 0);
 
   Context& context_;
   CacheConfig config_;

@@ -107,17 +107,17 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   return image;
 }
 
-size_t Cache::encoded_size_of(const Sequence& sequence) const {
+size_t Cache::encoded_size_of(const Sequence& sequence, uint64_t offload_version) const {
   std::vector<size_t> head_tokens;
   for (const HeadStore& head : sequence.heads) {
     head_tokens.push_back(static_cast<size_t>(head.length()));
   }
   return encoded_size(config_.layers, config_.head_dim, config_.k_dtype, config_.v_dtype,
-                      geometry_.stats,
-                      head_tokens);
+                      geometry_.stats, head_tokens, offload_version);
 }
 
-size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity) {
+size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
+                              uint64_t offload_version) {
   class SegmentRows final : public RowWriter {
    public:
     SegmentRows(Cache& cache, const std::vector<std::vector<kvc_segment>>& segments)
@@ -131,8 +131,8 @@ size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t cap
     const std::vector<std::vector<kvc_segment>>& segments_;
   };
   std::vector<std::vector<kvc_segment>> segments;
-  const SequenceImage image =
-      image_without_rows(sequence, std::numeric_limits<size_t>::max(), segments);
+  SequenceImage image = image_without_rows(sequence, std::numeric_limits<size_t>::max(), segments);
+  image.offload_version = offload_version;
   return encode(image, SegmentRows(*this, segments), out, capacity);
 }
 
@@ -146,12 +146,13 @@ size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
   return encode_sequence(find(seq_id), out, capacity);
 }
 
-support::LargeBytes Cache::export_bytes(int32_t seq_id) {
+support::LargeBytes Cache::export_bytes(int32_t seq_id, uint64_t offload_version) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   const Sequence& sequence = find(seq_id);
-  support::LargeBytes bytes = support::LargeBytes::allocate(encoded_size_of(sequence));
+  support::LargeBytes bytes =
+      support::LargeBytes::allocate(encoded_size_of(sequence, offload_version));
   if (bytes.data() == nullptr) throw std::bad_alloc();
-  encode_sequence(sequence, bytes.data(), bytes.size());
+  encode_sequence(sequence, bytes.data(), bytes.size(), offload_version);
   return bytes;
 }
 

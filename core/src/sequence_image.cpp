@@ -19,6 +19,7 @@ namespace {
 constexpr uint8_t kMagic[8] = {0x89, 'K', 'V', 'C', '\r', '\n', 0x1a, '\n'};
 constexpr size_t kHeaderBytes = 56;     // magic, version, shape, dtype, layout, stats, sections
 constexpr size_t kVFormatBytes = 4;     // version 2: the V format after the sections
+constexpr size_t kOffloadVersionBytes = 8;  // version 3: the offload version after that
 constexpr size_t kHeadFixedBytes = 16;  // n, effective budget, seen
 constexpr size_t kTriggerBytes = 5;     // decode steps, prefill pending
 constexpr size_t kChecksumBytes = 4;
@@ -246,12 +247,17 @@ size_t unit_bytes(kvc_dtype dtype) {
   return kvc_format_group_size(dtype) == 1 ? kvc_format_group_bytes(dtype) : 1;
 }
 
-// Version 1 when K and V share a format (as every image before version 2 did).
-uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype) {
-  return k_dtype == v_dtype ? 1 : kSequenceFormatVersion;
+// The oldest version that holds the image: 3 with an offload version, else 1 when K and V
+// share a format (as every image before version 2 did), else 2.
+uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype, uint64_t offload_version) {
+  if (offload_version != 0) return 3;
+  return k_dtype == v_dtype ? 1 : 2;
 }
 
-size_t header_bytes(uint32_t version) { return kHeaderBytes + (version >= 2 ? kVFormatBytes : 0); }
+size_t header_bytes(uint32_t version) {
+  return kHeaderBytes + (version >= 2 ? kVFormatBytes : 0) +
+         (version >= 3 ? kOffloadVersionBytes : 0);
+}
 
 int stat_count(uint32_t stats) {
   int count = 0;
@@ -296,7 +302,8 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
   }
   const uint64_t per_token = token_bytes(image.head_dim, image.k_dtype, image.v_dtype, image.stats);
   Sections sections{0, kTriggerBytes * image.triggers.size(),
-                    header_bytes(version_for(image.k_dtype, image.v_dtype))};
+                    header_bytes(version_for(image.k_dtype, image.v_dtype,
+                                             image.offload_version))};
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const std::string where = head_name(h, image.kv_heads);
@@ -341,6 +348,7 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
 struct Header {
   int32_t layers, kv_heads, q_heads, head_dim;
   uint32_t k_dtype, v_dtype, layout, stats;
+  uint64_t offload_version;
   Sections sections;
 };
 
@@ -368,6 +376,7 @@ Header read_header(Reader& r) {
   h.sections.triggers = f.le<uint64_t>("trigger section size");
   h.sections.header = header_bytes(version);
   h.v_dtype = version >= 2 ? f.le<uint32_t>("V dtype") : h.k_dtype;
+  h.offload_version = version >= 3 ? f.le<uint64_t>("offload version") : 0;
   return h;
 }
 
@@ -452,10 +461,11 @@ size_t encoded_size(const SequenceImage& image) {
 }
 
 size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
-                    uint32_t stats, const std::vector<size_t>& head_tokens) {
+                    uint32_t stats, const std::vector<size_t>& head_tokens,
+                    uint64_t offload_version) {
   const uint64_t per_token = token_bytes(head_dim, k_dtype, v_dtype, stats);
   Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers),
-             header_bytes(version_for(k_dtype, v_dtype))};
+             header_bytes(version_for(k_dtype, v_dtype, offload_version))};
   for (size_t n : head_tokens) s.heads += head_section_bytes(n, per_token);
   return static_cast<size_t>(image_bytes(s));
 }
@@ -474,7 +484,7 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   }
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
-  const uint32_t version = version_for(image.k_dtype, image.v_dtype);
+  const uint32_t version = version_for(image.k_dtype, image.v_dtype, image.offload_version);
   w.le(version);
   for (int32_t x : {image.layers, image.kv_heads, image.q_heads, image.head_dim}) {
     w.le(static_cast<uint32_t>(x));
@@ -485,6 +495,7 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   w.le(s.heads);
   w.le(s.triggers);
   if (version >= 2) w.le(static_cast<uint32_t>(image.v_dtype));
+  if (version >= 3) w.le(image.offload_version);
   const size_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
   const size_t k_row = static_cast<size_t>(row_bytes(image.head_dim, image.k_dtype));
   const size_t v_row = static_cast<size_t>(row_bytes(image.head_dim, image.v_dtype));
@@ -549,6 +560,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   image.v_dtype = static_cast<kvc_dtype>(h.v_dtype);
   image.layout = static_cast<kvc_layout>(h.layout);
   image.stats = h.stats;
+  image.offload_version = h.offload_version;
 
   const Sections& s = h.sections;
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;

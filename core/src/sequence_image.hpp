@@ -39,23 +39,28 @@ struct SequenceImage {
   kvc_dtype v_dtype = KVC_DTYPE_F32;
   kvc_layout layout = KVC_LAYOUT_PAGED;
   uint32_t stats = 0;                   // kvc_stat_flags of the statistics present
+  // The version kvc_seq_offload gave the value (offload_version.hpp); 0: none, as in an
+  // export or a prefix chunk.
+  uint64_t offload_version = 0;
   std::vector<HeadImage> heads;         // [layer * kv_heads + kv_head]
   std::vector<LayerTriggers> triggers;  // [layer]
 };
 
 // The newest format version this build writes and reads: version 2 adds the V format to the
-// header. An image whose K and V share a format is written as version 1, which older builds
-// read too.
-constexpr uint32_t kSequenceFormatVersion = 2;
+// header, version 3 the offload version. Each image is written in the oldest version that
+// holds it (1 when K and V share a format and there is no offload version), which older
+// builds read too.
+constexpr uint32_t kSequenceFormatVersion = 3;
 
 // The exact byte count of encode(image). Throws kvc::Error INVALID_ARGUMENT when the image is
 // not one decode() would accept (sizes, positions, counters), naming what is wrong.
 size_t encoded_size(const SequenceImage& image);
 // The byte count of encode() of an image of `layers` layers whose heads hold head_tokens[h]
-// tokens of head_dim values stored as k_dtype and v_dtype, with the statistics of `stats`,
-// without the image (nothing is checked).
+// tokens of head_dim values stored as k_dtype and v_dtype, with the statistics of `stats` and
+// `offload_version`, without the image (nothing is checked).
 size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
-                    uint32_t stats, const std::vector<size_t>& head_tokens);
+                    uint32_t stats, const std::vector<size_t>& head_tokens,
+                    uint64_t offload_version = 0);
 // Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
 // nothing, when capacity is smaller or the image is inconsistent.
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);

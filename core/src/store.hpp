@@ -8,6 +8,7 @@
 
 #include "config.hpp"
 #include "kvcache_support/large_bytes.hpp"
+#include "offload_versions.hpp"
 #include "plugin_registry.hpp"
 
 namespace kvc {
@@ -32,11 +33,15 @@ class Store {
   // NOT_FOUND when there is no value under `key`.
   void remove(const std::string& key) const;
 
+  // The versions of the offloads this instance was given, per key (offload.cpp's).
+  OffloadVersions& offload_versions() const { return offload_versions_; }
+
  private:
   std::string name_;
   std::string who_;  // "store 'NAME' (plugin P):", the start of every message
   kvc_store_vtable vtable_;
   void* instance_ = nullptr;
+  mutable OffloadVersions offload_versions_;
 };
 
 }  // namespace kvc

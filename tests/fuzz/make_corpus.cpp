@@ -3,7 +3,9 @@
 // Run from the repository root after changing either encoding:
 //   build/fuzz/bin/make_fuzz_corpus tests/fuzz/corpus
 // (LD_PRELOAD the ASan runtime as for the targets). The YAML seeds (fuzz_config/) are
-// written by hand.
+// written by hand, as are fuzz_import/offloaded_*: one_token_f32 and prompt_f16_contiguous
+// rewritten as version 3 (the V dtype and an offload version after the sections, the
+// checksum recomputed), the version kvc_seq_offload writes.
 #include <fstream>
 #include <string>
 #include <vector>

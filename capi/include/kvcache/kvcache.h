@@ -661,13 +661,16 @@ KVC_API kvc_status *kvc_cache_estimate(const kvc_cache *cache, const kvc_estimat
  *
  * Store errors keep their code and name the store: NOT_FOUND (no value under the key, or no
  * store of that name), IO (unreachable, a timeout, a server error, a value that fails its
- * checksum or is incomplete), OUT_OF_MEMORY (the store is full), CONFIG (refused credentials).
+ * checksum or is incomplete, fewer replicas than asked acknowledged a write, a stale value),
+ * OUT_OF_MEMORY (the store is full), CONFIG (refused credentials). What a confirmed write
+ * survives is the store's (docs/stores.md, "Replication and failover").
  */
 
 /**
- * @brief Writes the sequence's export image (kvc_seq_export()) to @p store under @p key,
- * replacing any value there, then removes the sequence, freeing its memory. The sequence is
- * removed only once the store has confirmed the write: on any error it is left as it was.
+ * @brief Writes the sequence's export image (kvc_seq_export()), with a new offload version, to
+ * @p store under @p key, replacing any value there, then removes the sequence, freeing its
+ * memory. The sequence is removed only once the store has confirmed the write: on any error it
+ * is left as it was. The context remembers the version per store and key.
  * Needs the same exclusive access as kvc_seq_remove() for the removal only.
  */
 KVC_API kvc_status *kvc_seq_offload(kvc_cache *cache, int32_t seq_id, const char *store,
@@ -675,7 +678,9 @@ KVC_API kvc_status *kvc_seq_offload(kvc_cache *cache, int32_t seq_id, const char
 /**
  * @brief Creates sequence @p seq_id from the value under @p key in @p store, as
  * kvc_seq_import() does (same checks; ALREADY_EXISTS when the id is in use; nothing created on
- * error). The value stays in the store (kvc_store_drop() removes it).
+ * error), each refusal naming the store and key. A value older than the last one this context
+ * offloaded under the key (one the store lost, e.g. in a failover) is IO "stale", never
+ * restored. The value stays in the store (kvc_store_drop() removes it).
  */
 KVC_API kvc_status *kvc_seq_restore(kvc_cache *cache, int32_t seq_id, const char *store,
                                     const char *key);

@@ -24,7 +24,8 @@ class RedisStore {
   static constexpr const char* kLabel = "redis store";
   static constexpr const char* kParams[] = {
       "host", "port",       "unix_socket", "nodes",      "username", "password_env",
-      "db",   "timeout_ms", "part_bytes",  "key_prefix", "pool"};
+      "db",   "timeout_ms", "part_bytes",  "key_prefix", "pool",
+      "wait_replicas", "wait_timeout_ms"};
 
   RedisStore(const StoreParams& params, const kvc_host_api* host);
 
@@ -60,6 +61,10 @@ class RedisStore {
   void on_each(Connection& connection, bool asking, std::string_view command,
                const std::vector<std::string>& keys, const std::string& argument,
                const std::string& doing);
+
+  // WAIT for settings_.wait_replicas replicas to acknowledge this connection's writes; IO
+  // naming the node and the count when fewer do in time. Nothing when wait_replicas is 0.
+  void wait_for_replicas(Connection& connection, const std::string& doing);
 
   uint64_t new_generation();
   // Throws what an error reply means: Redirect for -MOVED/-ASK, else fail_on_error().

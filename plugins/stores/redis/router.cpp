@@ -94,6 +94,20 @@ void Router::forget_map() {
   map_stale_ = true;
 }
 
+std::string Router::new_owner(int slot, const std::string& failed,
+                              std::chrono::steady_clock::time_point started) {
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  if (elapsed >= std::chrono::milliseconds(settings_.timeout_ms)) return "";
+  try {
+    refresh();
+  } catch (const PluginError&) {
+    return "";  // the call's own error says more than that no node answered
+  }
+  std::lock_guard<std::mutex> lock(map_mutex_);
+  const std::string& owner = map_.node(slot);
+  return owner == failed ? "" : owner;
+}
+
 void Router::cluster_node_as_single() {
   throw PluginError(KVC_ERR_CONFIG, settings_.nodes.front() +
                                         " is a Redis Cluster node: give it in params.nodes");

@@ -1,9 +1,12 @@
 // Which node a command goes to. One node: always that node. Redis Cluster: the master of the
 // key's slot, from a slot map loaded from the seeds (CLUSTER SLOTS) at first use and again
 // after a connection error or a -MOVED; -MOVED and -ASK are followed, at most
-// kMaxRedirects times per call.
+// kMaxRedirects times per call. A connection failure to a slot's master (e.g. one that died
+// and whose replica was promoted) reloads the map at once from a live node and, when another
+// node now serves the slot, runs the call there once, if the call is still within timeout_ms.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +40,11 @@ class Router {
   void refresh();
   void moved(const Redirect& redirect);
   void forget_map();
+  // After a connection failure to `failed` within a call started at `started`: the slot's
+  // master in a map reloaded now, or "" when none answered, it is still `failed`, or the call
+  // has used up its timeout.
+  std::string new_owner(int slot, const std::string& failed,
+                        std::chrono::steady_clock::time_point started);
   [[noreturn]] void too_many(const Redirect& last);
   // A redirection from the one node of a store without params.nodes: CONFIG.
   [[noreturn]] void cluster_node_as_single();
@@ -62,9 +70,11 @@ auto Router::run(const std::string& key, Op&& op)
       cluster_node_as_single();
     }
   }
+  const auto started = std::chrono::steady_clock::now();
   const int slot = key_slot(key);
   std::string address = node_for(slot);
   bool asking = false;
+  bool rerouted = false;
   for (int redirects = 0;; ++redirects) {
     bool connection_failed = true;
     try {
@@ -82,9 +92,14 @@ auto Router::run(const std::string& key, Op&& op)
       address = redirect.address;
       asking = redirect.ask;
     } catch (const PluginError& e) {
-      // The node may be gone or have lost the slot: ask the seeds again next time.
-      if (connection_failed && e.code() == KVC_ERR_IO) forget_map();
-      throw;
+      if (!connection_failed || e.code() != KVC_ERR_IO) throw;
+      // The node may be gone or have lost the slot: ask a live node which master serves it.
+      forget_map();
+      if (rerouted || asking) throw;
+      const std::string owner = new_owner(slot, address, started);
+      if (owner.empty()) throw;
+      address = owner;
+      rerouted = true;
     }
   }
 }

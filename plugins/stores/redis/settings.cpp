@@ -106,6 +106,16 @@ Settings read_settings(const StoreParams& params) {
                                   quoted(s.key_prefix));
   }
   s.pool = params.integer("pool", 4, 1, 1024);
+  s.wait_replicas = static_cast<int>(params.integer("wait_replicas", 0, 0, 64));
+  s.wait_timeout_ms = static_cast<int>(
+      params.integer("wait_timeout_ms", static_cast<uint64_t>(s.wait_timeout_ms), 1, INT32_MAX));
+  if (s.wait_replicas > 0 && s.wait_timeout_ms >= s.timeout_ms) {
+    StoreParams::config_error("wait_timeout_ms",
+                              "must be less than params.timeout_ms (" +
+                                  decimal(static_cast<uint64_t>(s.timeout_ms)) +
+                                  "), which bounds the wait for WAIT's reply, got " +
+                                  decimal(static_cast<uint64_t>(s.wait_timeout_ms)));
+  }
   return s;
 }
 

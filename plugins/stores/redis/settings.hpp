@@ -23,6 +23,10 @@ struct Settings {
   size_t part_bytes = size_t{4} << 20;
   std::string key_prefix = "kvc:";
   size_t pool = 4;  // connections per node
+  // WAIT after each write for this many replicas to acknowledge it, at most wait_timeout_ms
+  // (then less than timeout_ms); 0: no WAIT.
+  int wait_replicas = 0;
+  int wait_timeout_ms = 1000;
 
   // The user AUTH names, for messages.
   std::string user() const { return username.value_or("default"); }

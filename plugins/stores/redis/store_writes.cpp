@@ -105,6 +105,27 @@ void RedisStore::on_each(Connection& connection, bool asking, std::string_view c
   for (const Reply& reply : replies) check(*reply, connection, doing);
 }
 
+void RedisStore::wait_for_replicas(Connection& connection, const std::string& doing) {
+  if (settings_.wait_replicas == 0) return;
+  Exchange exchange(connection, false);
+  const std::string replicas = decimal(static_cast<uint64_t>(settings_.wait_replicas));
+  exchange.add({"WAIT", replicas, decimal(static_cast<uint64_t>(settings_.wait_timeout_ms))});
+  exchange.send();
+  const Reply reply = exchange.receive();
+  check(*reply, connection, doing);
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
+                                      " answered WAIT with an unexpected reply");
+  }
+  if (reply->integer < settings_.wait_replicas) {
+    throw PluginError(KVC_ERR_IO, doing + ": " + decimal(static_cast<uint64_t>(reply->integer)) +
+                                      " of the " + replicas + " replicas asked for (wait_replicas) "
+                                      "acknowledged it within " +
+                                      decimal(static_cast<uint64_t>(settings_.wait_timeout_ms)) +
+                                      " ms; it is on " + connection.address() + " only so far");
+  }
+}
+
 void RedisStore::put(const std::string& key, const void* data, size_t size) {
   const std::string manifest = manifest_key(settings_.key_prefix, key);
   const std::string doing = "put of key " + quoted(key);
@@ -137,6 +158,7 @@ void RedisStore::put(const std::string& key, const void* data, size_t size) {
       // Another put got in between: the parts this one made unreachable are that one's.
       on_each(connection, asking, "PEXPIRE", parts_named(manifest, replaced), grace, doing);
     }
+    wait_for_replicas(connection, doing);
   });
 }
 
@@ -164,6 +186,7 @@ void RedisStore::remove(const std::string& key) {
     if (!same_bytes(removed, *seen.reply)) {
       on_each(connection, asking, "DEL", parts_named(manifest, removed), "", doing);
     }
+    wait_for_replicas(connection, doing);
   });
 }
 

@@ -190,6 +190,11 @@ TEST_SUITE("redis") {
         {{{"timeout_ms", "0"}}, "params.timeout_ms"},
         {{{"pool", "0"}}, "params.pool"},
         {{{"db", "-1"}}, "params.db"},
+        {{{"wait_replicas", "-1"}}, "params.wait_replicas"},
+        {{{"wait_replicas", "65"}}, "params.wait_replicas"},
+        {{{"wait_timeout_ms", "0"}}, "params.wait_timeout_ms"},
+        {{{"wait_replicas", "1"}, {"wait_timeout_ms", "5000"}}, "params.wait_timeout_ms"},
+        {{{"wait_replicas", "1"}, {"timeout_ms", "100"}}, "params.wait_timeout_ms"},
     };
     for (const auto& [params, named] : bad) {
       CAPTURE(named);

@@ -143,6 +143,8 @@ void RedisServer::wait_until_ready() {
 
 void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
 
+void RedisServer::resume() { ::kill(pid_, SIGCONT); }
+
 void RedisServer::kill() {
   if (pid_ < 0) return;
   ::kill(pid_, SIGKILL);

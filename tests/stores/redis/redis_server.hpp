@@ -29,6 +29,7 @@ class RedisServer {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   void pause();    // SIGSTOP: connections are accepted by the kernel, nothing is answered
+  void resume();   // SIGCONT after pause()
   void kill();     // SIGKILL, reaped
   void restart();  // a new process on the same port and options (after kill())
 

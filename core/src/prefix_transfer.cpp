@@ -1,0 +1,68 @@
+#include "prefix_transfer.hpp"
+
+#include <vector>
+
+#include "error.hpp"
+#include "prefix_chunks.hpp"
+#include "prefix_keys.hpp"
+#include "stored_image.hpp"
+
+namespace kvc {
+namespace {
+
+PrefixIdentity identity_of(const Cache& cache, const PrefixRequest& prefix) {
+  const CacheConfig& c = cache.config();
+  return {prefix.model, c.layers,  c.kv_heads,          c.q_heads,           c.head_dim,
+          c.k_dtype,    c.v_dtype, cache.stored_stats(), prefix.chunk_tokens};
+}
+
+}  // namespace
+
+int32_t save_prefix(Cache& cache, int32_t seq_id, const std::string& store,
+                    const PrefixRequest& prefix) {
+  const Store& target = cache.context().store(store);
+  const int32_t n_chunks = prefix.n_tokens / prefix.chunk_tokens;
+  const int32_t tokens = n_chunks * prefix.chunk_tokens;
+  const SequenceImage image = cache.export_sequence(seq_id, static_cast<size_t>(tokens));
+  check_prefix_heads(image, seq_id, tokens);
+  PrefixKeys keys(identity_of(cache, prefix), prefix.token_ids);
+  for (int32_t c = 0; c < n_chunks; ++c) {
+    const std::string key = keys.next();
+    if (target.exists(key)) continue;
+    const std::vector<uint8_t> bytes = encode(prefix_chunk(image, c, prefix.chunk_tokens));
+    target.put(key, bytes.data(), bytes.size());
+  }
+  return tokens;
+}
+
+int32_t load_prefix(Cache& cache, int32_t seq_id, const std::string& store,
+                    const PrefixRequest& prefix) {
+  const Store& source = cache.context().store(store);
+  cache.check_new_sequence_id(seq_id);
+  const PrefixIdentity identity = identity_of(cache, prefix);
+  PrefixKeys keys(identity, prefix.token_ids);
+  SequenceImage joined;
+  int32_t found = 0;
+  while (found < prefix.n_tokens / prefix.chunk_tokens) {
+    const std::string key = keys.next();
+    StoredValue bytes;
+    try {
+      bytes = source.get(key);
+    } catch (const Error& e) {
+      if (e.code() == KVC_ERR_NOT_FOUND) break;
+      throw;
+    }
+    const SequenceImage chunk = decode_value(bytes, source, key);
+    check_chunk(chunk, identity, found, key);
+    append_chunk(joined, chunk);
+    ++found;
+  }
+  if (found == 0) {
+    cache.create_sequence(seq_id);
+  } else {
+    cache.import_sequence(seq_id, std::move(joined));
+  }
+  return found * prefix.chunk_tokens;
+}
+
+}  // namespace kvc
