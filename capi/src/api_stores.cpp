@@ -73,9 +73,10 @@ kvc_status* kvc_seq_offload(kvc_cache* cache, int32_t seq_id, const char* store,
     require_store_name(store);
     const std::string checked = checked_key(key);
     const kvc::Store& target = cache->impl->context().store(store);
-    const kvc::support::LargeBytes bytes = cache->impl->export_bytes(seq_id);
+    uint64_t changes = 0;
+    const kvc::support::LargeBytes bytes = cache->impl->export_bytes(seq_id, &changes);
     target.put(checked, bytes.data(), bytes.size());
-    cache->impl->remove_sequence(seq_id);
+    cache->impl->remove_sequence(seq_id, changes);
   });
 }
 
