@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -155,8 +156,13 @@ void check_consistent(const kvc::SequenceImage& image, int32_t newest, Failures&
       const float* v = reinterpret_cast<const float*>(head.v_rows());
       for (size_t t = 0; t < head.positions.size(); ++t) {
         const int32_t p = head.positions[t];
-        if (p < 0 || p > newest || (t > 0 && p <= head.positions[t - 1])) {
-          failures.add("stored positions out of order or never appended: " + std::to_string(p));
+        if (p < 0 || p > newest) {
+          failures.add("position " + std::to_string(p) + " was never appended");
+          return;
+        }
+        if (t > 0 && p <= head.positions[t - 1]) {
+          failures.add("position " + std::to_string(p) + " is stored after " +
+                       std::to_string(head.positions[t - 1]));
           return;
         }
         for (size_t e = 0; e < row; ++e) {
@@ -213,22 +219,24 @@ void hammer(kvc_layout layout, kvc_prefill_compression prefill) {
       size_t segments = 0;
       failures.check("kvc_seq_view",
                      kvc_seq_view(cache, kSeq, i % kLayers, 1, nullptr, 0, &segments));
-      kvt::get_stats(cache);
+      kvc_cache_stats stats{};
+      stats.struct_size = sizeof stats;
+      failures.check("kvc_cache_get_stats", kvc_cache_get_stats(cache, &stats));
       std::this_thread::yield();
     }
   });
   threads.emplace_back([&] {  // compresses, exports and imports the export as a new sequence
     for (int32_t i = 0; !done; ++i) {
-      failures.check("kvc_compress", kvc_compress(cache, i % 3 == 2 ? -1 : i % kLayers, 1, &kSeq));
+      const int32_t layer = i % 3 == 2 ? -1 : i % kLayers;
+      failures.check("kvc_compress", kvc_compress(cache, layer, 1, &kSeq));
       const std::vector<uint8_t> bytes = export_of(cache, failures, kSeq);
-      // The engine may have stored the next position on some layers only.
-      check_export(bytes, newest.load() + 1, failures);
+      // The engine may have stored its next step (a chunk at most) on some layers already.
+      check_export(bytes, newest.load() + kChunk, failures);
       if (bytes.empty()) continue;
-      const int32_t copy = 1000 + i;
-      if (failures.check("kvc_seq_import", kvc_seq_import(cache, copy, bytes.data(), bytes.size())) !=
-          KVC_OK) {
-        continue;
-      }
+      const int32_t copy = 1000000 + i;
+      const kvc_status_code imported =
+          failures.check("kvc_seq_import", kvc_seq_import(cache, copy, bytes.data(), bytes.size()));
+      if (imported != KVC_OK) continue;
       const std::vector<uint8_t> again = export_of(cache, failures, copy);
       if (again != bytes) failures.add("an imported sequence does not export as its source");
       failures.check("kvc_seq_remove", kvc_seq_remove(cache, copy));
@@ -236,7 +244,7 @@ void hammer(kvc_layout layout, kvc_prefill_compression prefill) {
   });
   threads.emplace_back([&] {  // forks, decodes a step on the fork, exports it, removes it
     for (int32_t i = 0; !done; ++i) {
-      const int32_t fork = 2000 + i;
+      const int32_t fork = 2000000 + i;
       if (failures.check("kvc_seq_fork", kvc_seq_fork(cache, kSeq, fork)) != KVC_OK) continue;
       // The fork's newest position is at most the source's newest when it was taken.
       const int32_t next = newest.load() + 1000;

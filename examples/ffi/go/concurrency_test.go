@@ -122,11 +122,11 @@ func TestConcurrentCallsOnTheSameSequence(t *testing.T) {
 				fail(err)
 				return
 			}
-			if err := cache.Import(1000+i, data); err != nil {
+			if err := cache.Import(1000000+i, data); err != nil {
 				fail(err)
 				return
 			}
-			if err := cache.RemoveSeq(1000 + i); err != nil {
+			if err := cache.RemoveSeq(1000000 + i); err != nil {
 				fail(err)
 				return
 			}
@@ -135,7 +135,7 @@ func TestConcurrentCallsOnTheSameSequence(t *testing.T) {
 	go func() { // forks and views the fork
 		defer wg.Done()
 		for i := int32(0); !done.Load(); i++ {
-			if err := cache.Fork(0, 2000+i); err != nil {
+			if err := cache.Fork(0, 2000000+i); err != nil {
 				fail(err)
 				return
 			}
@@ -154,7 +154,7 @@ func TestConcurrentCallsOnTheSameSequence(t *testing.T) {
 					last = p
 				}
 			}
-			if err := cache.RemoveSeq(2000 + i); err != nil {
+			if err := cache.RemoveSeq(2000000 + i); err != nil {
 				fail(err)
 				return
 			}

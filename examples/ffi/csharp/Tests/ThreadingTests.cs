@@ -109,17 +109,17 @@ namespace Kvcache.Tests
                     for (int i = 0; !done.IsSet; i++) {
                         cache.Compress(-1, 0);
                         byte[] image = cache.Export(0);
-                        cache.Import(1000 + i, image);
-                        cache.RemoveSequence(1000 + i);
+                        cache.Import(1000000 + i, image);
+                        cache.RemoveSequence(1000000 + i);
                     }
                 }));
                 Task forker = Task.Run(() => guard(() => {
                     for (int i = 0; !done.IsSet; i++) {
-                        cache.Fork(0, 2000 + i);
+                        cache.Fork(0, 2000000 + i);
                         int[] positions = Fixture.Positions(cache, 0, 1, 1);
                         for (int t = 1; t < positions.Length; t++)
                             Assert.True(positions[t] > positions[t - 1], "a view in position order");
-                        cache.RemoveSequence(2000 + i);
+                        cache.RemoveSequence(2000000 + i);
                     }
                 }));
                 Task.WaitAll(engine, remover, compressor, forker);
