@@ -128,8 +128,8 @@ kvc_status_code store(kvc_cache* cache, Failures& failures, int32_t seq, int32_t
   return KVC_OK;
 }
 
-// The sequence's export, or empty when it changed size between the two calls (the export
-// then refuses the short buffer with INVALID_ARGUMENT, as documented) or no longer exists.
+// The sequence's export, or empty when it grew between the two calls (the export then
+// refuses the short buffer with INVALID_ARGUMENT, as documented) or no longer exists.
 std::vector<uint8_t> export_of(kvc_cache* cache, Failures& failures, int32_t seq) {
   size_t size = 0, written = 0;
   if (failures.check("kvc_seq_export_size", kvc_seq_export_size(cache, seq, &size),
@@ -141,7 +141,9 @@ std::vector<uint8_t> export_of(kvc_cache* cache, Failures& failures, int32_t seq
                      {KVC_ERR_INVALID_ARGUMENT, KVC_ERR_NOT_FOUND}) != KVC_OK) {
     return {};
   }
-  if (written != size) failures.add("kvc_seq_export wrote another size than it reported");
+  // A concurrent removal may have shrunk the sequence since its size was asked.
+  if (written > size) failures.add("kvc_seq_export wrote more than the buffer holds");
+  bytes.resize(written);
   return bytes;
 }
 
