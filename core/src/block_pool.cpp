@@ -95,7 +95,7 @@ bool BlockPool::drop_owner(void* ptr, size_t bytes) {
   if (it == extra_owners_.end()) return false;
   if (--it->second == 0) {
     extra_owners_.erase(it);
-    n_shared_.store(extra_owners_.size(), std::memory_order_relaxed);
+    n_shared_.store(extra_owners_.size(), std::memory_order_release);
     counters_.bytes_shared -= bytes;
   }
   return true;
@@ -104,13 +104,14 @@ bool BlockPool::drop_owner(void* ptr, size_t bytes) {
 void BlockPool::share(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (extra_owners_[ptr]++ == 0) counters_.bytes_shared += bytes;
-  n_shared_.store(extra_owners_.size(), std::memory_order_relaxed);
+  n_shared_.store(extra_owners_.size(), std::memory_order_release);
 }
 
 bool BlockPool::shared(const void* ptr) const {
   // A sequence's own segments cannot become shared while it is being written (fork takes the
-  // cache exclusively), so a relaxed read of "nothing is shared" is enough.
-  if (n_shared_.load(std::memory_order_relaxed) == 0) return false;
+  // cache exclusively), so reading "nothing is shared" without the lock is enough; acquire:
+  // the other owner's last reads of a block it gave up happen before its writer's next write.
+  if (n_shared_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   return extra_owners_.count(ptr) != 0;
 }

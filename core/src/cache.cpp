@@ -72,6 +72,26 @@ Sequence& Cache::find(int32_t seq_id) const {
   return *it->second;
 }
 
+Cache::SequenceLocks Cache::lock_sequences(const int32_t* ids, size_t n, bool changes) const {
+  SequenceLocks locks;
+  if (ids == nullptr) return locks;
+  std::vector<int32_t> sorted(ids, ids + n);
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  locks.reserve(sorted.size());
+  for (int32_t id : sorted) {
+    const auto found = sequences_.find(id);
+    if (found != sequences_.end()) locks.push_back(lock_sequence(*found->second, changes));
+  }
+  return locks;
+}
+
+std::unique_lock<std::mutex> Cache::lock_sequence(Sequence& sequence, bool changes) const {
+  std::unique_lock<std::mutex> lock(sequence.mutex);
+  if (changes) ++sequence.changes;
+  return lock;
+}
+
 void Cache::check_new_sequence_id(int32_t seq_id) const {
   if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
@@ -91,9 +111,14 @@ void Cache::create_sequence(int32_t seq_id) {
   }
 }
 
-void Cache::remove_sequence(int32_t seq_id) {
+void Cache::remove_sequence(int32_t seq_id, std::optional<uint64_t> unchanged_since) {
   std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
   Sequence& sequence = find(seq_id);
+  if (unchanged_since && sequence.changes != *unchanged_since) {
+    throw invalid("sequence " + std::to_string(seq_id) +
+                  " was changed by another call while it was being offloaded: it is kept, and "
+                  "the store holds it as it was before that call");
+  }
   for (HeadStore& head : sequence.heads) {
     tokens_stored_ -= static_cast<uint64_t>(head.length());
     head.release_all(pool_, geometry_);
@@ -105,6 +130,7 @@ void Cache::reserve(int32_t seq_id, int32_t tokens) {
   if (tokens < 0) throw invalid("reserve: tokens must be >= 0, got " + std::to_string(tokens));
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, true);
   std::vector<HeadStore*> stores;
   std::vector<int32_t> extra;
   for (HeadStore& head : sequence.heads) {
@@ -128,14 +154,18 @@ void Cache::check_head(int32_t layer, int32_t kv_head) const {
 int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
   check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  return store(find(seq_id), layer, kv_head).length();
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
+  return store(sequence, layer, kv_head).length();
 }
 
 std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_head) const {
   check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
   std::vector<kvc_segment> segments;
-  store(find(seq_id), layer, kv_head).gather(segments, geometry_);
+  store(sequence, layer, kv_head).gather(segments, geometry_);
   return segments;
 }
 
@@ -409,6 +439,8 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
 void Cache::attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                    const kvc_attention_params& params, const kvc_tensor_mut& out) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const SequenceLocks sequence_locks =
+      lock_sequences(batch.seq_ids, static_cast<size_t>(std::max(batch.n_seqs, 0)), true);
   attend_locked(layer, batch, resolve(layer, batch), q, params, out);
 }
 

@@ -27,6 +27,10 @@ namespace kvc {
 struct Sequence {
   std::vector<HeadStore> heads;        // [layer * kv_heads + kv_head]
   std::vector<TriggerState> triggers;  // [layer]
+  // Serialises the calls on this sequence (Cache::lock_sequences).
+  std::mutex mutex;
+  // Calls that took it to change it, so far: an offload removes only what it exported.
+  uint64_t changes = 0;
 };
 
 class Cache {
@@ -45,7 +49,9 @@ class Cache {
   // Throws what creating sequence `seq_id` now would: INVALID_ARGUMENT for a negative id,
   // ALREADY_EXISTS for one in use (for calls that check before slow work, such as a store's).
   void check_new_sequence_id(int32_t seq_id) const;
-  void remove_sequence(int32_t seq_id);
+  // With `unchanged_since`: only if no call took the sequence to change it since
+  // export_bytes() reported that count; INVALID_ARGUMENT (and the sequence kept) otherwise.
+  void remove_sequence(int32_t seq_id, std::optional<uint64_t> unchanged_since = std::nullopt);
   void reserve(int32_t seq_id, int32_t tokens);
   // A new sequence sharing every K/V block of the source, with its own statistics and counters.
   void fork_sequence(int32_t source_id, int32_t target_id);
@@ -63,8 +69,10 @@ class Cache {
   // straight into it; returns the bytes written. INVALID_ARGUMENT when capacity is short.
   size_t export_to(int32_t seq_id, uint8_t* out, size_t capacity);
   // encode(export_sequence(seq_id)) the same way, in a new buffer (std::bad_alloc when none),
-  // with `offload_version` in the image (0: none).
-  support::LargeBytes export_bytes(int32_t seq_id, uint64_t offload_version = 0);
+  // with `offload_version` in the image (0: none); `out_changes`, when given, receives the
+  // sequence's count of changes it encoded.
+  support::LargeBytes export_bytes(int32_t seq_id, uint64_t offload_version = 0,
+                                   uint64_t* out_changes = nullptr);
   int32_t length(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   std::vector<kvc_segment> view(int32_t seq_id, int32_t layer, int32_t kv_head) const;
   const Policy* policy() const { return policy_.get(); }
@@ -143,11 +151,21 @@ class Cache {
                             void* stream);
   void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
                        int32_t first_layer, int32_t end_layer, void* stream);
-  // A store's hold on the sequences: shared, or exclusive when it starts with a "once"
-  // compression (see OnceCompression).
+  // The locks of the sequences a call names. Lock order: sequences_mutex_ (held, shared or
+  // exclusive, for as long as these are), then these in ascending id order; no call waits for
+  // sequences_mutex_ while it holds one, so an exclusive holder of sequences_mutex_ knows that
+  // no other call is inside any sequence.
+  using SequenceLocks = std::vector<std::unique_lock<std::mutex>>;
+  // Locks each existing sequence among `ids` once, in ascending id order (ids that do not
+  // exist are left for find() or resolve() to refuse); `changes` counts a change on each.
+  SequenceLocks lock_sequences(const int32_t* ids, size_t n, bool changes) const;
+  std::unique_lock<std::mutex> lock_sequence(Sequence& sequence, bool changes) const;
+  // A store's hold on the sequences: shared with the batch's sequences locked, or exclusive
+  // when it starts with a "once" compression (see OnceCompression). Released in reverse.
   struct StoreLock {
     std::shared_lock<std::shared_mutex> shared;
     std::unique_lock<std::shared_mutex> exclusive;
+    SequenceLocks sequences;
   };
   StoreLock lock_for_store(int32_t layer, const kvc_batch& batch) const;
   // Whether storing the batch on `layer` runs a pending "once" compression first (false for a
@@ -212,13 +230,15 @@ class Cache {
   Sequence& find(int32_t seq_id) const;
   void check_head(int32_t layer, int32_t kv_head) const;
   // The image of a sequence but for its K and V rows (each head's first max_tokens tokens at
-  // most), and the segments that hold those rows; the caller holds sequences_mutex_.
+  // most), and the segments that hold those rows; the caller holds sequences_mutex_ and the
+  // sequence's lock.
   SequenceImage image_without_rows(const Sequence& sequence, size_t max_tokens,
                                    std::vector<std::vector<kvc_segment>>& segments);
   // A head's K and V rows from its segments into k and v, in order.
   void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
   // The encoded size of a sequence's image, from its heads' lengths; the encoding itself, the
-  // rows copied from storage straight into `out`. The caller holds sequences_mutex_.
+  // rows copied from storage straight into `out`. The caller holds sequences_mutex_ and the
+  // sequence's lock.
   size_t encoded_size_of(const Sequence& sequence, uint64_t offload_version = 0) const;
   size_t encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
                          uint64_t offload_version = 0);

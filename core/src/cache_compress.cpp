@@ -39,6 +39,7 @@ void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
                                               std::to_string(config_.layers - 1));
   }
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  const SequenceLocks sequence_locks = lock_sequences(seq_ids.data(), seq_ids.size(), true);
   std::vector<Sequence*> sequences;
   for (int32_t id : seq_ids) sequences.push_back(&find(id));
   if (layer == kAllLayers) {
@@ -280,7 +281,9 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   if (!values) throw Error(KVC_ERR_INVALID_ARGUMENT, "values is NULL");
   check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  const HeadStore& head = store(find(seq_id), layer, kv_head);
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, true);
+  const HeadStore& head = store(sequence, layer, kv_head);
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +
                                               " but the head stores " +
@@ -321,12 +324,16 @@ bool Cache::once_due(int32_t layer, const kvc_batch& batch) const {
 }
 
 Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) const {
-  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_mutex_), {}};
-  // Calls on the same sequences do not overlap (kvcache.h), so what is due cannot change
-  // between the two locks.
+  const size_t n = static_cast<size_t>(std::max(batch.n_seqs, 0));
+  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_mutex_), {}, {}};
+  lock.sequences = lock_sequences(batch.seq_ids, n, true);
   if (!once_due(layer, batch)) return lock;
+  // Another call may make the compression due, or not, between the two holds:
+  // compress_before_append decides again under the exclusive one.
+  lock.sequences.clear();
   lock.shared.unlock();
   lock.exclusive = std::unique_lock<std::shared_mutex>(sequences_mutex_);
+  lock.sequences = lock_sequences(batch.seq_ids, n, true);
   return lock;
 }
 

@@ -51,6 +51,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   }
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
   Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, true);
 
   // Every head's positions, in one batched read.
   std::vector<std::vector<int32_t>> positions(sequence.heads.size());

@@ -96,8 +96,10 @@ void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint
 
 SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
   std::vector<std::vector<kvc_segment>> segments;
-  SequenceImage image = image_without_rows(find(seq_id), max_tokens, segments);
+  SequenceImage image = image_without_rows(sequence, max_tokens, segments);
   for (size_t i = 0; i < image.heads.size(); ++i) {
     HeadImage& head = image.heads[i];
     head.k.resize(head.positions.size() * geometry_.k_row_bytes);
@@ -138,17 +140,24 @@ size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t cap
 
 size_t Cache::export_size(int32_t seq_id) const {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  return encoded_size_of(find(seq_id));
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
+  return encoded_size_of(sequence);
 }
 
 size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  return encode_sequence(find(seq_id), out, capacity);
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
+  return encode_sequence(sequence, out, capacity);
 }
 
-support::LargeBytes Cache::export_bytes(int32_t seq_id, uint64_t offload_version) {
+support::LargeBytes Cache::export_bytes(int32_t seq_id, uint64_t offload_version,
+                                        uint64_t* out_changes) {
   std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  const Sequence& sequence = find(seq_id);
+  Sequence& sequence = find(seq_id);
+  const auto sequence_lock = lock_sequence(sequence, false);
+  if (out_changes) *out_changes = sequence.changes;
   support::LargeBytes bytes =
       support::LargeBytes::allocate(encoded_size_of(sequence, offload_version));
   if (bytes.data() == nullptr) throw std::bad_alloc();

@@ -26,10 +26,11 @@ void offload_sequence(Cache& cache, int32_t seq_id, const std::string& store,
                       const std::string& key) {
   const Store& target = cache.context().store(store);
   const uint64_t version = OffloadVersions::next();
-  const support::LargeBytes bytes = cache.export_bytes(seq_id, version);
+  uint64_t changes = 0;
+  const support::LargeBytes bytes = cache.export_bytes(seq_id, version, &changes);
   target.put(key, bytes.data(), bytes.size());
   target.offload_versions().wrote(key, version);
-  cache.remove_sequence(seq_id);
+  cache.remove_sequence(seq_id, changes);
 }
 
 void restore_sequence(Cache& cache, int32_t seq_id, const std::string& store,

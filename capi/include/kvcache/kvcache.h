@@ -30,9 +30,15 @@
  *
  * Thread safety:
  * - ::kvc_context: thread-safe, every call may be made from any thread concurrently.
- * - ::kvc_cache: calls that name disjoint sequences may run concurrently; calls that create
- *   or remove sequences, and kvc_cache_destroy(), need exclusive access. Batch calls
- *   parallelise internally on the context's thread arena.
+ * - ::kvc_cache: every call but kvc_cache_destroy() may be made from any thread concurrently,
+ *   on the same sequences or on others. Calls that name a sequence take its lock, a batch's in
+ *   ascending id order, and run one after another on it as if called in some order; calls on
+ *   disjoint sequences run side by side. A call that creates or removes a sequence (create,
+ *   remove, fork, import, restore, prefix load, and the removal of an offload) has the
+ *   sequence table to itself for a moment and waits for the calls running; a sequence removed
+ *   meanwhile is NOT_FOUND to the calls after it. kvc_cache_destroy() needs exclusive access.
+ *   A callback (logger, policy, backend, store) must not call the cache it is called from.
+ *   Batch calls parallelise internally on the context's thread arena.
  * - ::kvc_status: owned by one thread at a time.
  *
  * Lifetime: a cache must be destroyed before the context it was created from.
@@ -409,8 +415,11 @@ typedef struct kvc_segment_view {
  * @brief Views the stored tokens of (sequence, layer, KV head) as segments in storage
  * (= position) order. Writes at most @p capacity views to @p out_views and the number of
  * segments to @p out_count (call with capacity 0 to size the array). The pointers stay valid
- * until the next call that appends to, compresses, truncates or removes this sequence. The
- * memory is read-only: after kvc_seq_fork() a segment may be shared with other sequences.
+ * until the next call that appends to, attends over, compresses, reserves for, truncates or
+ * removes this sequence starts, in any thread; the cache cannot keep them valid against such
+ * a call made concurrently, so a caller that shares the sequence between threads reads them
+ * only while it keeps those calls out (or copies: kvc_seq_export()). The memory is read-only:
+ * after kvc_seq_fork() a segment may be shared with other sequences.
  */
 KVC_API kvc_status *kvc_seq_view(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                  int32_t kv_head, kvc_segment_view *out_views, size_t capacity,
@@ -671,7 +680,9 @@ KVC_API kvc_status *kvc_cache_estimate(const kvc_cache *cache, const kvc_estimat
  * @p store under @p key, replacing any value there, then removes the sequence, freeing its
  * memory. The sequence is removed only once the store has confirmed the write: on any error it
  * is left as it was. The context remembers the version per store and key.
- * Needs the same exclusive access as kvc_seq_remove() for the removal only.
+ * A call that changes the sequence (from another thread) between the export and the removal
+ * keeps it there: INVALID_ARGUMENT, and the store holds the sequence as it was before that
+ * call.
  */
 KVC_API kvc_status *kvc_seq_offload(kvc_cache *cache, int32_t seq_id, const char *store,
                                     const char *key);

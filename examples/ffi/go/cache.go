@@ -12,10 +12,10 @@ import (
 
 // Cache is one model shape's K/V store with its memory limit and backend.
 //
-// Calls on disjoint sequences may run concurrently from any goroutines; calls that create,
-// remove, fork, import, offload or restore sequences, and Close, take the cache exclusively
-// (a sync.RWMutex does that, so they simply wait). Two concurrent calls that name the same
-// sequence are a data race the caller must prevent.
+// Every call may run concurrently from any goroutines, on the same sequences or on others:
+// the library serialises calls on one sequence (kvcache.h, "Thread safety"). Calls that
+// create, remove, fork, import, offload or restore sequences, View (which copies storage),
+// and Close take the cache exclusively (a sync.RWMutex does that, so they simply wait).
 type Cache struct {
 	mu    sync.RWMutex // shared by calls on sequences, exclusive for structural calls
 	c     *C.kvc_cache

@@ -19,12 +19,12 @@
 //
 // # Concurrency
 //
-// A Context is safe for concurrent use. A Cache allows concurrent calls that name disjoint
-// sequences (Append, Attend, Compress, Truncate, Export, ...): they share a sync.RWMutex.
-// Calls that change the set of sequences (CreateSeq, RemoveSeq, Fork, Import, ImportFile,
-// Offload, Restore, LoadPrefix) and Close take it exclusively, so they wait for calls in
-// progress instead of racing them. Two concurrent calls naming the same sequence are the
-// caller's to prevent. The library keeps no thread-local state, so it does not matter that a
+// A Context is safe for concurrent use, and so is a Cache: calls on sequences (Append,
+// Attend, Compress, Truncate, Export, ...) share a sync.RWMutex, and the library serialises
+// those that name the same sequence. Calls that change the set of sequences (CreateSeq,
+// RemoveSeq, Fork, Import, ImportFile, Offload, Restore, LoadPrefix), View (it copies the
+// storage that a concurrent call could change) and Close take it exclusively, so they wait
+// for calls in progress instead of racing them. The library keeps no thread-local state, so it does not matter that a
 // goroutine may move between OS threads from one call to the next.
 //
 // # Building

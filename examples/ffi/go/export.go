@@ -24,11 +24,23 @@ func (cache *Cache) Export(id int32) ([]byte, error) {
 		if err := statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &size)); err != nil {
 			return err
 		}
-		data = make([]byte, size)
-		var written C.size_t
-		st := C.kvc_seq_export(cache.c, C.int32_t(id), bytesPointer(data), size, &written)
-		data = data[:written]
-		return statusError("kvc_seq_export", st)
+		for {
+			data = make([]byte, size)
+			var written C.size_t
+			st := C.kvc_seq_export(cache.c, C.int32_t(id), bytesPointer(data), size, &written)
+			if st == nil {
+				data = data[:written]
+				return nil
+			}
+			// A concurrent call on the sequence may have grown it past the buffer: try again
+			// with its new size.
+			err := statusError("kvc_seq_export", st)
+			var grown C.size_t
+			if statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &grown)) != nil || grown <= size {
+				return err
+			}
+			size = grown
+		}
 	})
 	if err != nil {
 		return nil, err

@@ -45,7 +45,9 @@ func (l LogLevel) String() string {
 
 // SetLogger routes the library's messages at or above min to fn; a nil fn restores the
 // default (warnings and errors to stderr). fn runs on the library's threads, possibly
-// concurrently, during calls on the context and its caches; it must not call SetLogger.
+// concurrently, during calls on the context and its caches; it must not call SetLogger. A
+// panic in fn does not reach the library (it cannot unwind through C frames): it is
+// recovered and written to stderr.
 func (ctx *Context) SetLogger(fn func(level LogLevel, message string), min LogLevel) error {
 	ctx.mu.Lock()
 	defer ctx.mu.Unlock()

@@ -7,10 +7,19 @@ package kvcache
 // #include <kvcache/kvcache.h>
 import "C"
 
-import "runtime/cgo"
+import (
+	"fmt"
+	"os"
+	"runtime/cgo"
+)
 
 //export goKvcLog
 func goKvcLog(handle C.uintptr_t, level C.kvc_log_level, message *C.char) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "kvcache: the logger panicked: %v\n", r)
+		}
+	}()
 	fn := cgo.Handle(handle).Value().(func(LogLevel, string))
 	fn(LogLevel(level), C.GoString(message))
 }

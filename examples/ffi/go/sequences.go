@@ -74,10 +74,11 @@ type Segment struct {
 
 // View copies the stored tokens of (sequence, layer, KV head), segment by segment in
 // position order. The library's views point into its storage and are valid only until the
-// next call that changes the sequence, so they are copied before the lock is released.
+// next call that changes the sequence, so they are copied under the exclusive lock, which
+// keeps every other call out.
 func (cache *Cache) View(id, layer, kvHead int32) ([]Segment, error) {
 	var segments []Segment
-	err := cache.shared(func() error {
+	err := cache.exclusive(func() error {
 		var n C.size_t
 		st := C.kvc_seq_view(cache.c, C.int32_t(id), C.int32_t(layer), C.int32_t(kvHead), nil, 0, &n)
 		if err := statusError("kvc_seq_view", st); err != nil || n == 0 {

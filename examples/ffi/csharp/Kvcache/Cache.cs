@@ -7,11 +7,11 @@ namespace Kvcache
     /// <summary>
     /// A kvc_cache: one model shape's K/V store with its memory limit and backend.
     ///
-    /// Threading, as kvcache.h states it: calls that name disjoint sequences may run
-    /// concurrently; creating or removing sequences (Create/Remove/Fork/Import) and Dispose need
-    /// exclusive access. This class enforces the exclusive part with a ReaderWriterLockSlim
-    /// (those calls wait for the others); keeping concurrent calls on disjoint sequences is the
-    /// caller's job.
+    /// Threading: every member may be called from any thread concurrently, on the same
+    /// sequences or on others; the library serialises calls on one sequence (kvcache.h).
+    /// Creating or removing sequences (Create/Remove/Fork/Import/...), View (which copies
+    /// storage) and Dispose take a ReaderWriterLockSlim exclusively, so they wait for the
+    /// calls running; the others share it.
     /// </summary>
     public sealed partial class Cache : IDisposable
     {
@@ -22,6 +22,8 @@ namespace Kvcache
         // (ObjectDisposedException) rather than on a disposed lock.
         readonly ReaderWriterLockSlim rw = new ReaderWriterLockSlim();
         readonly int qRow, kvRow;
+        readonly int kRowBytes, vRowBytes;  // of one KV head's row in storage
+        readonly bool hostMemory;           // the backend's memory is the host's (cpu)
 
         Cache(CacheHandle handle)
         {
@@ -36,6 +38,9 @@ namespace Kvcache
             int qHeads = shape.QHeads != 0 ? shape.QHeads : shape.KvHeads;
             qRow = qHeads * shape.HeadDim;
             kvRow = shape.KvHeads * shape.HeadDim;
+            kRowBytes = (int)Library.DescribeFormat(shape.KDType ?? shape.DType).RowBytes(shape.HeadDim);
+            vRowBytes = (int)Library.DescribeFormat(shape.VDType ?? shape.DType).RowBytes(shape.HeadDim);
+            hostMemory = shape.Backend == null || shape.Backend == "cpu";
         }
 
         internal static Cache Create(Context context, CreateFn create)

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.InteropServices;
 
 namespace Kvcache
 {
@@ -46,11 +47,27 @@ namespace Kvcache
             return Shared(() => {
                 UIntPtr size;
                 KvcacheException.Check(NativeMethods.kvc_seq_export_size(handle, seqId, out size));
-                var buffer = new byte[size.ToUInt64()];
-                UIntPtr written;
-                KvcacheException.Check(NativeMethods.kvc_seq_export(handle, seqId, buffer, size, out written));
-                if (written.ToUInt64() != size.ToUInt64()) Array.Resize(ref buffer, (int)written.ToUInt64());
-                return buffer;
+                for (;;) {
+                    var buffer = new byte[size.ToUInt64()];
+                    UIntPtr written;
+                    StatusHandle status = NativeMethods.kvc_seq_export(handle, seqId, buffer, size, out written);
+                    if (status.IsInvalid) {
+                        status.Dispose();
+                        if (written.ToUInt64() != size.ToUInt64()) Array.Resize(ref buffer, (int)written.ToUInt64());
+                        return buffer;
+                    }
+                    // A concurrent call on the sequence may have grown it past the buffer: try
+                    // again with its new size.
+                    UIntPtr grown;
+                    using (StatusHandle sizing = NativeMethods.kvc_seq_export_size(handle, seqId, out grown)) {
+                        if (sizing.IsInvalid && grown.ToUInt64() > size.ToUInt64()) {
+                            status.Dispose();
+                            size = grown;
+                            continue;
+                        }
+                    }
+                    KvcacheException.Check(status);
+                }
             });
         }
 
@@ -85,16 +102,38 @@ namespace Kvcache
             });
         }
 
-        /// <summary>The stored tokens of (sequence, layer, KV head) as segments in position order.</summary>
+        /// <summary>
+        /// Copies of the stored tokens of (sequence, layer, KV head), segment by segment in
+        /// position order. The library's views point into its storage, valid only until the
+        /// next call that changes the sequence, so they are copied while this cache lets no
+        /// other call run (exclusive). Unsupported unless the backend's memory is host memory.
+        /// </summary>
         public SegmentView[] View(int seqId, int layer, int kvHead)
         {
-            return Shared(() => {
+            if (!hostMemory) {
+                throw new KvcacheException(StatusCode.Unsupported, "View: the backend's memory is not host memory");
+            }
+            SegmentView[] copies = null;
+            Exclusive(() => {
                 UIntPtr count;
                 KvcacheException.Check(NativeMethods.kvc_seq_view(handle, seqId, layer, kvHead, null, UIntPtr.Zero, out count));
-                var views = new SegmentView[count.ToUInt64()];
+                var views = new NativeSegmentView[count.ToUInt64()];
                 KvcacheException.Check(NativeMethods.kvc_seq_view(handle, seqId, layer, kvHead, views, count, out count));
-                return views;
+                copies = new SegmentView[views.Length];
+                for (int i = 0; i < views.Length; i++) {
+                    NativeSegmentView view = views[i];
+                    var k = new byte[view.Count * kRowBytes];
+                    var v = new byte[view.Count * vRowBytes];
+                    var positions = new int[view.Count];
+                    if (view.Count > 0) {
+                        Marshal.Copy(view.K, k, 0, k.Length);
+                        Marshal.Copy(view.V, v, 0, v.Length);
+                        Marshal.Copy(view.Pos, positions, 0, positions.Length);
+                    }
+                    copies[i] = new SegmentView(k, v, positions);
+                }
             });
+            return copies;
         }
     }
 }

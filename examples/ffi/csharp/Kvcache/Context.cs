@@ -35,14 +35,26 @@ namespace Kvcache
 
         /// <summary>
         /// Routes log messages at or above <paramref name="minLevel"/> to <paramref name="logger"/>,
-        /// which may be called from any thread, concurrently, and must not throw; null restores
-        /// the default (warnings and errors to stderr).
+        /// which may be called from any thread, concurrently; null restores the default
+        /// (warnings and errors to stderr). An exception the logger throws does not reach the
+        /// library (it cannot unwind through native frames): it is written to stderr instead.
         /// </summary>
         public void SetLogger(Action<LogLevel, string> logger, LogLevel minLevel = LogLevel.Info)
         {
             NativeMethods.LogFn fn = null;
-            if (logger != null)
-                fn = (user, level, message) => logger(level, NativeMethods.String(message));
+            if (logger != null) {
+                fn = (user, level, message) => {
+                    try {
+                        logger(level, NativeMethods.String(message));
+                    } catch (Exception e) {
+                        try {
+                            Console.Error.WriteLine("kvcache: the logger threw " + e);
+                        } catch {
+                            // stderr itself failed: nothing is left to report to
+                        }
+                    }
+                };
+            }
             handle.KeepAlive(fn);
             NativeMethods.kvc_context_set_logger(handle, fn, IntPtr.Zero, minLevel);
         }

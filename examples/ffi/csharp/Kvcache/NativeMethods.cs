@@ -87,7 +87,7 @@ namespace Kvcache
         internal static extern StatusHandle kvc_seq_length(CacheHandle cache, int seq, int layer, int kvHead, out int length);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_seq_view(CacheHandle cache, int seq, int layer, int kvHead,
-                                                         [Out] SegmentView[] views, UIntPtr capacity, out UIntPtr count);
+                                                         [Out] NativeSegmentView[] views, UIntPtr capacity, out UIntPtr count);
 
         // data path
         [DllImport(Lib)]

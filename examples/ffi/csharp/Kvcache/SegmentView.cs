@@ -6,25 +6,37 @@ using System.Runtime.InteropServices;
 namespace Kvcache
 {
     /// <summary>
-    /// kvc_segment_view: a run of stored tokens in the backend's memory (host memory for the
-    /// cpu backend), for engines with their own kernels. The pointers stay valid until the next
-    /// call that appends to, compresses or removes the sequence.
+    /// A copy of one run of stored tokens (kvc_segment_view), taken by Cache.View: K and V as
+    /// rows of their storage formats (Count rows each, laid out as kvcache_format.h describes)
+    /// and their absolute positions. Managed memory: it stays what it was when the view was
+    /// taken, whatever the cache does afterwards.
     /// </summary>
-    [StructLayout(LayoutKind.Sequential)]
-    public struct SegmentView
+    public sealed class SegmentView
     {
-        IntPtr k;
-        IntPtr v;
-        IntPtr pos;
-        int count;
+        internal SegmentView(byte[] k, byte[] v, int[] positions)
+        {
+            K = k;
+            V = v;
+            Positions = positions;
+        }
 
-        /// <summary>[Count, head_dim] keys of the storage dtype.</summary>
-        public IntPtr K { get { return k; } }
-        /// <summary>[Count, head_dim] values of the storage dtype.</summary>
-        public IntPtr V { get { return v; } }
-        /// <summary>[Count] absolute positions (int32).</summary>
-        public IntPtr Positions { get { return pos; } }
+        /// <summary>[Count] rows of the K storage format.</summary>
+        public byte[] K { get; }
+        /// <summary>[Count] rows of the V storage format.</summary>
+        public byte[] V { get; }
+        /// <summary>[Count] absolute positions.</summary>
+        public int[] Positions { get; }
         /// <summary>Tokens in this segment.</summary>
-        public int Count { get { return count; } }
+        public int Count { get { return Positions.Length; } }
+    }
+
+    /// <summary>kvc_segment_view as the library writes it: pointers into its storage.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    struct NativeSegmentView
+    {
+        internal IntPtr K;
+        internal IntPtr V;
+        internal IntPtr Pos;
+        internal int Count;
     }
 }

@@ -63,7 +63,7 @@ namespace Kvcache.Tests
             var positions = new int[total];
             int next = 0;
             foreach (SegmentView view in views) {
-                Marshal.Copy(view.Positions, positions, next, view.Count);
+                Array.Copy(view.Positions, 0, positions, next, view.Count);
                 next += view.Count;
             }
             return positions;
