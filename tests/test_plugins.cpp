@@ -594,6 +594,11 @@ struct ConfigProbeRecord {
   char params[256];
   long copies_async, frees_async, synchronizes;
   void *last_copy_stream, *last_free_stream;
+  long appends, appends_tensors;
+  const void *last_src_k, *last_src_v;
+  int32_t last_n_tokens, last_n_kv_heads;
+  size_t last_n_slots;
+  int covers_once;
 };
 
 // The probe's record since the last call (it is cleared each time).
@@ -745,6 +750,47 @@ TEST_CASE("plugins: growth copies and frees go through a 1.3 backend's stream en
   REQUIRE(views[0].count == kFirst + kSecond);
   CHECK(static_cast<const float*>(views[0].k)[kDim + 2] == rows[kDim + 2]);
   CHECK(static_cast<const float*>(views[0].k)[kFirst * kDim] == rows[0]);
+}
+
+TEST_CASE("plugins: a 1.4 backend gets each append once, the tensors whole, every row in one slot") {
+  constexpr int32_t kHeads = 3, kDim = 4;
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1;
+  p.kv_heads = kHeads;
+  p.q_heads = kHeads;
+  p.head_dim = kDim;
+  p.k_dtype = KVC_DTYPE_F32;
+  p.v_dtype = KVC_DTYPE_F16;
+  p.block_tokens = 4;  // a sequence's new tokens span several blocks: several slots per head
+  p.backend = "config_probe";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t ids[] = {4, 9, 2};
+  for (int32_t id : ids) REQUIRE(kvc_seq_create(cache.get(), id) == nullptr);
+  int32_t length[3] = {};
+  for (const auto& n_tokens : {std::vector<int32_t>{3, 9, 1}, std::vector<int32_t>{1, 6, 2}}) {
+    const int32_t total = n_tokens[0] + n_tokens[1] + n_tokens[2];
+    std::vector<int32_t> positions;
+    for (size_t s = 0; s < 3; ++s) {
+      for (int32_t t = 0; t < n_tokens[s]; ++t) positions.push_back(length[s] + t);
+      length[s] += n_tokens[s];
+    }
+    std::vector<float> rows(static_cast<size_t>(total) * kHeads * kDim, 0.5f);
+    const kvc_tensor t = kvt::tensor(rows.data(), KVC_DTYPE_F32);
+    kvc_batch batch;
+    kvc_batch_init(&batch, 3, ids, n_tokens.data(), positions.data());
+    KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &batch, &t, &t));
+    const ConfigProbeRecord r = config_probe_record();
+    CHECK(r.appends == 0);
+    CHECK(r.appends_tensors == 1);
+    CHECK(r.last_src_k == rows.data());
+    CHECK(r.last_src_v == rows.data());
+    CHECK(r.last_n_tokens == total);
+    CHECK(r.last_n_kv_heads == kHeads);
+    CHECK(r.last_n_slots > static_cast<size_t>(3 * kHeads));
+    CHECK(r.covers_once == 1);
+  }
 }
 
 TEST_CASE("plugins: a backend with only some of the 1.3 stream entries is refused") {
