@@ -579,7 +579,9 @@ namespace {
 
 // An append batch whose K comes as f32 rows padded around the KV heads (as K would lie in a
 // fused QKV row) and V in its bf16 storage format with a row stride of its own, into a cache
-// storing K as f16 and V as bf16: each stored row checked against its hand-converted source.
+// storing K as f16 and V as bf16 (K too as bf16 on a backend of one format for both, the
+// cuda backend's kernels and one built against plugin ABI 1.0): each stored row checked
+// against its hand-converted source.
 struct UnevenAppend {
   int32_t kv_heads, head_dim, block_tokens;
   std::vector<std::vector<int32_t>> appends;  // per append, the new tokens of sequences 0, 1, ...
@@ -606,7 +608,10 @@ void check_uneven_append(const UnevenAppend& shape) {
   p.kv_heads = heads;
   p.q_heads = heads;
   p.head_dim = dim;
-  p.k_dtype = KVC_DTYPE_F16;
+  const std::string backend = kvt::test_backend() ? kvt::test_backend() : "";
+  const bool one_format = backend == "cuda" || backend == "counting_1_0";
+  const kvc_dtype k_storage = one_format ? KVC_DTYPE_BF16 : KVC_DTYPE_F16;
+  p.k_dtype = k_storage;
   p.v_dtype = KVC_DTYPE_BF16;
   p.block_tokens = shape.block_tokens;
   kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
@@ -654,7 +659,9 @@ void check_uneven_append(const UnevenAppend& shape) {
       for (int32_t pos = 0; pos < n; ++pos) {
         CHECK(head.positions[static_cast<size_t>(pos)] == pos);
         for (int32_t i = 0; i < dim; ++i) {
-          k_expected.push_back(ref::f32_to_f16(k_value(s, pos, h, i)));
+          const float k_source = k_value(s, pos, h, i);
+          k_expected.push_back(k_storage == KVC_DTYPE_F16 ? ref::f32_to_f16(k_source)
+                                                          : ref::f32_to_bf16(k_source));
           v_expected.push_back(ref::f32_to_bf16(v_value(s, pos, h, i)));
         }
       }
