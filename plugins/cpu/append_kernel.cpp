@@ -71,11 +71,11 @@ void end_streaming() {
 #endif
 }
 
-// One head row of a token, converted from f32 where the source is f32.
+// One head row of a token (`row_bytes` stored), converted from f32 where the source is f32.
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
-              size_t head_dim, bool stream) {
+              size_t head_dim, size_t row_bytes, bool stream) {
   if (src_dtype == storage_dtype)
-    copy_bytes(dst, src, kvc_format_row_bytes(storage_dtype, head_dim), stream);
+    copy_bytes(dst, src, row_bytes, stream);
   else
     store_row_f32(static_cast<const float*>(src), dst, storage_dtype, head_dim);
 }
@@ -90,7 +90,8 @@ void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* ds
   }
   for (size_t t = 0; t < n_tokens; ++t)
     copy_row(static_cast<const char*>(src) + t * src_row_bytes, src_dtype,
-             static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, false);
+             static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, dst_row_bytes,
+             false);
 }
 
 // Positions and zeroed statistics of a job's tokens.
@@ -147,31 +148,41 @@ SlotsByHead slots_by_head(const kvc_append_slot* slots, size_t n_slots, size_t n
   return index;
 }
 
-// One of the call's tensors: where element (t, h, 0) is, and where its rows go.
+// One of the call's tensors: where element (t, h, 0) is, and where its rows go. The cpu
+// backend's formats have groups of one value, so rows lie whole numbers of values apart.
 struct Tensor {
   const char* data;
   kvc_dtype dtype;
-  size_t token_stride;
-  size_t head_stride;
+  size_t token_bytes;  // between tokens
+  size_t head_bytes;   // between heads of a token
+  size_t token_stride;  // in values
   kvc_dtype storage;
   bool values;  // V: the slots' dst_v, else dst_k
 
-  const char* row(size_t t, size_t h) const {
-    return data + kvc_format_row_bytes(dtype, t * token_stride + h * head_stride);
-  }
+  Tensor(const void* base, kvc_dtype src, size_t token_values, size_t head_values,
+         kvc_dtype stored, bool is_v)
+      : data(static_cast<const char*>(base)),
+        dtype(src),
+        token_bytes(kvc_format_row_bytes(src, token_values)),
+        head_bytes(kvc_format_row_bytes(src, head_values)),
+        token_stride(token_values),
+        storage(stored),
+        values(is_v) {}
+
+  const char* row(size_t t, size_t h) const { return data + t * token_bytes + h * head_bytes; }
   char* destination(const kvc_append_slot& slot) const {
     return static_cast<char*>(values ? slot.dst_v : slot.dst_k);
   }
 };
 
 Tensor k_tensor(const kvc_append_tensors_call& call) {
-  return {static_cast<const char*>(call.src_k), call.src_k_dtype, call.src_k_token_stride,
-          call.src_k_head_stride, call.k_dtype, false};
+  return {call.src_k, call.src_k_dtype, call.src_k_token_stride, call.src_k_head_stride,
+          call.k_dtype, false};
 }
 
 Tensor v_tensor(const kvc_append_tensors_call& call) {
-  return {static_cast<const char*>(call.src_v), call.src_v_dtype, call.src_v_token_stride,
-          call.src_v_head_stride, call.v_dtype, true};
+  return {call.src_v, call.src_v_dtype, call.src_v_token_stride, call.src_v_head_stride,
+          call.v_dtype, true};
 }
 
 // The rows of one slot.
@@ -181,34 +192,56 @@ void copy_slot_rows(const Tensor& tensor, const kvc_append_slot& slot, size_t he
             size_t(slot.n_tokens));
 }
 
+// Where one head's rows go while the tensor is walked token by token: the slot holding tokens
+// [begin, end), its row for the current token at dst once the walk reaches begin.
+struct HeadCursor {
+  size_t next;  // index into SlotsByHead::order of the slot after this one
+  size_t begin, end;
+  char* dst;
+};
+
+// The cursor of head h at its first slot ending after token t (none: begin = end = SIZE_MAX).
+HeadCursor cursor_at(const Tensor& tensor, const kvc_append_slot* slots, const SlotsByHead& index,
+                     size_t h, size_t t, size_t first_candidate, size_t dst_row_bytes) {
+  size_t c = first_candidate;
+  const size_t limit = index.starts[h + 1];
+  while (c < limit && size_t(slots[index.order[c]].first_token) +
+                              size_t(slots[index.order[c]].n_tokens) <= t)
+    ++c;
+  if (c == limit) return {limit, SIZE_MAX, SIZE_MAX, nullptr};
+  const kvc_append_slot& slot = slots[index.order[c]];
+  const size_t first = size_t(slot.first_token);
+  const size_t skipped = t > first ? t - first : 0;
+  return {c + 1, first, first + size_t(slot.n_tokens),
+          tensor.destination(slot) + skipped * dst_row_bytes};
+}
+
 // The rows of tokens [begin, end) in the tensor's order: token by token, each token's heads in
 // turn, every row to the slot holding it, by non-temporal stores.
 void copy_token_rows(const Tensor& tensor, const kvc_append_slot* slots, const SlotsByHead& index,
                      size_t n_heads, size_t head_dim, size_t begin, size_t end) {
-  // cursor[h]: the first slot of head h that does not end at or before the current token.
-  std::vector<size_t> cursor(n_heads);
+  const size_t dst_row_bytes = kvc_format_row_bytes(tensor.storage, head_dim);
+  std::vector<HeadCursor> cursors(n_heads);
   for (size_t h = 0; h < n_heads; ++h) {
     const auto first = index.order.begin() + std::ptrdiff_t(index.starts[h]);
     const auto last = index.order.begin() + std::ptrdiff_t(index.starts[h + 1]);
-    cursor[h] = size_t(std::partition_point(first, last, [&](size_t i) {
-                  return size_t(slots[i].first_token) + size_t(slots[i].n_tokens) <= begin;
-                }) - index.order.begin());
+    const size_t candidate = size_t(std::partition_point(first, last, [&](size_t i) {
+                                      return size_t(slots[i].first_token) +
+                                                 size_t(slots[i].n_tokens) <= begin;
+                                    }) - index.order.begin());
+    cursors[h] = cursor_at(tensor, slots, index, h, begin, candidate, dst_row_bytes);
   }
-  const size_t span = kvc_format_row_bytes(tensor.dtype, (n_heads - 1) * tensor.head_stride + head_dim);
-  const size_t dst_row_bytes = kvc_format_row_bytes(tensor.storage, head_dim);
+  const size_t span = (n_heads - 1) * tensor.head_bytes + kvc_format_row_bytes(tensor.dtype, head_dim);
   for (size_t t = begin; t < end; ++t) {
     if (t + kPrefetchRows < end) prefetch_row(tensor.row(t + kPrefetchRows, 0), span);
+    const char* token = tensor.row(t, 0);
     for (size_t h = 0; h < n_heads; ++h) {
-      size_t& c = cursor[h];
-      while (c < index.starts[h + 1] &&
-             size_t(slots[index.order[c]].first_token) + size_t(slots[index.order[c]].n_tokens) <= t)
-        ++c;
-      if (c == index.starts[h + 1]) continue;
-      const kvc_append_slot& slot = slots[index.order[c]];
-      if (size_t(slot.first_token) > t) continue;
-      copy_row(tensor.row(t, h), tensor.dtype,
-               tensor.destination(slot) + (t - size_t(slot.first_token)) * dst_row_bytes,
-               tensor.storage, head_dim, true);
+      HeadCursor& c = cursors[h];
+      if (t >= c.end) c = cursor_at(tensor, slots, index, h, t, c.next, dst_row_bytes);
+      if (t < c.begin) continue;  // no slot holds this (token, head)
+      copy_row(token + h * tensor.head_bytes, tensor.dtype, c.dst, tensor.storage, head_dim,
+               dst_row_bytes, true);
+      c.dst += dst_row_bytes;
     }
   }
 }
