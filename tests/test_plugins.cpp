@@ -24,6 +24,7 @@
 #include "kvcache/kvcache.h"
 #include "host_reads.hpp"
 #include "kvcache/kvcache_plugin.h"
+#include "reference_attention.hpp"
 #include "test_support.hpp"
 
 #ifndef KVC_TEST_BAD_ABI_PLUGIN
@@ -671,6 +672,11 @@ struct ConfigProbeRecord {
   char params[256];
   long copies_async, frees_async, synchronizes;
   void *last_copy_stream, *last_free_stream;
+  long appends, appends_tensors;
+  const void *last_src_k, *last_src_v;
+  int32_t last_n_tokens, last_n_kv_heads;
+  size_t last_n_slots;
+  int covers_once;
 };
 
 // The probe's record since the last call (it is cleared each time).
@@ -822,6 +828,228 @@ TEST_CASE("plugins: growth copies and frees go through a 1.3 backend's stream en
   REQUIRE(views[0].count == kFirst + kSecond);
   CHECK(static_cast<const float*>(views[0].k)[kDim + 2] == rows[kDim + 2]);
   CHECK(static_cast<const float*>(views[0].k)[kFirst * kDim] == rows[0]);
+}
+
+TEST_CASE("plugins: a 1.4 backend gets each append once, the tensors whole, every row in one slot") {
+  constexpr int32_t kHeads = 3, kDim = 4;
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 1;
+  p.kv_heads = kHeads;
+  p.q_heads = kHeads;
+  p.head_dim = kDim;
+  p.k_dtype = KVC_DTYPE_F32;
+  p.v_dtype = KVC_DTYPE_F16;
+  p.block_tokens = 4;  // a sequence's new tokens span several blocks: several slots per head
+  p.backend = "config_probe";
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t ids[] = {4, 9, 2};
+  for (int32_t id : ids) REQUIRE(kvc_seq_create(cache.get(), id) == nullptr);
+  int32_t length[3] = {};
+  for (const auto& n_tokens : {std::vector<int32_t>{3, 9, 1}, std::vector<int32_t>{1, 6, 2}}) {
+    const int32_t total = n_tokens[0] + n_tokens[1] + n_tokens[2];
+    std::vector<int32_t> positions;
+    for (size_t s = 0; s < 3; ++s) {
+      for (int32_t t = 0; t < n_tokens[s]; ++t) positions.push_back(length[s] + t);
+      length[s] += n_tokens[s];
+    }
+    std::vector<float> rows(static_cast<size_t>(total) * kHeads * kDim, 0.5f);
+    const kvc_tensor t = kvt::tensor(rows.data(), KVC_DTYPE_F32);
+    kvc_batch batch;
+    kvc_batch_init(&batch, 3, ids, n_tokens.data(), positions.data());
+    KVT_REQUIRE_OK(kvc_append(cache.get(), 0, &batch, &t, &t));
+    const ConfigProbeRecord r = config_probe_record();
+    CHECK(r.appends == 0);
+    CHECK(r.appends_tensors == 1);
+    CHECK(r.last_src_k == rows.data());
+    CHECK(r.last_src_v == rows.data());
+    CHECK(r.last_n_tokens == total);
+    CHECK(r.last_n_kv_heads == kHeads);
+    CHECK(r.last_n_slots > static_cast<size_t>(3 * kHeads));
+    CHECK(r.covers_once == 1);
+  }
+}
+
+namespace {
+
+// A host API for calling a backend plugin without the library: parallel_for runs its chunks
+// one after another, `grain` at a time, so a body starts mid-range as on the arena.
+kvc_host_api direct_host() {
+  kvc_host_api host{};
+  host.struct_size = sizeof(host);
+  host.abi_version = KVC_PLUGIN_ABI_VERSION;
+  host.log = [](void*, kvc_log_level, const char*) {};
+  host.parallel_for = [](void*, size_t n, size_t grain, kvc_range_fn body, void* user) {
+    for (size_t begin = 0; begin < n; begin += grain) body(user, begin, std::min(n, begin + grain));
+  };
+  host.alloc = [](void*, size_t bytes, size_t alignment) {
+    return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+  };
+  host.free = [](void*, void* ptr) { std::free(ptr); };
+  return host;
+}
+
+// The cpu backend's vtable, from its library.
+const kvc_backend_vtable* cpu_backend(const kvc_host_api& host) {
+  void* library = dlopen(KVC_TEST_CPU_BACKEND_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(library != nullptr);
+  auto entry = reinterpret_cast<kvc_plugin_entry_fn>(dlsym(library, KVC_PLUGIN_ENTRY_SYMBOL));
+  const bool has_entry = entry != nullptr;
+  REQUIRE(has_entry);
+  const kvc_plugin_descriptor* descriptors = nullptr;
+  size_t count = 0;
+  kvc_plugin_error error{};
+  REQUIRE(entry(&host, &descriptors, &count, &error) == KVC_OK);
+  for (size_t i = 0; i < count; ++i) {
+    const kvc_plugin_descriptor* d = KVC_PLUGIN_AT(const kvc_plugin_descriptor, descriptors, i);
+    if (d->kind == KVC_PLUGIN_BACKEND && std::string(d->name) == "cpu")
+      return static_cast<const kvc_backend_vtable*>(d->vtable);
+  }
+  FAIL("the cpu backend library has no cpu backend");
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("plugins: the cpu backend's append_tensors stores heads of any head stride in any slot") {
+  constexpr int32_t kHeads = 3, kDim = 128;
+  // K: f32 heads 2 * kDim + 8 elements apart (other data between them), stored as f16. V:
+  // bf16 heads kDim + 3 apart, stored as it is.
+  constexpr size_t kKHeadStride = 2 * kDim + 8, kKTokenStride = kHeads * kKHeadStride + 16;
+  constexpr size_t kVHeadStride = kDim + 3, kVTokenStride = kHeads * kVHeadStride + 5;
+  const kvc_host_api host = direct_host();
+  const kvc_backend_vtable* cpu = cpu_backend(host);
+  const bool has_append_tensors = cpu->append_tensors != nullptr;
+  REQUIRE(has_append_tensors);
+  void* instance = nullptr;
+  kvc_plugin_error error{};
+  REQUIRE(cpu->create(&host, &instance, &error) == KVC_OK);
+  auto k_value = [](size_t t, size_t h, size_t i) {
+    return static_cast<float>((t * 31 + h * 7 + i) % 1999) * 0.25f - 200.0f;
+  };
+  auto v_value = [](size_t t, size_t h, size_t i) {
+    return static_cast<float>((t * 13 + h * 101 + i * 3) % 883) * -0.5f + 100.0f;
+  };
+  // 6 tokens: copied slot by slot; 3000 (6 MiB stored): in token order.
+  for (int32_t n_tokens : {6, 3000}) {
+    CAPTURE(n_tokens);
+    const size_t n = static_cast<size_t>(n_tokens);
+    std::vector<float> k(n * kKTokenStride, 1e30f);
+    std::vector<uint16_t> v(n * kVTokenStride, 0x7fc0);
+    std::vector<int32_t> positions(n);
+    for (size_t t = 0; t < n; ++t) {
+      positions[t] = static_cast<int32_t>(1000 + 3 * t);
+      for (size_t h = 0; h < kHeads; ++h) {
+        for (size_t i = 0; i < kDim; ++i) {
+          k[t * kKTokenStride + h * kKHeadStride + i] = k_value(t, h, i);
+          v[t * kVTokenStride + h * kVHeadStride + i] = ref::f32_to_bf16(v_value(t, h, i));
+        }
+      }
+    }
+    // Each head's tokens in runs of its own lengths, to storage of its own; the slots listed
+    // last run first.
+    std::vector<std::vector<uint16_t>> k_store(kHeads, std::vector<uint16_t>(n * kDim));
+    std::vector<std::vector<uint16_t>> v_store(kHeads, std::vector<uint16_t>(n * kDim));
+    std::vector<std::vector<int32_t>> pos_store(kHeads, std::vector<int32_t>(n, -1));
+    std::vector<std::vector<float>> sums(kHeads, std::vector<float>(n, 7.0f));
+    std::vector<kvc_append_slot> slots;
+    for (int32_t h = 0; h < kHeads; ++h) {
+      const size_t hh = static_cast<size_t>(h);
+      const int32_t run = 1 + (h + 1) * n_tokens / 5;
+      for (int32_t first = 0; first < n_tokens; first += run) {
+        kvc_append_slot slot{};
+        slot.struct_size = sizeof(slot);
+        slot.first_token = first;
+        slot.n_tokens = std::min(run, n_tokens - first);
+        slot.kv_head = h;
+        const size_t at = static_cast<size_t>(first);
+        slot.dst_k = k_store[hh].data() + at * kDim;
+        slot.dst_v = v_store[hh].data() + at * kDim;
+        slot.dst_pos = pos_store[hh].data() + at;
+        slot.dst_stats.attn_sum = sums[hh].data() + at;
+        slots.insert(slots.begin(), slot);
+      }
+    }
+    kvc_append_tensors_call call{};
+    call.struct_size = sizeof(call);
+    call.head_dim = kDim;
+    call.n_kv_heads = kHeads;
+    call.n_tokens = n_tokens;
+    call.k_dtype = KVC_DTYPE_F16;
+    call.v_dtype = KVC_DTYPE_BF16;
+    call.src_k = k.data();
+    call.src_v = v.data();
+    call.src_k_dtype = KVC_DTYPE_F32;
+    call.src_v_dtype = KVC_DTYPE_BF16;
+    call.src_device = KVC_DEVICE_HOST;
+    call.src_k_token_stride = kKTokenStride;
+    call.src_k_head_stride = kKHeadStride;
+    call.src_v_token_stride = kVTokenStride;
+    call.src_v_head_stride = kVHeadStride;
+    call.src_pos = positions.data();
+    call.slots = slots.data();
+    call.n_slots = slots.size();
+    REQUIRE(cpu->append_tensors(instance, &call, &error) == KVC_OK);
+    size_t wrong_k = 0, wrong_v = 0, wrong_pos = 0, wrong_sums = 0;
+    for (size_t h = 0; h < kHeads; ++h) {
+      for (size_t t = 0; t < n; ++t) {
+        wrong_pos += pos_store[h][t] != positions[t];
+        wrong_sums += sums[h][t] != 0.0f;
+        for (size_t i = 0; i < kDim; ++i) {
+          wrong_k += k_store[h][t * kDim + i] != ref::f32_to_f16(k_value(t, h, i));
+          wrong_v += v_store[h][t * kDim + i] != ref::f32_to_bf16(v_value(t, h, i));
+        }
+      }
+    }
+    CHECK(wrong_k == 0);
+    CHECK(wrong_v == 0);
+    CHECK(wrong_pos == 0);
+    CHECK(wrong_sums == 0);
+  }
+  cpu->destroy(instance);
+}
+
+TEST_CASE("plugins: the backend skeleton refuses an append_tensors slot outside its tensors") {
+  const kvc_host_api host = direct_host();
+  const kvc_backend_vtable* cpu = cpu_backend(host);
+  void* instance = nullptr;
+  kvc_plugin_error error{};
+  REQUIRE(cpu->create(&host, &instance, &error) == KVC_OK);
+  std::vector<float> rows(4 * 2 * 8, 1.0f), k_store(4 * 8, -1.0f), v_store(4 * 8, -1.0f);
+  std::vector<int32_t> positions = {0, 1, 2, 3}, pos_store(4, -1);
+  kvc_append_slot slot{};
+  slot.struct_size = sizeof(slot);
+  slot.n_tokens = 4;
+  slot.dst_k = k_store.data();
+  slot.dst_v = v_store.data();
+  slot.dst_pos = pos_store.data();
+  kvc_append_tensors_call call{};
+  call.struct_size = sizeof(call);
+  call.head_dim = 8;
+  call.n_kv_heads = 2;
+  call.n_tokens = 4;
+  call.src_k = call.src_v = rows.data();
+  call.src_k_token_stride = call.src_v_token_stride = 16;
+  call.src_k_head_stride = call.src_v_head_stride = 8;
+  call.src_pos = positions.data();
+  call.slots = &slot;
+  call.n_slots = 1;
+  struct Case {
+    const char* what;
+    int32_t first_token, n_tokens, kv_head;
+  };
+  for (const Case& c : {Case{"past the last token", 1, 4, 0}, Case{"a KV head too many", 0, 4, 2},
+                        Case{"a negative head", 0, 4, -1}, Case{"a negative first token", -1, 2, 0}}) {
+    CAPTURE(c.what);
+    slot.first_token = c.first_token;
+    slot.n_tokens = c.n_tokens;
+    slot.kv_head = c.kv_head;
+    CHECK(cpu->append_tensors(instance, &call, &error) == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(kvt::contains(error.message, "outside the call's 4 tokens and 2 KV heads"));
+    CHECK(pos_store == std::vector<int32_t>(4, -1));
+  }
+  cpu->destroy(instance);
 }
 
 TEST_CASE("plugins: a backend with only some of the 1.3 stream entries is refused") {

@@ -15,6 +15,7 @@
 #include "host_reads.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
+#include "reference_attention.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -572,4 +573,115 @@ TEST_CASE("sequences: the peak estimate follows compaction's shrinking (contiguo
   CHECK(stats.bytes_peak == estimate);
   // The compaction to 32 of 256 shrank the segments.
   CHECK(stats.bytes_used < estimate / 4);
+}
+
+namespace {
+
+// An append batch whose K comes as f32 rows padded around the KV heads (as K would lie in a
+// fused QKV row) and V in its bf16 storage format with a row stride of its own, into a cache
+// storing K as f16 and V as bf16 (K too as bf16 on a backend of one format for both, the
+// cuda backend's kernels and one built against plugin ABI 1.0): each stored row checked
+// against its hand-converted source.
+struct UnevenAppend {
+  int32_t kv_heads, head_dim, block_tokens;
+  std::vector<std::vector<int32_t>> appends;  // per append, the new tokens of sequences 0, 1, ...
+};
+
+float k_value(int32_t seq, int32_t pos, int32_t head, int32_t i) {
+  return static_cast<float>((seq * 7919 + pos * 131 + head * 17 + i) % 2011) * 0.37f - 301.0f;
+}
+
+float v_value(int32_t seq, int32_t pos, int32_t head, int32_t i) {
+  return static_cast<float>((seq * 104729 + pos * 37 + head * 3 + i * 11) % 997) * -0.125f + 40.0f;
+}
+
+void check_uneven_append(const UnevenAppend& shape) {
+  const int32_t heads = shape.kv_heads, dim = shape.head_dim, layer = 1;
+  const size_t row = static_cast<size_t>(heads) * dim;
+  const size_t k_pad = 5, k_stride = row + 9;  // K of a token: elements [k_pad, k_pad + row)
+  const size_t v_stride = row + 3;
+  const int32_t n_seqs = static_cast<int32_t>(shape.appends.front().size());
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.kv_heads = heads;
+  p.q_heads = heads;
+  p.head_dim = dim;
+  const std::string backend = kvt::test_backend() ? kvt::test_backend() : "";
+  const bool one_format = backend == "cuda" || backend == "counting_1_0";
+  const kvc_dtype k_storage = one_format ? KVC_DTYPE_BF16 : KVC_DTYPE_F16;
+  p.k_dtype = k_storage;
+  p.v_dtype = KVC_DTYPE_BF16;
+  p.block_tokens = shape.block_tokens;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  std::vector<int32_t> ids(static_cast<size_t>(n_seqs));
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    ids[static_cast<size_t>(s)] = s;
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), s));
+  }
+  std::vector<int32_t> length(static_cast<size_t>(n_seqs), 0);
+  for (const std::vector<int32_t>& n_tokens : shape.appends) {
+    std::vector<int32_t> positions;
+    std::vector<int32_t> owner;
+    for (int32_t s = 0; s < n_seqs; ++s) {
+      for (int32_t t = 0; t < n_tokens[static_cast<size_t>(s)]; ++t) {
+        positions.push_back(length[static_cast<size_t>(s)] + t);
+        owner.push_back(s);
+      }
+      length[static_cast<size_t>(s)] += n_tokens[static_cast<size_t>(s)];
+    }
+    std::vector<float> k(positions.size() * k_stride, 1e30f);
+    std::vector<uint16_t> v(positions.size() * v_stride, 0x7fc0);
+    for (size_t t = 0; t < positions.size(); ++t) {
+      for (int32_t h = 0; h < heads; ++h) {
+        for (int32_t i = 0; i < dim; ++i) {
+          const size_t e = static_cast<size_t>(h) * dim + i;
+          k[t * k_stride + k_pad + e] = k_value(owner[t], positions[t], h, i);
+          v[t * v_stride + e] = ref::f32_to_bf16(v_value(owner[t], positions[t], h, i));
+        }
+      }
+    }
+    kvc_batch batch;
+    kvc_batch_init(&batch, n_seqs, ids.data(), n_tokens.data(), positions.data());
+    const kvc_tensor kt = kvt::tensor(k.data() + k_pad, KVC_DTYPE_F32, k_stride);
+    const kvc_tensor vt = kvt::tensor(v.data(), KVC_DTYPE_BF16, v_stride);
+    KVT_REQUIRE_OK(kvc_append(cache.get(), layer, &batch, &kt, &vt));
+  }
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    const kvc::SequenceImage image = kvt::stored_sequence(cache.get(), s);
+    for (int32_t h = 0; h < heads; ++h) {
+      CHECK(image.heads[static_cast<size_t>(h)].positions.empty());  // layer 0: nothing
+      const kvc::HeadImage& head = image.heads[static_cast<size_t>(layer * heads + h)];
+      const int32_t n = length[static_cast<size_t>(s)];
+      REQUIRE(head.positions.size() == static_cast<size_t>(n));
+      std::vector<uint16_t> k_expected, v_expected;
+      for (int32_t pos = 0; pos < n; ++pos) {
+        CHECK(head.positions[static_cast<size_t>(pos)] == pos);
+        for (int32_t i = 0; i < dim; ++i) {
+          const float k_source = k_value(s, pos, h, i);
+          k_expected.push_back(k_storage == KVC_DTYPE_F16 ? ref::f32_to_f16(k_source)
+                                                          : ref::f32_to_bf16(k_source));
+          v_expected.push_back(ref::f32_to_bf16(v_value(s, pos, h, i)));
+        }
+      }
+      INFO("sequence " << s << ", KV head " << h);
+      REQUIRE(head.k.size() == k_expected.size() * sizeof(uint16_t));
+      REQUIRE(head.v.size() == v_expected.size() * sizeof(uint16_t));
+      CHECK(std::memcmp(head.k.data(), k_expected.data(), head.k.size()) == 0);
+      CHECK(std::memcmp(head.v.data(), v_expected.data(), head.v.size()) == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sequences: an uneven batch of padded f32 K and strided bf16 V is stored row for row") {
+  // Small appends (copied slot by slot), over block boundaries and into part-filled blocks.
+  check_uneven_append({3, 8, 4, {{5, 1, 7}, {2, 3, 1}, {1, 1, 1}}});
+}
+
+TEST_CASE("sequences: a large uneven append (copied in token order) is stored row for row") {
+  // Over 4 MiB of storage in one call: the cpu backend's token-order copy.
+  check_uneven_append({4, 128, 256, {{3, 1, 2}, {1900, 7, 1100}}});
 }

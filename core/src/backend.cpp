@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace kvc {
 
@@ -16,6 +17,7 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
     : name_(plugin.name),
       vtable_(plugin.backend),
       head_dim_(config.head_dim),
+      kv_heads_(config.kv_heads),
       k_dtype_(config.k_dtype),
       v_dtype_(config.v_dtype) {
   // Before 1.3 the call structs had one storage format, which a backend applies to V too.
@@ -78,12 +80,58 @@ void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
   }
 }
 
-void Backend::append(const std::vector<kvc_append_job>& jobs, void* stream) {
-  if (jobs.empty()) return;
-  kvc_append_call call{sizeof(call), head_dim_, k_dtype_, stream, jobs.data(),
-                       jobs.size(),   v_dtype_};
+void Backend::append(const std::vector<kvc_append_slot>& slots, kvc_append_tensors_call call) {
+  if (slots.empty()) return;
+  call.struct_size = sizeof(call);
+  call.head_dim = head_dim_;
+  call.n_kv_heads = kv_heads_;
+  call.k_dtype = k_dtype_;
+  call.v_dtype = v_dtype_;
+  call.slots = slots.data();
+  call.n_slots = slots.size();
+  if (!vtable_.append_tensors) {
+    append_by_jobs(call);
+    return;
+  }
   kvc_plugin_error error{};
-  check(vtable_.append(instance_, &call, &error), error, "append");
+  check(vtable_.append_tensors(instance_, &call, &error), error, "append_tensors");
+}
+
+// The one translation of a tensor append into the job list of ABI 1.0-1.3: a job per slot,
+// its sources the slot's first row of each tensor.
+void Backend::append_by_jobs(const kvc_append_tensors_call& call) {
+  auto row = [](const void* base, kvc_dtype dtype, size_t elements) {
+    return static_cast<const unsigned char*>(base) + kvc_format_row_bytes(dtype, elements);
+  };
+  std::vector<kvc_append_job> jobs;
+  jobs.reserve(call.n_slots);
+  for (size_t i = 0; i < call.n_slots; ++i) {
+    const kvc_append_slot& slot = call.slots[i];
+    const size_t token = static_cast<size_t>(slot.first_token);
+    const size_t head = static_cast<size_t>(slot.kv_head);
+    kvc_append_job job{};
+    job.struct_size = sizeof(job);
+    job.n_tokens = slot.n_tokens;
+    job.src_k = row(call.src_k, call.src_k_dtype,
+                    token * call.src_k_token_stride + head * call.src_k_head_stride);
+    job.src_v = row(call.src_v, call.src_v_dtype,
+                    token * call.src_v_token_stride + head * call.src_v_head_stride);
+    job.src_k_stride = call.src_k_token_stride;
+    job.src_v_stride = call.src_v_token_stride;
+    job.src_dtype = call.src_k_dtype;
+    job.src_v_dtype = call.src_v_dtype;
+    job.src_device = call.src_device;
+    job.src_pos = call.src_pos + token;
+    job.dst_k = slot.dst_k;
+    job.dst_v = slot.dst_v;
+    job.dst_pos = slot.dst_pos;
+    job.dst_stats = slot.dst_stats;
+    jobs.push_back(job);
+  }
+  kvc_append_call jobs_call{sizeof(jobs_call), head_dim_,   k_dtype_, call.stream,
+                            jobs.data(),       jobs.size(), v_dtype_};
+  kvc_plugin_error error{};
+  check(vtable_.append(instance_, &jobs_call, &error), error, "append");
 }
 
 void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call call) {

@@ -27,7 +27,10 @@ class Backend {
   // Ordered on `stream` (NULL: after all earlier work); returns once host memory on either side
   // is read or written. A device-to-device copy on a stream may still be running.
   void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream = nullptr);
-  void append(const std::vector<kvc_append_job>& jobs, void* stream);
+  // `call` holds the source tensors, their positions and the stream; its shape, formats, slots
+  // and struct_size are filled in here. A backend without append_tensors (ABI < 1.4) gets
+  // the same append as one kvc_append_job per slot.
+  void append(const std::vector<kvc_append_slot>& slots, kvc_append_tensors_call call);
   // `call` holds the options; its jobs, shape and struct_size are filled in here.
   void attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call call);
   void compact(const std::vector<kvc_compact_job>& jobs, void* stream);
@@ -39,10 +42,12 @@ class Backend {
  private:
   void check(int32_t code, const kvc_plugin_error& error, const char* what) const;
   void read_tokens_by_copy(const kvc_read_tokens_job& job);
+  void append_by_jobs(const kvc_append_tensors_call& call);
 
   std::string name_;
   kvc_backend_vtable vtable_;
   int32_t head_dim_;
+  int32_t kv_heads_;
   kvc_dtype k_dtype_;
   kvc_dtype v_dtype_;
   void* instance_ = nullptr;

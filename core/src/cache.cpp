@@ -403,25 +403,30 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
   }
   Replacements grown = ensure_room(stores, extra, false, batch.stream);
 
-  size_t row = static_cast<size_t>(heads) * config_.head_dim;
-  size_t k_stride = k.row_stride ? k.row_stride : row;
-  size_t v_stride = v.row_stride ? v.row_stride : row;
-  std::vector<kvc_append_job> jobs;
-  jobs.reserve(stores.size() * 2);
+  const size_t d = static_cast<size_t>(config_.head_dim);
+  const size_t row = static_cast<size_t>(heads) * d;
+  std::vector<kvc_append_slot> slots;
+  slots.reserve(stores.size() * 2);
   for (size_t s = 0; s < stores.size(); ++s) {
-    size_t i = s / static_cast<size_t>(heads);
-    size_t h = s % static_cast<size_t>(heads);
-    size_t first = static_cast<size_t>(resolved.offsets[i]);
-    size_t head_offset = h * static_cast<size_t>(config_.head_dim);
-    AppendSource source{
-        static_cast<const unsigned char*>(k.data) + (first * k_stride + head_offset) * element_bytes(k.dtype),
-        static_cast<const unsigned char*>(v.data) + (first * v_stride + head_offset) * element_bytes(v.dtype),
-        k_stride, v_stride, k.dtype, v.dtype, k.device,
-        batch.positions + first};
-    stores[s]->plan_append(extra[s], source, geometry_, jobs);
+    const size_t i = s / static_cast<size_t>(heads);
+    const int32_t h = static_cast<int32_t>(s % static_cast<size_t>(heads));
+    stores[s]->plan_append(extra[s], resolved.offsets[i], h, geometry_, slots);
   }
+  kvc_append_tensors_call call{};
+  call.n_tokens = resolved.total_tokens;
+  call.stream = batch.stream;
+  call.src_k = k.data;
+  call.src_v = v.data;
+  call.src_k_dtype = k.dtype;
+  call.src_v_dtype = v.dtype;
+  call.src_device = k.device;
+  call.src_k_token_stride = k.row_stride ? k.row_stride : row;
+  call.src_k_head_stride = d;
+  call.src_v_token_stride = v.row_stride ? v.row_stride : row;
+  call.src_v_head_stride = d;
+  call.src_pos = batch.positions;
   try {
-    backend_.append(jobs, batch.stream);
+    backend_.append(slots, call);
   } catch (...) {
     undo(grown);
     for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);

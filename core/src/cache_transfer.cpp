@@ -205,16 +205,24 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   }
   keep(ensure_room(stores, lengths, true));  // all or nothing, exactly the size needed
   try {
-    std::vector<kvc_append_job> jobs;
+    // Each head's rows are their own tensor: one append per head.
     for (size_t i = 0; i < image.heads.size(); ++i) {
       const HeadImage& head = image.heads[i];
       if (head.positions.empty()) continue;
-      AppendSource source{head.k_rows(), head.v_rows(), static_cast<size_t>(config_.head_dim),
-                          static_cast<size_t>(config_.head_dim), config_.k_dtype,
-                          config_.v_dtype, KVC_DEVICE_HOST, head.positions.data()};
-      stores[i]->plan_append(lengths[i], source, geometry_, jobs);
+      std::vector<kvc_append_slot> slots;
+      stores[i]->plan_append(lengths[i], 0, 0, geometry_, slots);
+      kvc_append_tensors_call call{};
+      call.n_tokens = lengths[i];
+      call.src_k = head.k_rows();
+      call.src_v = head.v_rows();
+      call.src_k_dtype = config_.k_dtype;
+      call.src_v_dtype = config_.v_dtype;
+      call.src_device = KVC_DEVICE_HOST;
+      call.src_k_token_stride = static_cast<size_t>(config_.head_dim);
+      call.src_v_token_stride = static_cast<size_t>(config_.head_dim);
+      call.src_pos = head.positions.data();
+      backend_.append(slots, call);
     }
-    backend_.append(jobs, nullptr);
     for (size_t i = 0; i < image.heads.size(); ++i) {
       const kvc_head_stats stats = stores[i]->stats(geometry_);
       float* targets[] = {stats.attn_sum, stats.attn_last, stats.attn_window};

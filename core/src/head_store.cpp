@@ -153,8 +153,8 @@ kvc_head_stats HeadStore::stats(const Geometry& g) const {
   return out;
 }
 
-void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometry& g,
-                            std::vector<kvc_append_job>& jobs) const {
+void HeadStore::plan_append(int32_t n, int32_t first_token, int32_t kv_head, const Geometry& g,
+                            std::vector<kvc_append_slot>& slots) const {
   const kvc_head_stats head_stats = stats(g);
   auto at = [](float* stat, int32_t index) { return stat ? stat + index : nullptr; };
   int32_t written = 0;
@@ -163,25 +163,19 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
     int32_t room = s.capacity - s.count;
     if (room <= 0) continue;
     int32_t take = std::min(room, n - written);
-    kvc_append_job job{};
-    job.struct_size = sizeof(job);
-    job.n_tokens = take;
-    const size_t skipped = static_cast<size_t>(written);
-    job.src_k = source.k + kvc_format_row_bytes(source.k_dtype, skipped * source.k_stride);
-    job.src_v = source.v + kvc_format_row_bytes(source.v_dtype, skipped * source.v_stride);
-    job.src_k_stride = source.k_stride;
-    job.src_v_stride = source.v_stride;
-    job.src_dtype = source.k_dtype;
-    job.src_v_dtype = source.v_dtype;
-    job.src_device = source.device;
-    job.src_pos = source.pos + written;
-    job.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.k_row_bytes;
-    job.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.v_row_bytes;
-    job.dst_pos = segment_pos(s, g) + s.count;
+    kvc_append_slot slot{};
+    slot.struct_size = sizeof(slot);
+    slot.first_token = first_token + written;
+    slot.n_tokens = take;
+    slot.kv_head = kv_head;
+    slot.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.k_row_bytes;
+    slot.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.v_row_bytes;
+    slot.dst_pos = segment_pos(s, g) + s.count;
     const int32_t index = length_ + written;
-    job.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index), at(head_stats.attn_last, index),
-                                   at(head_stats.attn_window, index)};
-    jobs.push_back(job);
+    slot.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index),
+                                    at(head_stats.attn_last, index),
+                                    at(head_stats.attn_window, index)};
+    slots.push_back(slot);
     written += take;
   }
 }

@@ -60,17 +60,6 @@ struct Segment {
   int32_t count;
 };
 
-// Where new tokens of one KV head come from: row t is at k + t * k_stride elements.
-struct AppendSource {
-  const unsigned char* k;
-  const unsigned char* v;
-  size_t k_stride;
-  size_t v_stride;
-  kvc_dtype k_dtype;  // f32 or the K format
-  kvc_dtype v_dtype;  // f32 or the V format
-  kvc_device device;
-  const int32_t* pos;
-};
 
 // What a store needs to fit more tokens: paged blocks, a private copy of a shared open block,
 // a new contiguous segment (bigger, or a private copy of a shared one), a bigger statistics
@@ -152,11 +141,11 @@ class HeadStore {
   void restore(const Replaced& replaced, BlockPool& pool, const Geometry& g);
   void release_replaced(const Replaced& replaced, BlockPool& pool, const Geometry& g) const;
 
-  // Jobs writing `n` tokens from `source` after the stored ones (capacity must suffice);
-  // commit_append() makes them visible once the backend has run the jobs, the last of them at
-  // `newest_position`.
-  void plan_append(int32_t n, const AppendSource& source, const Geometry& g,
-                   std::vector<kvc_append_job>& jobs) const;
+  // Slots writing head `kv_head` of the tensor rows [first_token, first_token + n) after the
+  // stored tokens (capacity must suffice); commit_append() makes them visible once the backend
+  // has run them, the last of them at `newest_position`.
+  void plan_append(int32_t n, int32_t first_token, int32_t kv_head, const Geometry& g,
+                   std::vector<kvc_append_slot>& slots) const;
   void commit_append(int32_t n, int32_t newest_position, const Geometry& g);
 
   void gather(std::vector<kvc_segment>& out, const Geometry& g) const;

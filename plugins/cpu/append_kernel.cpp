@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -72,11 +71,11 @@ void end_streaming() {
 #endif
 }
 
-// One head row of a token, converted from f32 where the source is f32.
+// One head row of a token (`row_bytes` stored), converted from f32 where the source is f32.
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
-              size_t head_dim, bool stream) {
+              size_t head_dim, size_t row_bytes, bool stream) {
   if (src_dtype == storage_dtype)
-    copy_bytes(dst, src, kvc_format_row_bytes(storage_dtype, head_dim), stream);
+    copy_bytes(dst, src, row_bytes, stream);
   else
     store_row_f32(static_cast<const float*>(src), dst, storage_dtype, head_dim);
 }
@@ -91,7 +90,8 @@ void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* ds
   }
   for (size_t t = 0; t < n_tokens; ++t)
     copy_row(static_cast<const char*>(src) + t * src_row_bytes, src_dtype,
-             static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, false);
+             static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, dst_row_bytes,
+             false);
 }
 
 // Positions and zeroed statistics of a job's tokens.
@@ -124,70 +124,134 @@ size_t stored_bytes(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim,
                    kvc_format_row_bytes(formats.v, head_dim) + sizeof(int32_t));
 }
 
-// Whether job b copies the same tokens as job a from the head next to a's: its source rows
-// start one head row after a's, alike in count, strides and dtype.
-bool next_head(const kvc_append_job& a, const kvc_append_job& b, size_t head_dim) {
-  return b.n_tokens == a.n_tokens && b.src_dtype == a.src_dtype &&
-         b.src_v_dtype == a.src_v_dtype && b.src_k_stride == a.src_k_stride &&
-         b.src_v_stride == a.src_v_stride &&
-         static_cast<const char*>(b.src_k) ==
-             static_cast<const char*>(a.src_k) + kvc_format_row_bytes(a.src_dtype, head_dim) &&
-         static_cast<const char*>(b.src_v) ==
-             static_cast<const char*>(a.src_v) + kvc_format_row_bytes(a.src_v_dtype, head_dim);
-}
-
-// The jobs in source order, cut into groups of neighbouring heads (next_head): the engine's
-// rows hold every head of a token side by side, and jobs come per head, so copying a group
-// token by token reads the source in order where job by job would sweep it once per head.
-struct HeadGroups {
-  std::vector<const kvc_append_job*> jobs;
-  std::vector<size_t> starts;  // group g is jobs [starts[g], starts[g + 1])
+// Where the slots of each KV head are, in token order: the slots of head h are
+// slots[order[starts[h]]], ..., slots[order[starts[h + 1] - 1]].
+struct SlotsByHead {
+  std::vector<size_t> order;
+  std::vector<size_t> starts;
 };
 
-HeadGroups head_groups(const kvc_append_job* jobs, size_t n_jobs, size_t head_dim) {
-  HeadGroups groups;
-  groups.jobs.reserve(n_jobs);
-  for (size_t j = 0; j < n_jobs; ++j)
-    if (jobs[j].n_tokens > 0) groups.jobs.push_back(&jobs[j]);
-  std::sort(groups.jobs.begin(), groups.jobs.end(), [](const auto* a, const auto* b) {
-    return std::less<const void*>()(a->src_k, b->src_k);
-  });
-  for (size_t j = 0; j < groups.jobs.size(); ++j)
-    if (j == 0 || !next_head(*groups.jobs[j - 1], *groups.jobs[j], head_dim))
-      groups.starts.push_back(j);
-  groups.starts.push_back(groups.jobs.size());
-  return groups;
+SlotsByHead slots_by_head(const kvc_append_slot* slots, size_t n_slots, size_t n_heads) {
+  SlotsByHead index;
+  index.starts.assign(n_heads + 1, 0);
+  for (size_t i = 0; i < n_slots; ++i) ++index.starts[size_t(slots[i].kv_head) + 1];
+  for (size_t h = 0; h < n_heads; ++h) index.starts[h + 1] += index.starts[h];
+  index.order.resize(n_slots);
+  std::vector<size_t> next(index.starts.begin(), index.starts.end() - 1);
+  for (size_t i = 0; i < n_slots; ++i) index.order[next[size_t(slots[i].kv_head)]++] = i;
+  const auto earlier = [&](size_t a, size_t b) { return slots[a].first_token < slots[b].first_token; };
+  for (size_t h = 0; h < n_heads; ++h) {
+    const auto begin = index.order.begin() + std::ptrdiff_t(index.starts[h]);
+    const auto end = index.order.begin() + std::ptrdiff_t(index.starts[h + 1]);
+    if (!std::is_sorted(begin, end, earlier)) std::sort(begin, end, earlier);
+  }
+  return index;
 }
 
-// K (or V) rows of a group, token by token; the group's sources of one token are contiguous.
-void copy_group_rows(const kvc_append_job* const* group, size_t n_heads, bool values,
-                     size_t head_dim, kvc_dtype storage_dtype) {
-  const kvc_append_job& first = *group[0];
-  const kvc_dtype src_dtype = values ? first.src_v_dtype : first.src_dtype;
-  const size_t src_row_bytes =
-      kvc_format_row_bytes(src_dtype, values ? first.src_v_stride : first.src_k_stride);
-  const size_t span = n_heads * kvc_format_row_bytes(src_dtype, head_dim);
-  const size_t dst_row_bytes = kvc_format_row_bytes(storage_dtype, head_dim);
-  const size_t n_tokens = size_t(first.n_tokens);
-  const auto source = [&](size_t h) {
-    return static_cast<const char*>(values ? group[h]->src_v : group[h]->src_k);
-  };
-  for (size_t t = 0; t < n_tokens; ++t) {
-    if (t + kPrefetchRows < n_tokens)
-      prefetch_row(source(0) + (t + kPrefetchRows) * src_row_bytes, span);
+// One of the call's tensors: where element (t, h, 0) is, and where its rows go. The cpu
+// backend's formats have groups of one value, so rows lie whole numbers of values apart.
+struct Tensor {
+  const char* data;
+  kvc_dtype dtype;
+  size_t token_bytes;  // between tokens
+  size_t head_bytes;   // between heads of a token
+  size_t token_stride;  // in values
+  kvc_dtype storage;
+  bool values;  // V: the slots' dst_v, else dst_k
+
+  Tensor(const void* base, kvc_dtype src, size_t token_values, size_t head_values,
+         kvc_dtype stored, bool is_v)
+      : data(static_cast<const char*>(base)),
+        dtype(src),
+        token_bytes(kvc_format_row_bytes(src, token_values)),
+        head_bytes(kvc_format_row_bytes(src, head_values)),
+        token_stride(token_values),
+        storage(stored),
+        values(is_v) {}
+
+  const char* row(size_t t, size_t h) const { return data + t * token_bytes + h * head_bytes; }
+  char* destination(const kvc_append_slot& slot) const {
+    return static_cast<char*>(values ? slot.dst_v : slot.dst_k);
+  }
+};
+
+Tensor k_tensor(const kvc_append_tensors_call& call) {
+  return {call.src_k, call.src_k_dtype, call.src_k_token_stride, call.src_k_head_stride,
+          call.k_dtype, false};
+}
+
+Tensor v_tensor(const kvc_append_tensors_call& call) {
+  return {call.src_v, call.src_v_dtype, call.src_v_token_stride, call.src_v_head_stride,
+          call.v_dtype, true};
+}
+
+// The rows of one slot.
+void copy_slot_rows(const Tensor& tensor, const kvc_append_slot& slot, size_t head_dim) {
+  copy_rows(tensor.row(size_t(slot.first_token), size_t(slot.kv_head)), tensor.token_stride,
+            tensor.dtype, tensor.destination(slot), tensor.storage, head_dim,
+            size_t(slot.n_tokens));
+}
+
+// Where one head's rows go while the tensor is walked token by token: the slot holding tokens
+// [begin, end), its row for the current token at dst once the walk reaches begin.
+struct HeadCursor {
+  size_t next;  // index into SlotsByHead::order of the slot after this one
+  size_t begin, end;
+  char* dst;
+};
+
+// The cursor of head h at its first slot ending after token t (none: begin = end = SIZE_MAX).
+HeadCursor cursor_at(const Tensor& tensor, const kvc_append_slot* slots, const SlotsByHead& index,
+                     size_t h, size_t t, size_t first_candidate, size_t dst_row_bytes) {
+  size_t c = first_candidate;
+  const size_t limit = index.starts[h + 1];
+  while (c < limit && size_t(slots[index.order[c]].first_token) +
+                              size_t(slots[index.order[c]].n_tokens) <= t)
+    ++c;
+  if (c == limit) return {limit, SIZE_MAX, SIZE_MAX, nullptr};
+  const kvc_append_slot& slot = slots[index.order[c]];
+  const size_t first = size_t(slot.first_token);
+  const size_t skipped = t > first ? t - first : 0;
+  return {c + 1, first, first + size_t(slot.n_tokens),
+          tensor.destination(slot) + skipped * dst_row_bytes};
+}
+
+// The rows of tokens [begin, end) in the tensor's order: token by token, each token's heads in
+// turn, every row to the slot holding it, by non-temporal stores.
+void copy_token_rows(const Tensor& tensor, const kvc_append_slot* slots, const SlotsByHead& index,
+                     size_t n_heads, size_t head_dim, size_t begin, size_t end) {
+  const size_t dst_row_bytes = kvc_format_row_bytes(tensor.storage, head_dim);
+  std::vector<HeadCursor> cursors(n_heads);
+  for (size_t h = 0; h < n_heads; ++h) {
+    const auto first = index.order.begin() + std::ptrdiff_t(index.starts[h]);
+    const auto last = index.order.begin() + std::ptrdiff_t(index.starts[h + 1]);
+    const size_t candidate = size_t(std::partition_point(first, last, [&](size_t i) {
+                                      return size_t(slots[i].first_token) +
+                                                 size_t(slots[i].n_tokens) <= begin;
+                                    }) - index.order.begin());
+    cursors[h] = cursor_at(tensor, slots, index, h, begin, candidate, dst_row_bytes);
+  }
+  const size_t span = (n_heads - 1) * tensor.head_bytes + kvc_format_row_bytes(tensor.dtype, head_dim);
+  for (size_t t = begin; t < end; ++t) {
+    if (t + kPrefetchRows < end) prefetch_row(tensor.row(t + kPrefetchRows, 0), span);
+    const char* token = tensor.row(t, 0);
     for (size_t h = 0; h < n_heads; ++h) {
-      char* dst = static_cast<char*>(values ? group[h]->dst_v : group[h]->dst_k);
-      copy_row(source(h) + t * src_row_bytes, src_dtype, dst + t * dst_row_bytes,
-               storage_dtype, head_dim, true);
+      HeadCursor& c = cursors[h];
+      if (t >= c.end) c = cursor_at(tensor, slots, index, h, t, c.next, dst_row_bytes);
+      if (t < c.begin) continue;  // no slot holds this (token, head)
+      copy_row(token + h * tensor.head_bytes, tensor.dtype, c.dst, tensor.storage, head_dim,
+               dst_row_bytes, true);
+      c.dst += dst_row_bytes;
     }
   }
 }
 
-void append_group(const kvc_append_job* const* group, size_t n_heads, size_t head_dim,
-                  const StorageFormats& formats) {
-  copy_group_rows(group, n_heads, false, head_dim, formats.k);
-  copy_group_rows(group, n_heads, true, head_dim, formats.v);
-  for (size_t h = 0; h < n_heads; ++h) finish_job(*group[h]);
+// Positions and zeroed statistics of a slot's tokens.
+void finish_slot(const kvc_append_slot& slot, const int32_t* positions) {
+  const size_t n = size_t(slot.n_tokens);
+  std::memcpy(slot.dst_pos, positions + slot.first_token, n * sizeof(int32_t));
+  for (float* stat : {slot.dst_stats.attn_sum, slot.dst_stats.attn_last, slot.dst_stats.attn_window})
+    if (stat) std::fill_n(stat, n, 0.0f);
 }
 
 }  // namespace
@@ -198,19 +262,44 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
   if (n_jobs == 0) return;
   const size_t dim = size_t(head_dim);
   const size_t bytes = stored_bytes(jobs, n_jobs, dim, formats);
+  parallel_for(host, n_jobs, grain_of(bytes, n_jobs), [&](size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, formats);
+  });
+}
+
+void run_append_tensors(const kvc_host_api& host, const kvc_append_slot* slots,
+                        const kvc_append_tensors_call& call) {
+  const StorageFormats formats{call.k_dtype, call.v_dtype};
+  check_storage(call.head_dim, formats);
+  const size_t n_slots = call.n_slots;
+  if (n_slots == 0) return;
+  const size_t dim = size_t(call.head_dim), n_heads = size_t(call.n_kv_heads);
+  size_t tokens = 0;
+  for (size_t i = 0; i < n_slots; ++i) tokens += size_t(slots[i].n_tokens);
+  const size_t bytes = tokens * (kvc_format_row_bytes(formats.k, dim) +
+                                 kvc_format_row_bytes(formats.v, dim) + sizeof(int32_t));
+  const Tensor k = k_tensor(call), v = v_tensor(call);
   if (bytes < kStreamBytes) {
-    parallel_for(host, n_jobs, grain_of(bytes, n_jobs), [&](size_t begin, size_t end) {
-      for (size_t j = begin; j < end; ++j) append_job(jobs[j], dim, formats);
+    parallel_for(host, n_slots, grain_of(bytes, n_slots), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        if (slots[i].n_tokens == 0) continue;
+        copy_slot_rows(k, slots[i], dim);
+        copy_slot_rows(v, slots[i], dim);
+        finish_slot(slots[i], call.src_pos);
+      }
     });
     return;
   }
-  const HeadGroups groups = head_groups(jobs, n_jobs, dim);
-  const size_t n_groups = groups.starts.size() - 1;
-  parallel_for(host, n_groups, grain_of(bytes, n_groups), [&](size_t begin, size_t end) {
-    for (size_t g = begin; g < end; ++g)
-      append_group(groups.jobs.data() + groups.starts[g], groups.starts[g + 1] - groups.starts[g],
-                   dim, formats);
+  const SlotsByHead index = slots_by_head(slots, n_slots, n_heads);
+  const size_t n_tokens = size_t(call.n_tokens);
+  parallel_for(host, n_tokens, grain_of(bytes, n_tokens), [&](size_t begin, size_t end) {
+    copy_token_rows(k, slots, index, n_heads, dim, begin, end);
+    copy_token_rows(v, slots, index, n_heads, dim, begin, end);
     end_streaming();
+  });
+  parallel_for(host, n_slots, grain_of(bytes, n_slots), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      if (slots[i].n_tokens > 0) finish_slot(slots[i], call.src_pos);
   });
 }
 

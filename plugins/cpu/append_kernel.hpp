@@ -13,4 +13,9 @@ namespace kvc::cpu {
 void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
                 int32_t head_dim, const StorageFormats& formats);
 
+// Copies the call's tensors into its slots (checked by the plugin skeleton) on the host's
+// arena: large appends token by token in the tensors' order, smaller ones slot by slot.
+void run_append_tensors(const kvc_host_api& host, const kvc_append_slot* slots,
+                        const kvc_append_tensors_call& call);
+
 }  // namespace kvc::cpu

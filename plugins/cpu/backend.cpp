@@ -74,6 +74,9 @@ class CpuBackend {
   void append(const kvc_append_job* jobs, const kvc_append_call& call) {
     run_append(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
   }
+  void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call) {
+    run_append_tensors(host_, slots, call);
+  }
   void attend(const kvc_attend_job* jobs, const kvc_attend_call& call) {
     run_attend(host_, jobs, call);
   }

@@ -1,6 +1,7 @@
-/* A 1.3 backend, "config_probe", that forwards to the CPU backend plugin (loaded from
- * KVC_CPU_BACKEND_PATH) and records what the ABI 1.3 entries receive: the kvc_backend_config
- * of its latest instance, and the streams of copy_async, free_async and synchronize. It
+/* A 1.4 backend, "config_probe", that forwards to the CPU backend plugin (loaded from
+ * KVC_CPU_BACKEND_PATH) and records what the ABI 1.3 and 1.4 entries receive: the
+ * kvc_backend_config of its latest instance, the streams of copy_async, free_async and
+ * synchronize, and the append calls (per job, and whole tensors with their slots). It
  * refuses bf16 K storage, and a configuration whose `backend.params` hold `refuse: <what>`,
  * with KVC_ERR_UNSUPPORTED and a message naming what it lacks. */
 #include <stdio.h>
@@ -22,6 +23,13 @@ typedef struct config_probe_record {
   char params[256];     /* "key=value;" for each parameter, in order */
   long copies_async, frees_async, synchronizes;
   void *last_copy_stream, *last_free_stream;
+  long appends, appends_tensors;  /* calls of append (jobs) and of append_tensors */
+  /* Of the latest append_tensors call: its tensors, rows, slots, and whether the slots cover
+   * every (row, KV head) exactly once. */
+  const void *last_src_k, *last_src_v;
+  int32_t last_n_tokens, last_n_kv_heads;
+  size_t last_n_slots;
+  int covers_once;
 } config_probe_record;
 
 static const kvc_backend_vtable *cpu;
@@ -95,7 +103,43 @@ static int32_t probe_copy(void *instance, void *dst, const void *src, size_t byt
 
 static int32_t probe_append(void *instance, const kvc_append_call *call,
                             kvc_plugin_error *error) {
+  ++record.appends;
   return cpu->append(instance, call, error);
+}
+
+/* 1 when the slots of `call` cover each (row, KV head) of its tensors exactly once. */
+static int covers_once(const kvc_append_tensors_call *call) {
+  size_t cells = (size_t)call->n_tokens * (size_t)call->n_kv_heads, i;
+  int32_t t;
+  int ok = 1;
+  unsigned char *seen = (unsigned char *)calloc(cells ? cells : 1, 1);
+  if (!seen) return 0;
+  for (i = 0; i < call->n_slots && ok; ++i) {
+    const kvc_append_slot *slot = KVC_PLUGIN_AT(const kvc_append_slot, call->slots, i);
+    for (t = slot->first_token; t < slot->first_token + slot->n_tokens && ok; ++t) {
+      size_t cell = (size_t)t * (size_t)call->n_kv_heads + (size_t)slot->kv_head;
+      if (t < 0 || t >= call->n_tokens || slot->kv_head < 0 ||
+          slot->kv_head >= call->n_kv_heads || seen[cell])
+        ok = 0;
+      else
+        seen[cell] = 1;
+    }
+  }
+  for (i = 0; i < cells && ok; ++i) ok = seen[i];
+  free(seen);
+  return ok;
+}
+
+static int32_t probe_append_tensors(void *instance, const kvc_append_tensors_call *call,
+                                    kvc_plugin_error *error) {
+  ++record.appends_tensors;
+  record.last_src_k = call->src_k;
+  record.last_src_v = call->src_v;
+  record.last_n_tokens = call->n_tokens;
+  record.last_n_kv_heads = call->n_kv_heads;
+  record.last_n_slots = call->n_slots;
+  record.covers_once = covers_once(call);
+  return cpu->append_tensors(instance, call, error);
 }
 
 static int32_t probe_attend(void *instance, const kvc_attend_call *call,
@@ -157,7 +201,7 @@ static const kvc_backend_vtable probe_vtable = {
     sizeof(kvc_backend_vtable), probe_create,       probe_destroy,     probe_alloc,
     probe_free,                 probe_copy,         probe_append,      probe_attend,
     probe_compact,              probe_read_keys,    probe_read_tokens, probe_create_with_config,
-    probe_copy_async,           PROBE_FREE_ASYNC,   PROBE_SYNCHRONIZE};
+    probe_copy_async,           PROBE_FREE_ASYNC,   PROBE_SYNCHRONIZE, probe_append_tensors};
 
 static const kvc_plugin_descriptor probe_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, PROBE_NAME, 1,

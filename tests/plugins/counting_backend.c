@@ -140,6 +140,10 @@ static const kvc_backend_vtable counting_vtable = {
     /* No 1.3 entries: its instances are made by create and its copies go through copy. */
     NULL, NULL, NULL, NULL,
 #endif
+#if KVC_PLUGIN_ABI_MINOR >= 4
+    /* No 1.4 append_tensors: the host sends append one job per slot. */
+    NULL,
+#endif
 };
 
 static const kvc_plugin_descriptor counting_descriptor = {

@@ -66,6 +66,12 @@ static int32_t fault_append(void *instance, const kvc_append_call *call,
   return fails(F_APPEND) ? fail(error) : cpu->append(instance, call, error);
 }
 
+/* Counted and failed as an append: the host makes one or the other per append. */
+static int32_t fault_append_tensors(void *instance, const kvc_append_tensors_call *call,
+                                    kvc_plugin_error *error) {
+  return fails(F_APPEND) ? fail(error) : cpu->append_tensors(instance, call, error);
+}
+
 static int32_t fault_attend(void *instance, const kvc_attend_call *call,
                             kvc_plugin_error *error) {
   return fails(F_ATTEND) ? fail(error) : cpu->attend(instance, call, error);
@@ -91,7 +97,8 @@ static const kvc_backend_vtable fault_vtable = {
     fault_free,                 fault_copy,    fault_append,  fault_attend,
     fault_compact,              fault_read_keys, fault_read_tokens,
     /* No 1.3 entries: the faults it injects into copy reach every copy the host makes. */
-    NULL,                       NULL,          NULL,          NULL};
+    NULL,                       NULL,          NULL,          NULL,
+    fault_append_tensors};
 
 static const kvc_plugin_descriptor fault_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "fault", 1,

@@ -280,6 +280,7 @@ static int32_t strict_copy(void *instance, void *dst, const void *src, size_t by
     return code;                                                                           \
   }
 STRICT_CALL(append, kvc_append_call)
+STRICT_CALL(append_tensors, kvc_append_tensors_call)
 STRICT_CALL(compact, kvc_compact_call)
 STRICT_CALL(read_keys, kvc_read_keys_call)
 STRICT_CALL(read_tokens, kvc_read_tokens_call)
@@ -299,7 +300,8 @@ static const kvc_backend_vtable strict_vtable = {
     strict_free,                strict_copy,    strict_append,  strict_attend,
     strict_compact,             strict_read_keys, strict_read_tokens,
     /* No 1.3 entries: made by create; its copies go through copy, which returns when done. */
-    NULL,                       NULL,           NULL,           NULL};
+    NULL,                       NULL,           NULL,           NULL,
+    strict_append_tensors};
 
 static const kvc_plugin_descriptor strict_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "strict", 1,

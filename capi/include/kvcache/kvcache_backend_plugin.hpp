@@ -27,6 +27,9 @@
  *   void compact(const kvc_compact_job* jobs, const kvc_compact_call& call);
  *   void read_keys(const kvc_read_keys_job* jobs, const kvc_read_keys_call& call);
  *   void read_tokens(const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& call);
+ *   // Optional (ABI 1.4): the engine's tensors whole, with slots[0, call.n_slots). Without
+ *   // it the vtable's append_tensors is NULL and the host sends append jobs.
+ *   void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call);
  * @endcode
  * and the library says `KVC_BACKEND_PLUGIN(B, version);` once. Every function may throw
  * (PluginError via kvc::plugin::fail for a status of its choice; std::bad_alloc is
@@ -42,6 +45,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <type_traits>
+#include <utility>
 
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache/kvcache_plugin_support.hpp"
@@ -102,6 +106,43 @@ inline void refuse_params(const kvc_backend_config& config) {
   if (config.n_params > 0)
     fail(KVC_ERR_CONFIG, "backend.params.%s: unknown key, this backend takes no parameters",
          config.params[0].key);
+}
+
+// Whether backend class B has the optional append_tensors.
+template <class B, class = void>
+struct HasAppendTensors : std::false_type {};
+template <class B>
+struct HasAppendTensors<B, std::void_t<decltype(std::declval<B&>().append_tensors(
+                               std::declval<const kvc_append_slot*>(),
+                               std::declval<const kvc_append_tensors_call&>()))>>
+    : std::true_type {};
+
+// The fields of an append_tensors call and its slots: shape, formats, pointers, and every slot
+// inside the tensors. The tensors themselves were checked by the host.
+inline void check_append_tensors(const kvc_append_tensors_call& call,
+                                 const kvc_append_slot* slots) {
+  if (call.head_dim <= 0 || call.n_kv_heads <= 0 || call.n_tokens < 0)
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: bad shape (head_dim %d, %d KV heads, "
+         "%d tokens)", call.head_dim, call.n_kv_heads, call.n_tokens);
+  if (call.src_k_dtype != KVC_DTYPE_F32 && call.src_k_dtype != call.k_dtype)
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: K source dtype %d is neither f32 nor "
+         "the storage dtype of K", int(call.src_k_dtype));
+  if (call.src_v_dtype != KVC_DTYPE_F32 && call.src_v_dtype != call.v_dtype)
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: V source dtype %d is neither f32 nor "
+         "the storage dtype of V", int(call.src_v_dtype));
+  if (call.n_slots > 0 && (!call.src_k || !call.src_v || !call.src_pos))
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: a NULL source");
+  for (size_t i = 0; i < call.n_slots; ++i) {
+    const kvc_append_slot& slot = slots[i];
+    if (slot.n_tokens < 0 || slot.first_token < 0 ||
+        int64_t(slot.first_token) + slot.n_tokens > call.n_tokens || slot.kv_head < 0 ||
+        slot.kv_head >= call.n_kv_heads)
+      fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors slot %zu: tokens [%d, +%d) of KV head %d "
+           "lie outside the call's %d tokens and %d KV heads", i, slot.first_token,
+           slot.n_tokens, slot.kv_head, call.n_tokens, call.n_kv_heads);
+    if (slot.n_tokens > 0 && (!slot.dst_k || !slot.dst_v || !slot.dst_pos))
+      fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors slot %zu has a NULL destination", i);
+  }
 }
 
 // The vtable of backend class B (see the file comment).
@@ -197,6 +238,27 @@ class BackendAdapter {
         [](B& b, const kvc_append_job* jobs, const kvc_append_call& c) { b.append(jobs, c); });
   }
 
+  static int32_t append_tensors(void* instance, const kvc_append_tensors_call* given,
+                                kvc_plugin_error* error) noexcept {
+    return report_errors(error, [&] {
+      const kvc_append_tensors_call call =
+          read_host_struct(given, sizeof(kvc_append_tensors_call), "append_tensors call");
+      const HostJobs<kvc_append_slot> slots(call.slots, call.n_slots, sizeof(kvc_append_slot),
+                                            "append_tensors");
+      check_append_tensors(call, slots.data());
+      self(instance).append_tensors(slots.data(), call);
+    });
+  }
+
+ public:
+  // The vtable entry: NULL when B lacks append_tensors.
+  static constexpr auto append_tensors_entry() {
+    using Entry = int32_t (*)(void*, const kvc_append_tensors_call*, kvc_plugin_error*);
+    if constexpr (HasAppendTensors<B>::value) return Entry(&append_tensors);
+    else return Entry(nullptr);
+  }
+
+ private:
   static int32_t attend(void* instance, const kvc_attend_call* call,
                         kvc_plugin_error* error) noexcept {
     return data_call<kvc_attend_call, kvc_attend_job>(
@@ -236,7 +298,7 @@ const kvc_backend_vtable BackendAdapter<B>::vtable = {
     sizeof(kvc_backend_vtable), &create,   &destroy,  &alloc,       &free_memory,
     &copy,                      &append,   &attend,   &compact,     &read_keys,
     &read_tokens,               &create_with_config,  &copy_async,  &free_async,
-    &synchronize,
+    &synchronize,               append_tensors_entry(),
 };
 
 // The descriptor of backend class B; `version` is the plugin's own.

@@ -43,7 +43,10 @@
  * create_with_config (the cache's shape, formats, device and `backend.params`, which the
  * backend may refuse) and the stream-ordered copy_async, free_async and synchronize (all
  * optional). 1.4 appended kvc_attend_job::table_id and kvc_attend_job::table_version, which
- * let a backend keep a head's segment table resident between calls (@ref abi_tables).
+ * let a backend keep a head's segment table resident between calls (@ref abi_tables), and
+ * kvc_backend_vtable::append_tensors (::kvc_append_tensors_call: the engine's K and V whole,
+ * once, with a list of ::kvc_append_slot; optional: a backend without it gets the same append
+ * as ::kvc_append_job entries through kvc_backend_vtable::append).
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -212,6 +215,49 @@ typedef struct kvc_append_call {
   /** (1.3) Format of stored V; outside struct_size (an older host): storage_dtype. */
   kvc_dtype v_dtype;
 } kvc_append_call;
+
+/** @brief (1.4) Where the rows [first_token, first_token + n_tokens) of one KV head of the
+ * tensors of a ::kvc_append_tensors_call go: one run of storage. */
+typedef struct kvc_append_slot {
+  uint32_t struct_size;      /**< sizeof(kvc_append_slot) of the host */
+  int32_t first_token;       /**< the first tensor row, >= 0 */
+  int32_t n_tokens;          /**< rows to copy, >= 1; first_token + n_tokens <= the call's */
+  int32_t kv_head;           /**< the KV head, 0 <= kv_head < the call's n_kv_heads */
+  void *dst_k;               /**< [n_tokens] rows of the K format */
+  void *dst_v;               /**< [n_tokens] rows of the V format */
+  int32_t *dst_pos;          /**< [n_tokens], written from src_pos[first_token...] */
+  /** The new tokens' entries of each tracked statistic ([n_tokens] each), set to 0. */
+  kvc_head_stats dst_stats;
+} kvc_append_slot;
+
+/**
+ * @brief (1.4) One append of the engine's K and V tensors, whole: the element of token t,
+ * KV head h, index i of K is at src_k + (t * src_k_token_stride + h * src_k_head_stride + i)
+ * elements of src_k_dtype (V likewise). The slots cover each (token, KV head) pair at most
+ * once and write disjoint memory; the backend chooses how to split the copy. The host has
+ * checked the tensors against the cache's shape.
+ */
+typedef struct kvc_append_tensors_call {
+  uint32_t struct_size;      /**< sizeof(kvc_append_tensors_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  int32_t n_kv_heads;        /**< KV heads per tensor row */
+  int32_t n_tokens;          /**< rows of the tensors, >= 1 */
+  kvc_dtype k_dtype;         /**< storage format of K */
+  kvc_dtype v_dtype;         /**< storage format of V */
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const void *src_k;         /**< token 0, KV head 0 of K */
+  const void *src_v;         /**< token 0, KV head 0 of V */
+  kvc_dtype src_k_dtype;     /**< of src_k: f32 or k_dtype */
+  kvc_dtype src_v_dtype;     /**< of src_v: f32 or v_dtype */
+  kvc_device src_device;     /**< where src_k and src_v live */
+  size_t src_k_token_stride; /**< elements between consecutive tokens of K */
+  size_t src_k_head_stride;  /**< elements between consecutive KV heads of one token of K */
+  size_t src_v_token_stride; /**< elements between consecutive tokens of V */
+  size_t src_v_head_stride;  /**< elements between consecutive KV heads of one token of V */
+  const int32_t *src_pos;    /**< [n_tokens] positions of the rows, host memory */
+  const kvc_append_slot *slots; /**< [n_slots], host array, strided by struct_size */
+  size_t n_slots;            /**< entries in slots */
+} kvc_append_tensors_call;
 
 /** @brief Attention of the query tokens of one sequence and one KV head's query group. The
  * backend tiles the queries itself. */
@@ -410,6 +456,10 @@ typedef struct kvc_backend_vtable {
   /** (1.3, optional) Returns when the work queued on @p stream (NULL: all of this instance's
    * work) is done. */
   int32_t (*synchronize)(void *instance, void *stream, kvc_plugin_error *error);
+  /** (1.4, optional) Runs the append the call describes; the host calls it instead of append
+   * when it is set. NULL: the host sends append one ::kvc_append_job per slot. */
+  int32_t (*append_tensors)(void *instance, const kvc_append_tensors_call *call,
+                            kvc_plugin_error *error);
 } kvc_backend_vtable;
 
 /* --------------------------------------------------------------- policies */
