@@ -24,7 +24,7 @@
 
 #include "file_format.hpp"
 #include "file_names.hpp"
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {

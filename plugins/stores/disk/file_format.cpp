@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvcache_support/large_bytes.hpp"
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 namespace {

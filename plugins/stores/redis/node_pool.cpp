@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 
