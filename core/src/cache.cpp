@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "error.hpp"
+#include "cache_params.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 

@@ -235,7 +235,4 @@ class Cache {
   std::atomic<uint64_t> bytes_copied_{0};
 };
 
-// Checks a cache configuration's values; throws kvc::Error INVALID_ARGUMENT naming the field.
-void validate_cache_config(const CacheConfig& config);
-
 }  // namespace kvc

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "cache.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "selection.hpp"
 
 namespace kvc {

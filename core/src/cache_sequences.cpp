@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "cache.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
 

@@ -5,7 +5,7 @@
 #include <new>
 
 #include "cache.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 
 namespace kvc {

@@ -72,7 +72,7 @@ auto Router::run(const std::string& key, Op&& op)
       connection_failed = false;
       try {
         return op(*lease, asking);
-      } catch (const PluginError&) {
+      } catch (const Error&) {
         connection_failed = lease->broken();
         throw;
       }
@@ -81,7 +81,7 @@ auto Router::run(const std::string& key, Op&& op)
       if (!redirect.ask) moved(redirect);
       address = redirect.address;
       asking = redirect.ask;
-    } catch (const PluginError& e) {
+    } catch (const Error& e) {
       // The node may be gone or have lost the slot: ask the seeds again next time.
       if (connection_failed && e.code() == KVC_ERR_IO) forget_map();
       throw;
