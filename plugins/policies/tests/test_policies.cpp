@@ -933,7 +933,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     reader.finish();
     FAIL("finish accepted an unknown key");
-  } catch (const Error& e) {
+  } catch (const kvc::Error& e) {
     CHECK(e.code() == KVC_ERR_CONFIG);
     CHECK(std::string(e.what()) == "policy.params.d: unknown parameter for demo (known: a, b, c, missing)");
   }
@@ -942,7 +942,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     range.integer("n", 0, 1, 10);
     FAIL("accepted 12 in 1..10");
-  } catch (const Error& e) {
+  } catch (const kvc::Error& e) {
     CHECK(std::string(e.what()) == "policy.params.n: expected an integer in 1..10, got '12'");
   }
 }
@@ -959,7 +959,7 @@ TEST_CASE("ParamReader takes a great many parameters and finds the one given twi
   try {
     ParamReader reader("demo", params.data(), params.size());
     FAIL("a key given twice was accepted");
-  } catch (const Error& e) {
+  } catch (const kvc::Error& e) {
     CHECK(std::string(e.what()) == "policy.params.key17: given twice");
   }
   params.pop_back();
