@@ -8,7 +8,7 @@
 
 #include "cache_params.hpp"
 #include "config.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace {
 

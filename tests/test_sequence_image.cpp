@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 #include "kvcache/kvcache_plugin.h"

@@ -9,7 +9,7 @@
 #include "cache.hpp"
 #include "context.hpp"
 #include "enums.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache.h"
 
 struct kvc_status {

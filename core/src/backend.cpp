@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 
 namespace kvc {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
 

@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "error.hpp"
+#include "cache_params.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 
@@ -56,88 +57,32 @@ Cache::Cache(Context& context, const CacheConfig& config,
       geometry_(make_geometry(config_, policy_.get())),
       backend_(find_backend(context, config_.backend), context.host().api(), config_),
       pool_(backend_, config_.memory_limit,
-            config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0) {}
+            config_.layout == KVC_LAYOUT_PAGED ? geometry_.bytes_for(config_.block_tokens) : 0),
+      sequences_(backend_, pool_, geometry_, config_.layers, config_.kv_heads, counters_),
+      memory_(backend_, pool_, geometry_, schedule_, context.logger(), counters_),
+      compressor_(context, config_, policy_.get(), schedule_, geometry_, backend_, pool_,
+                  sequences_, memory_, counters_) {}
 
-Cache::~Cache() {
-  for (auto& entry : sequences_) {
-    for (HeadStore& head : entry.second->heads) head.release_all(pool_, geometry_);
-  }
-}
+void Cache::check_new_sequence_id(int32_t seq_id) const { sequences_.check_new_id(seq_id); }
 
-Sequence& Cache::find(int32_t seq_id) const {
-  auto it = sequences_.find(seq_id);
-  if (it == sequences_.end()) {
-    throw Error(KVC_ERR_NOT_FOUND, "sequence " + std::to_string(seq_id) + " does not exist");
-  }
-  return *it->second;
-}
-
-Cache::SequenceLocks Cache::lock_sequences(const int32_t* ids, size_t n, bool changes) const {
-  SequenceLocks locks;
-  if (ids == nullptr) return locks;
-  std::vector<int32_t> sorted(ids, ids + n);
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  locks.reserve(sorted.size());
-  for (int32_t id : sorted) {
-    const auto found = sequences_.find(id);
-    if (found != sequences_.end()) locks.push_back(lock_sequence(*found->second, changes));
-  }
-  return locks;
-}
-
-std::unique_lock<std::mutex> Cache::lock_sequence(Sequence& sequence, bool changes) const {
-  std::unique_lock<std::mutex> lock(sequence.mutex);
-  if (changes) ++sequence.changes;
-  return lock;
-}
-
-void Cache::check_new_sequence_id(int32_t seq_id) const {
-  if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  if (sequences_.count(seq_id)) {
-    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
-  }
-}
-
-void Cache::create_sequence(int32_t seq_id) {
-  if (seq_id < 0) throw invalid("sequence ids must be >= 0, got " + std::to_string(seq_id));
-  auto sequence = std::make_unique<Sequence>();
-  sequence->heads.resize(static_cast<size_t>(config_.layers) * config_.kv_heads);
-  sequence->triggers.assign(static_cast<size_t>(config_.layers), TriggerState{});
-  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
-  if (!sequences_.emplace(seq_id, std::move(sequence)).second) {
-    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
-  }
-}
+void Cache::create_sequence(int32_t seq_id) { sequences_.create(seq_id); }
 
 void Cache::remove_sequence(int32_t seq_id, std::optional<uint64_t> unchanged_since) {
-  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  if (unchanged_since && sequence.changes != *unchanged_since) {
-    throw invalid("sequence " + std::to_string(seq_id) +
-                  " was changed by another call while it was being offloaded: it is kept, and "
-                  "the store holds it as it was before that call");
-  }
-  for (HeadStore& head : sequence.heads) {
-    tokens_stored_ -= static_cast<uint64_t>(head.length());
-    head.release_all(pool_, geometry_);
-  }
-  sequences_.erase(seq_id);
+  sequences_.remove(seq_id, unchanged_since);
 }
 
 void Cache::reserve(int32_t seq_id, int32_t tokens) {
   if (tokens < 0) throw invalid("reserve: tokens must be >= 0, got " + std::to_string(tokens));
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, true);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
   std::vector<HeadStore*> stores;
   std::vector<int32_t> extra;
   for (HeadStore& head : sequence.heads) {
     stores.push_back(&head);
     extra.push_back(std::max(0, tokens - head.length()));
   }
-  keep(ensure_room(stores, extra, true));
+  memory_.keep(memory_.ensure_room(stores, extra, true));
 }
 
 void Cache::check_head(int32_t layer, int32_t kv_head) const {
@@ -153,121 +98,23 @@ void Cache::check_head(int32_t layer, int32_t kv_head) const {
 
 int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
   check_head(layer, kv_head);
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   return store(sequence, layer, kv_head).length();
 }
 
 std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_head) const {
   check_head(layer, kv_head);
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   std::vector<kvc_segment> segments;
   store(sequence, layer, kv_head).gather(segments, geometry_);
   return segments;
 }
 
-Cache::Replacements Cache::ensure_room(const std::vector<HeadStore*>& stores,
-                                       const std::vector<int32_t>& extra, bool exact,
-                                       void* stream) {
-  auto plan = [&](bool exact_growth, std::vector<Growth>& growth, size_t& blocks,
-                  std::vector<size_t>& sizes) {
-    growth.resize(stores.size());
-    blocks = 0;
-    sizes.clear();
-    for (size_t i = 0; i < stores.size(); ++i) {
-      growth[i] = stores[i]->growth_for(extra[i], geometry_, schedule_, exact_growth, pool_);
-      blocks += growth[i].blocks + (growth[i].unshare_open_block ? 1 : 0);
-      if (growth[i].segment_capacity > 0) sizes.push_back(geometry_.bytes_for(growth[i].segment_capacity));
-      if (growth[i].stats_capacity > 0) sizes.push_back(geometry_.stats_bytes_for(growth[i].stats_capacity));
-    }
-  };
-  std::vector<Growth> growth;
-  size_t n_blocks = 0;
-  std::vector<size_t> sizes;
-  plan(exact, growth, n_blocks, sizes);
-  if (n_blocks == 0 && sizes.empty()) return {};
-  BlockPool::Taken taken;
-  try {
-    taken = pool_.take(n_blocks, sizes);
-  } catch (const Error& e) {
-    if (exact || e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
-    // Growth by the factor does not fit: grow only as much as needed.
-    plan(true, growth, n_blocks, sizes);
-    taken = pool_.take(n_blocks, sizes);
-  }
-  return apply_growth(stores, growth, taken.blocks, taken.memory, sizes, stream);
-}
-
-void Cache::keep(const Replacements& replacements) {
-  for (const auto& [head, replaced] : replacements.entries) {
-    head->release_replaced(replaced, pool_, geometry_);
-  }
-  bytes_copied_ += replacements.copied;
-}
-
-void Cache::undo(const Replacements& replacements) {
-  for (auto it = replacements.entries.rbegin(); it != replacements.entries.rend(); ++it) {
-    it->first->restore(it->second, pool_, geometry_);
-  }
-}
-
-// Hands the taken memory to the stores: blocks that unshare an open block first, then new
-// blocks, then contiguous segments and statistics arrays in store order. A failed copy leaves
-// every store as it was, and releases the memory not yet handed over.
-Cache::Replacements Cache::apply_growth(const std::vector<HeadStore*>& stores,
-                                        const std::vector<Growth>& growth,
-                                        const std::vector<void*>& blocks,
-                                        const std::vector<void*>& memory,
-                                        const std::vector<size_t>& sizes, void* stream) {
-  size_t n_unshare = 0;
-  for (const Growth& g : growth) n_unshare += g.unshare_open_block ? 1 : 0;
-  size_t next_block = n_unshare;
-  for (size_t i = 0; i < stores.size(); ++i) {
-    stores[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
-    next_block += growth[i].blocks;
-  }
-  Replacements done;
-  size_t next_unshare = 0, next = 0;
-  try {
-    for (size_t i = 0; i < stores.size(); ++i) {
-      if (growth[i].unshare_open_block) {
-        void* target = blocks[next_unshare++];
-        const size_t open = stores[i]->open_segment(geometry_);
-        done.entries.emplace_back(stores[i],
-                                  stores[i]->unshare(open, target, backend_, pool_, geometry_,
-                                                     stream));
-      }
-      if (growth[i].segment_capacity > 0 || growth[i].stats_capacity > 0) {
-        done.entries.emplace_back(stores[i], Replaced{});
-        Replaced& replaced = done.entries.back().second;
-        replaced.stream = stream;
-        if (growth[i].segment_capacity > 0) {
-          void* target = memory[next++];
-          done.copied += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
-                                                    pool_, geometry_, replaced);
-        }
-        if (growth[i].stats_capacity > 0) {
-          void* target = memory[next++];
-          done.copied += stores[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
-                                                  pool_, geometry_, replaced);
-        }
-      }
-    }
-  } catch (...) {
-    // The failing step released its own target; release the ones after it, and the blocks.
-    for (; next_unshare < n_unshare; ++next_unshare) pool_.give_back_block(blocks[next_unshare]);
-    for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next], stream);
-    undo(done);
-    for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
-    throw;
-  }
-  return done;
-}
-
-Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
+ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
   if (layer < 0 || layer >= config_.layers) {
     throw invalid("layer " + std::to_string(layer) + " is out of range 0.." +
                   std::to_string(config_.layers - 1));
@@ -296,7 +143,7 @@ Cache::ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const
       throw invalid("batch.prompt_end[" + std::to_string(i) + "] must be 0 or 1, got " +
                     std::to_string(batch.prompt_end[i]));
     }
-    resolved.sequences.push_back(&find(id));
+    resolved.sequences.push_back(&sequences_.find(id));
     resolved.offsets.push_back(static_cast<int32_t>(total));
     total += batch.n_tokens[i];
     if (total > INT32_MAX) throw invalid("batch has more than 2^31 tokens");
@@ -371,23 +218,37 @@ void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t to
   if (k.device != v.device) throw invalid("k and v must be on the same device");
 }
 
+Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) const {
+  const size_t n = static_cast<size_t>(std::max(batch.n_seqs, 0));
+  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_.mutex()), {}, {}};
+  lock.sequences = sequences_.lock_sequences(batch.seq_ids, n, true);
+  if (!compressor_.once_due(layer, batch)) return lock;
+  // Another call may make the compression due, or not, between the two holds:
+  // compress_before_append decides again under the exclusive one.
+  lock.sequences.clear();
+  lock.shared.unlock();
+  lock.exclusive = std::unique_lock<std::shared_mutex>(sequences_.mutex());
+  lock.sequences = sequences_.lock_sequences(batch.seq_ids, n, true);
+  return lock;
+}
+
 void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
   const StoreLock lock = lock_for_store(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
   check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
-  OnceCompression once = compress_before_append(layer, batch, resolved);
+  Compressor::OnceCompression once = compressor_.compress_before_append(layer, batch, resolved);
   try {
-    keep(append_locked(layer, batch, resolved, k, v));
+    memory_.keep(append_locked(layer, batch, resolved, k, v));
   } catch (...) {
-    roll_back(once);
+    compressor_.roll_back(once);
     throw;
   }
-  commit(once, layer);
+  compressor_.commit(once, layer);
 }
 
-Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
+Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
                                          const ResolvedBatch& resolved, const kvc_tensor& k,
                                          const kvc_tensor& v) {
   const int32_t heads = config_.kv_heads;
@@ -401,7 +262,7 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
       extra.push_back(batch.n_tokens[i]);
     }
   }
-  Replacements grown = ensure_room(stores, extra, false, batch.stream);
+  Replacements grown = memory_.ensure_room(stores, extra, false, batch.stream);
 
   const size_t d = static_cast<size_t>(config_.head_dim);
   const size_t row = static_cast<size_t>(heads) * d;
@@ -428,7 +289,7 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
   try {
     backend_.append(slots, call);
   } catch (...) {
-    undo(grown);
+    memory_.undo(grown);
     for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);
     throw;
   }
@@ -436,16 +297,16 @@ Cache::Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
     const size_t i = s / static_cast<size_t>(heads);
     stores[s]->commit_append(extra[s], batch.positions[resolved.offsets[i] + extra[s] - 1],
                              geometry_);
-    tokens_stored_ += static_cast<uint64_t>(extra[s]);
+    counters_.tokens_stored += static_cast<uint64_t>(extra[s]);
   }
   return grown;
 }
 
 void Cache::attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                    const kvc_attention_params& params, const kvc_tensor_mut& out) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  const SequenceLocks sequence_locks =
-      lock_sequences(batch.seq_ids, static_cast<size_t>(std::max(batch.n_seqs, 0)), true);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  const SequenceTable::SequenceLocks sequence_locks = sequences_.lock_sequences(
+      batch.seq_ids, static_cast<size_t>(std::max(batch.n_seqs, 0)), true);
   attend_locked(layer, batch, resolve(layer, batch), q, params, out);
 }
 
@@ -502,9 +363,9 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   call.softcap = params.softcap;
   call.observation_window = policy_ ? policy_->observation_window() : 0;
   call.stream = batch.stream;
-  AfterAttend after = plan_after_attend(layer, batch, resolved);
+  Compressor::AfterAttend after = compressor_.plan_after_attend(layer, batch, resolved);
   backend_.attend(jobs, call);
-  compress_after_attend(layer, resolved, after, batch.stream);
+  compressor_.compress_after_attend(layer, resolved, after, batch.stream);
 }
 
 void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
@@ -515,7 +376,7 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
   check_attention_inputs(q, params, out, resolved.total_tokens);
-  OnceCompression once = compress_before_append(layer, batch, resolved);
+  Compressor::OnceCompression once = compressor_.compress_before_append(layer, batch, resolved);
   // What each head held before the append, put back if the attention fails.
   struct Before {
     HeadStore* head;
@@ -533,7 +394,7 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   try {
     grown = append_locked(layer, batch, resolved, k, v);
   } catch (...) {
-    roll_back(once);
+    compressor_.roll_back(once);
     throw;
   }
   try {
@@ -541,17 +402,17 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   } catch (...) {
     for (const Before& b : before) {
       const int32_t added = b.head->length() - b.length;
-      tokens_stored_ -= static_cast<uint64_t>(added);
+      counters_.tokens_stored -= static_cast<uint64_t>(added);
       b.head->truncate(b.length, b.newest_position, pool_, geometry_);
       b.head->forget(added);
     }
-    undo(grown);
+    memory_.undo(grown);
     for (const Before& b : before) b.head->release_empty_blocks(pool_, geometry_);
-    roll_back(once);
+    compressor_.roll_back(once);
     throw;
   }
-  keep(grown);
-  commit(once, layer);
+  memory_.keep(grown);
+  compressor_.commit(once, layer);
 }
 
 kvc_cache_stats Cache::stats() const {
@@ -562,13 +423,13 @@ kvc_cache_stats Cache::stats() const {
   s.bytes_peak = counters.bytes_peak;
   s.bytes_limit = pool_.memory_limit();
   s.bytes_reserved = counters.bytes_reserved;
-  s.tokens_stored = tokens_stored_.load();
-  s.tokens_evicted = tokens_evicted_.load();
-  s.bytes_copied = bytes_copied_.load();
+  s.tokens_stored = counters_.tokens_stored.load();
+  s.tokens_evicted = counters_.tokens_evicted.load();
+  s.bytes_copied = counters_.bytes_copied.load();
   s.blocks_used = counters.blocks_used;
   s.blocks_free = pool_.blocks_available();
   s.bytes_shared = counters.bytes_shared;
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   s.sequences = static_cast<int32_t>(sequences_.size());
   return s;
 }

@@ -1,42 +1,36 @@
-// A kvc_cache: sequences of per-(layer, KV head) stores in a memory-limited pool, with the
-// batched data path (append, attend) running on a backend plugin.
+// A kvc_cache: the façade the C layer calls, and the batched data path (append, attend and
+// the checks of their inputs) running on a backend plugin. Its parts: the sequences
+// (sequence_table.hpp), changes to their heads' memory (head_memory.hpp) and compression
+// (compressor.hpp).
 #pragma once
 
-#include <atomic>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "backend.hpp"
 #include "block_pool.hpp"
+#include "cache_counters.hpp"
+#include "compressor.hpp"
 #include "config.hpp"
 #include "context.hpp"
-#include "head_snapshot.hpp"
+#include "head_memory.hpp"
 #include "head_store.hpp"
 #include "kvcache_support/large_bytes.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
 #include "sequence_image.hpp"
+#include "sequence_table.hpp"
 
 namespace kvc {
-
-struct Sequence {
-  std::vector<HeadStore> heads;        // [layer * kv_heads + kv_head]
-  std::vector<TriggerState> triggers;  // [layer]
-  // Serialises the calls on this sequence (Cache::lock_sequences).
-  std::mutex mutex;
-  // Calls that took it to change it, so far: an offload removes only what it exported.
-  uint64_t changes = 0;
-};
 
 class Cache {
  public:
   Cache(Context& context, const CacheConfig& config, const std::optional<PolicyConfig>& policy);
-  ~Cache();
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
 
@@ -101,18 +95,7 @@ class Cache {
   kvc_cache_stats stats() const;
 
  private:
-  // The sequences of a batch, resolved and checked, in batch order.
-  struct ResolvedBatch {
-    std::vector<Sequence*> sequences;
-    std::vector<int32_t> offsets;  // first token row of each sequence
-    int32_t total_tokens = 0;
-  };
-
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
-  // Whether the engine marked sequence i's tokens of the batch as its prompt's last chunk.
-  static bool marks_prompt_end(const kvc_batch& batch, size_t i) {
-    return batch.prompt_end != nullptr && batch.prompt_end[i] != 0;
-  }
   // Refuses a store whose positions do not increase strictly within each sequence, from
   // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
   void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved) const;
@@ -125,120 +108,35 @@ class Cache {
   void check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t tokens) const;
   void check_attention_inputs(const kvc_tensor& q, const kvc_attention_params& params,
                               const kvc_tensor_mut& out, int32_t tokens) const;
-  // What growth, unsharing or shrinking replaced, in order, and the bytes it copied: keep()
-  // gives the old memory up once the call succeeded, undo() puts it back.
-  struct Replacements {
-    std::vector<std::pair<HeadStore*, Replaced>> entries;
-    uint64_t copied = 0;
-  };
-  void keep(const Replacements& replacements);
-  void undo(const Replacements& replacements);
   // Stores the tokens; the returned growth is the caller's to keep or undo.
   Replacements append_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
                              const kvc_tensor& k, const kvc_tensor& v);
   void attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
                      const kvc_tensor& q, const kvc_attention_params& params,
                      const kvc_tensor_mut& out);
-  // Makes room for n_tokens[i] more tokens in each listed store, all or nothing; the caller
-  // keeps or undoes what it replaced.
-  // Copies and releases are ordered on `stream` (the engine's, or NULL).
-  [[nodiscard]] Replacements ensure_room(const std::vector<HeadStore*>& stores,
-                                         const std::vector<int32_t>& extra, bool exact,
-                                         void* stream = nullptr);
-  Replacements apply_growth(const std::vector<HeadStore*>& stores,
-                            const std::vector<Growth>& growth, const std::vector<void*>& blocks,
-                            const std::vector<void*>& memory, const std::vector<size_t>& sizes,
-                            void* stream);
-  void compress_locked(const std::vector<Sequence*>& sequences, const std::vector<int32_t>& ids,
-                       int32_t first_layer, int32_t end_layer, void* stream);
-  // The locks of the sequences a call names. Lock order: sequences_mutex_ (held, shared or
-  // exclusive, for as long as these are), then these in ascending id order; no call waits for
-  // sequences_mutex_ while it holds one, so an exclusive holder of sequences_mutex_ knows that
-  // no other call is inside any sequence.
-  using SequenceLocks = std::vector<std::unique_lock<std::mutex>>;
-  // Locks each existing sequence among `ids` once, in ascending id order (ids that do not
-  // exist are left for find() or resolve() to refuse); `changes` counts a change on each.
-  SequenceLocks lock_sequences(const int32_t* ids, size_t n, bool changes) const;
-  std::unique_lock<std::mutex> lock_sequence(Sequence& sequence, bool changes) const;
   // A store's hold on the sequences: shared with the batch's sequences locked, or exclusive
-  // when it starts with a "once" compression (see OnceCompression). Released in reverse.
+  // when it starts with a "once" compression (see Compressor::OnceCompression). Released in
+  // reverse.
   struct StoreLock {
     std::shared_lock<std::shared_mutex> shared;
     std::unique_lock<std::shared_mutex> exclusive;
-    SequenceLocks sequences;
+    SequenceTable::SequenceLocks sequences;
   };
   StoreLock lock_for_store(int32_t layer, const kvc_batch& batch) const;
-  // Whether storing the batch on `layer` runs a pending "once" compression first (false for a
-  // batch that resolve() would refuse).
-  bool once_due(int32_t layer, const kvc_batch& batch) const;
-  // The "once" compression a store runs first, open until the store succeeded: the compressed
-  // layer's heads as they were, so that a store failing after it (out of memory, the backend,
-  // the attention, a later compression) leaves them as they were. It needs the cache
-  // exclusively: putting the heads back takes the memory the compression freed.
-  struct OnceCompression {
-    std::vector<Sequence*> sequences;
-    std::vector<std::pair<HeadStore*, HeadSnapshot>> heads;
-    uint64_t tokens_stored = 0, tokens_evicted = 0, bytes_copied = 0;  // before it
-  };
-  // Automatic compression: before storing (the "once" mode) and after attending.
-  OnceCompression compress_before_append(int32_t layer, const kvc_batch& batch,
-                                         const ResolvedBatch& resolved);
-  void commit(OnceCompression& once, int32_t layer);
-  void roll_back(OnceCompression& once);
-  // The compressions an attention makes due, decided before it runs (it changes no length):
-  // the triggers' state after it, written back once those compressions succeeded, and the
-  // statistics of the due heads that it is about to add to, put back if one fails.
-  struct AfterAttend {
-    std::vector<TriggerState> triggers;  // [batch sequence]
-    std::vector<Sequence*> due;
-    std::vector<int32_t> ids;
-    std::vector<std::pair<const HeadStore*, std::vector<unsigned char>>> stats;
-  };
-  AfterAttend plan_after_attend(int32_t layer, const kvc_batch& batch,
-                                const ResolvedBatch& resolved);
-  void compress_after_attend(int32_t layer, const ResolvedBatch& resolved, AfterAttend& plan,
-                             void* stream);
-  // A head's tokens to keep (indices, ascending) and the position of the last of them, which
-  // the caller read with the positions it chose them by.
-  struct Compaction {
-    HeadStore* head;
-    const std::vector<int32_t>* kept;
-    int32_t newest_position;
-  };
-  // Moves the kept indices of each head to its front, copying shared segments it writes
-  // first; returns the tokens removed. All or nothing.
-  uint64_t compact_heads(const std::vector<Compaction>& heads, void* stream);
-  // Token slots [first, end) of a head about to be written.
-  struct SlotWrite {
-    HeadStore* head;
-    int32_t first;
-    int32_t end;
-  };
-  // Gives each written segment that other sequences share a private copy; all memory is
-  // taken first, so an OUT_OF_MEMORY changes nothing. The caller keeps or undoes the copies.
-  Replacements unshare_slots(const std::vector<SlotWrite>& writes, void* stream);
-  // Shrinks the contiguous segments and statistics arrays that compaction or truncation left
-  // mostly empty (the schedule's rule). Best effort: when the memory for the smaller copies is
-  // not there, or a copy fails, the stores keep their capacity (logged).
-  void release_unused_capacity(const std::vector<HeadStore*>& heads);
-  int32_t head_budget(const HeadStore& head) const {
-    return schedule_.budget(head.seen(), head.effective_budget());
-  }
   HeadStore& store(Sequence& seq, int32_t layer, int32_t kv_head) const {
-    return seq.heads[static_cast<size_t>(layer) * config_.kv_heads + kv_head];
+    return sequences_.head(seq, layer, kv_head);
   }
-  Sequence& find(int32_t seq_id) const;
   void check_head(int32_t layer, int32_t kv_head) const;
   // The image of a sequence but for its K and V rows (each head's first max_tokens tokens at
-  // most), and the segments that hold those rows; the caller holds sequences_mutex_ and the
-  // sequence's lock.
+  // most), and the segments that hold those rows; the caller holds the sequences' lock and
+  // the sequence's.
   SequenceImage image_without_rows(const Sequence& sequence, size_t max_tokens,
                                    std::vector<std::vector<kvc_segment>>& segments);
   // A head's K and V rows from its segments into k and v, in order.
   void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
   // The encoded size of a sequence's image, from its heads' lengths; the encoding itself, the
-  // rows copied from storage straight into `out`. The caller holds sequences_mutex_ and the
-  // sequence's lock.
+  // rows copied from storage straight into `out`. The caller holds the sequences' lock and the
+  // sequence's.
   size_t encoded_size_of(const Sequence& sequence, uint64_t offload_version = 0) const;
   size_t encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
                          uint64_t offload_version = 0);
@@ -250,14 +148,10 @@ class Cache {
   Geometry geometry_;
   Backend backend_;
   BlockPool pool_;
-  mutable std::shared_mutex sequences_mutex_;
-  std::unordered_map<int32_t, std::unique_ptr<Sequence>> sequences_;
-  std::atomic<uint64_t> tokens_stored_{0};
-  std::atomic<uint64_t> tokens_evicted_{0};
-  std::atomic<uint64_t> bytes_copied_{0};
+  CacheCounters counters_;
+  SequenceTable sequences_;  // destroyed before the pool, to which it gives its memory back
+  HeadMemory memory_;
+  Compressor compressor_;
 };
-
-// Checks a cache configuration's values; throws kvc::Error INVALID_ARGUMENT naming the field.
-void validate_cache_config(const CacheConfig& config);
 
 }  // namespace kvc

@@ -1,35 +1,11 @@
-// The compression driver: read what the policy needs of every due (sequence, layer) in one
-// batched backend call, ask the policy for scores and budgets, pick the kept tokens, compact
-// storage in one backend call and return emptied blocks.
-#include <algorithm>
+// The compression entry points of a cache: kvc_compress and statistics reported by the
+// engine's own attention (the driver is compressor.cpp).
 #include <mutex>
 
 #include "cache.hpp"
-#include "error.hpp"
-#include "selection.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
-namespace {
-
-// Host copies of what a policy reads about one (sequence, layer, KV head).
-struct HeadInputs {
-  std::vector<int32_t> positions;
-  std::vector<float> stats[std::size(kStoredStats)];
-  std::vector<float> keys;
-  std::vector<float> scores;
-};
-
-// One (sequence, layer) to compress: its inputs, then what each KV head keeps.
-struct LayerSelection {
-  Sequence* sequence;
-  int32_t seq_id;
-  int32_t layer;
-  std::vector<HeadInputs> inputs;          // [kv_head]
-  std::vector<std::vector<int32_t>> kept;  // [kv_head]
-  std::vector<int32_t> budgets;            // [kv_head] what the policy gave each head
-};
-
-}  // namespace
 
 void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
   if ((layer < 0 && layer != kAllLayers) || layer >= config_.layers) {
@@ -38,238 +14,16 @@ void Cache::compress(const std::vector<int32_t>& seq_ids, int32_t layer) {
                                               " (all layers) or 0.." +
                                               std::to_string(config_.layers - 1));
   }
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  const SequenceLocks sequence_locks = lock_sequences(seq_ids.data(), seq_ids.size(), true);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  const SequenceTable::SequenceLocks sequence_locks =
+      sequences_.lock_sequences(seq_ids.data(), seq_ids.size(), true);
   std::vector<Sequence*> sequences;
-  for (int32_t id : seq_ids) sequences.push_back(&find(id));
+  for (int32_t id : seq_ids) sequences.push_back(&sequences_.find(id));
   if (layer == kAllLayers) {
-    compress_locked(sequences, seq_ids, 0, config_.layers, nullptr);
+    compressor_.compress(sequences, seq_ids, 0, config_.layers, nullptr);
   } else {
-    compress_locked(sequences, seq_ids, layer, layer + 1, nullptr);
+    compressor_.compress(sequences, seq_ids, layer, layer + 1, nullptr);
   }
-}
-
-void Cache::compress_locked(const std::vector<Sequence*>& sequences,
-                            const std::vector<int32_t>& ids, int32_t first_layer,
-                            int32_t end_layer, void* stream) {
-  if (!policy_ || sequences.empty()) return;
-  const int32_t heads = config_.kv_heads;
-  const size_t n_heads = static_cast<size_t>(heads);
-
-  std::vector<LayerSelection> selections;
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    for (int32_t layer = first_layer; layer < end_layer; ++layer) {
-      bool over_budget = false;
-      for (int32_t h = 0; h < heads && !over_budget; ++h) {
-        const HeadStore& head = store(*sequences[i], layer, h);
-        over_budget = head.length() > head_budget(head);
-      }
-      if (over_budget) selections.push_back(LayerSelection{sequences[i], ids[i], layer, {}, {}, {}});
-    }
-  }
-  if (selections.empty()) return;
-
-  // Everything the policy reads, for every selected head, in one call of each kind.
-  const bool keys = policy_->stats() & KVC_STAT_KEYS;
-  size_t total_segments = 0;
-  for (const LayerSelection& sel : selections) {
-    for (int32_t h = 0; h < heads; ++h) total_segments += store(*sel.sequence, sel.layer, h).segments().size();
-  }
-  std::vector<kvc_segment> segments;
-  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
-  std::vector<kvc_read_tokens_job> reads;
-  std::vector<kvc_read_keys_job> key_reads;
-  reads.reserve(selections.size() * n_heads);
-  for (LayerSelection& sel : selections) {
-    sel.inputs.resize(n_heads);
-    for (int32_t h = 0; h < heads; ++h) {
-      const HeadStore& head = store(*sel.sequence, sel.layer, h);
-      HeadInputs& in = sel.inputs[static_cast<size_t>(h)];
-      const size_t n = static_cast<size_t>(head.length());
-      const size_t first = segments.size();
-      head.gather(segments, geometry_);
-      kvc_read_tokens_job job{};
-      job.struct_size = sizeof(job);
-      job.n_segments = static_cast<int32_t>(segments.size() - first);
-      job.segments = segments.data() + first;
-      job.stats = head.stats(geometry_);
-      in.positions.resize(n);
-      job.out_pos = in.positions.data();
-      float** outs[] = {&job.out_attn_sum, &job.out_attn_last, &job.out_attn_window};
-      for (size_t s = 0; s < std::size(kStoredStats); ++s) {
-        if (!(geometry_.stats & kStoredStats[s])) continue;
-        in.stats[s].resize(n);
-        *outs[s] = in.stats[s].data();
-      }
-      reads.push_back(job);
-      if (keys) {
-        in.keys.resize(n * static_cast<size_t>(config_.head_dim));
-        key_reads.push_back(kvc_read_keys_job{sizeof(kvc_read_keys_job), job.n_segments,
-                                              job.segments, in.keys.data()});
-      }
-    }
-  }
-  backend_.read_tokens(reads, stream);
-  backend_.read_keys(key_reads, stream);
-
-  // Decide every selection before touching storage: a policy error leaves the cache as it was.
-  std::mutex error_mutex;
-  std::exception_ptr first_error;
-  context_.host().parallel_for(selections.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t s = begin; s < end; ++s) {
-      try {
-        LayerSelection& sel = selections[s];
-        std::vector<kvc_score_job> jobs(n_heads);
-        std::vector<int32_t> configured(n_heads);
-        for (size_t h = 0; h < n_heads; ++h) {
-          const HeadStore& head = store(*sel.sequence, sel.layer, static_cast<int32_t>(h));
-          HeadInputs& in = sel.inputs[h];
-          kvc_score_job& job = jobs[h];
-          const ProtectedRange range = schedule_.protected_range(head.length());
-          job.struct_size = sizeof(job);
-          job.seq_id = sel.seq_id;
-          job.layer = sel.layer;
-          job.kv_head = static_cast<int32_t>(h);
-          job.n_tokens = head.length();
-          job.pos = in.positions.data();
-          job.attn_sum = in.stats[0].empty() ? nullptr : in.stats[0].data();
-          job.attn_last = in.stats[1].empty() ? nullptr : in.stats[1].data();
-          job.attn_window = in.stats[2].empty() ? nullptr : in.stats[2].data();
-          job.keys = in.keys.empty() ? nullptr : in.keys.data();
-          job.head_dim = config_.head_dim;
-          configured[h] = schedule_.configured_budget(head.seen());
-          job.budget = configured[h];
-          job.sinks = policy_->config().sinks;
-          job.recent = policy_->config().recent;
-          in.scores.assign(static_cast<size_t>(head.length()), 0.0f);
-          job.scores = in.scores.data();
-          job.sink_end = range.sink_end;
-          job.recent_begin = range.recent_begin;
-        }
-        if (policy_->scores()) policy_->score(jobs.data(), jobs.size());
-
-        kvc_budget_request request{};
-        request.struct_size = sizeof(request);
-        request.layer = sel.layer;
-        request.n_layers = config_.layers;
-        request.n_heads = heads;
-        request.configured = configured.data();
-        request.jobs = jobs.data();
-        sel.budgets.resize(n_heads);
-        policy_->budgets(request, sel.budgets.data());
-        sel.kept.resize(n_heads);
-        for (size_t h = 0; h < n_heads; ++h) {
-          sel.budgets[h] = std::max(sel.budgets[h], 0);
-          sel.kept[h] = select_kept(sel.inputs[h].scores.data(), jobs[h].n_tokens,
-                                    sel.budgets[h], {jobs[h].sink_end, jobs[h].recent_begin});
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
-    }
-  });
-  if (first_error) std::rethrow_exception(first_error);
-
-  std::vector<Compaction> changed;
-  for (LayerSelection& sel : selections) {
-    for (int32_t h = 0; h < heads; ++h) {
-      HeadStore& head = store(*sel.sequence, sel.layer, h);
-      const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
-      if (static_cast<int32_t>(kept.size()) == head.length()) continue;
-      const std::vector<int32_t>& positions = sel.inputs[static_cast<size_t>(h)].positions;
-      changed.push_back(Compaction{
-          &head, &kept, kept.empty() ? -1 : positions[static_cast<size_t>(kept.back())]});
-    }
-  }
-  const uint64_t evicted = compact_heads(changed, stream);
-  tokens_evicted_ += evicted;
-  std::vector<HeadStore*> compacted;
-  for (const Compaction& c : changed) compacted.push_back(c.head);
-  release_unused_capacity(compacted);
-  for (LayerSelection& sel : selections) {
-    for (int32_t h = 0; h < heads; ++h) {
-      store(*sel.sequence, sel.layer, h).set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
-    }
-  }
-}
-
-uint64_t Cache::compact_heads(const std::vector<Compaction>& heads, void* stream) {
-  // Compaction writes each head's token slots from its first moved token on: segments there
-  // that forked sequences share are copied first, with all memory taken before anything moves.
-  std::vector<SlotWrite> writes;
-  for (const auto& [head, kept, newest] : heads) {
-    int32_t first = 0;
-    const int32_t n_keep = static_cast<int32_t>(kept->size());
-    while (first < n_keep && (*kept)[static_cast<size_t>(first)] == first) ++first;
-    if (first < n_keep) writes.push_back(SlotWrite{head, first, n_keep});
-  }
-  const Replacements unshared = unshare_slots(writes, stream);
-
-  std::vector<kvc_segment> segments;
-  size_t total_segments = 0;
-  for (const Compaction& c : heads) total_segments += c.head->segments().size();
-  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
-  std::vector<kvc_compact_job> jobs;
-  jobs.reserve(heads.size());
-  for (const auto& [head, kept, newest] : heads) {
-    const size_t first = segments.size();
-    head->gather(segments, geometry_);
-    jobs.push_back(kvc_compact_job{sizeof(kvc_compact_job),
-                                   static_cast<int32_t>(segments.size() - first),
-                                   segments.data() + first, kept->data(),
-                                   static_cast<int32_t>(kept->size()), head->stats(geometry_)});
-  }
-  try {
-    backend_.compact(jobs, stream);
-  } catch (...) {
-    undo(unshared);
-    throw;
-  }
-  keep(unshared);
-  uint64_t removed = 0;
-  for (const auto& [head, kept, newest] : heads) {
-    removed += static_cast<uint64_t>(head->length() - static_cast<int32_t>(kept->size()));
-    head->commit_compaction(static_cast<int32_t>(kept->size()), newest, pool_, geometry_);
-  }
-  tokens_stored_ -= removed;
-  return removed;
-}
-
-Cache::Replacements Cache::unshare_slots(const std::vector<SlotWrite>& writes, void* stream) {
-  std::vector<std::pair<HeadStore*, size_t>> targets;
-  std::vector<size_t> sizes;
-  for (const SlotWrite& w : writes) {
-    for (size_t index : w.head->shared_segments(w.first, w.end, pool_)) {
-      targets.emplace_back(w.head, index);
-      sizes.push_back(geometry_.bytes_for(w.head->segments()[index].capacity));
-    }
-  }
-  if (targets.empty()) return {};
-  const bool paged = geometry_.layout == KVC_LAYOUT_PAGED;
-  std::vector<void*> memory = paged ? pool_.take_blocks(targets.size()) : pool_.allocate(sizes);
-  Replacements done;
-  size_t used = 0;
-  try {
-    for (; used < targets.size(); ++used) {
-      HeadStore* head = targets[used].first;
-      done.entries.emplace_back(
-          head, head->unshare(targets[used].second, memory[used], backend_, pool_, geometry_,
-                              stream));
-    }
-  } catch (...) {
-    // The failing unshare released its own target.
-    for (++used; used < targets.size(); ++used) {
-      if (paged) {
-        pool_.give_back_block(memory[used]);
-      } else {
-        pool_.release(memory[used], sizes[used], stream);
-      }
-    }
-    undo(done);
-    throw;
-  }
-  return done;
 }
 
 void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_stat_flags stat,
@@ -280,9 +34,9 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   }
   if (!values) throw Error(KVC_ERR_INVALID_ARGUMENT, "values is NULL");
   check_head(layer, kv_head);
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, true);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
   const HeadStore& head = store(sequence, layer, kv_head);
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +
@@ -304,143 +58,6 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   backend_.copy(merged.data(), target, bytes, KVC_COPY_DEVICE_TO_HOST);
   for (size_t i = 0; i < merged.size(); ++i) merged[i] += values[i];
   backend_.copy(target, merged.data(), bytes, KVC_COPY_HOST_TO_DEVICE);
-}
-
-bool Cache::once_due(int32_t layer, const kvc_batch& batch) const {
-  // A cache without the "once" mode looks up no sequence here.
-  if (!policy_ || policy_->config().prefill != PrefillCompression::once || layer < 0 ||
-      layer >= config_.layers || batch.n_seqs < 1 || !batch.seq_ids || !batch.n_tokens) {
-    return false;
-  }
-  for (int32_t i = 0; i < batch.n_seqs; ++i) {
-    const auto found = sequences_.find(batch.seq_ids[i]);
-    if (found == sequences_.end() || batch.n_tokens[i] < 1) return false;
-    if (schedule_.before_store(found->second->triggers[static_cast<size_t>(layer)],
-                               batch.n_tokens[i], marks_prompt_end(batch, static_cast<size_t>(i)))) {
-      return true;
-    }
-  }
-  return false;
-}
-
-Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) const {
-  const size_t n = static_cast<size_t>(std::max(batch.n_seqs, 0));
-  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_mutex_), {}, {}};
-  lock.sequences = lock_sequences(batch.seq_ids, n, true);
-  if (!once_due(layer, batch)) return lock;
-  // Another call may make the compression due, or not, between the two holds:
-  // compress_before_append decides again under the exclusive one.
-  lock.sequences.clear();
-  lock.shared.unlock();
-  lock.exclusive = std::unique_lock<std::shared_mutex>(sequences_mutex_);
-  lock.sequences = lock_sequences(batch.seq_ids, n, true);
-  return lock;
-}
-
-Cache::OnceCompression Cache::compress_before_append(int32_t layer, const kvc_batch& batch,
-                                                     const ResolvedBatch& resolved) {
-  OnceCompression once;
-  if (!policy_) return once;
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
-    Sequence& seq = *resolved.sequences[i];
-    if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i],
-                                marks_prompt_end(batch, i))) {
-      continue;
-    }
-    once.sequences.push_back(&seq);
-    ids.push_back(batch.seq_ids[i]);
-  }
-  if (once.sequences.empty()) return once;
-  once.tokens_stored = tokens_stored_;
-  once.tokens_evicted = tokens_evicted_;
-  once.bytes_copied = bytes_copied_;
-  try {
-    for (Sequence* seq : once.sequences) {
-      for (int32_t h = 0; h < config_.kv_heads; ++h) {
-        HeadStore& head = store(*seq, layer, h);
-        once.heads.emplace_back(&head, capture_head(head, backend_, pool_, geometry_));
-      }
-    }
-    compress_locked(once.sequences, ids, layer, layer + 1, batch.stream);
-  } catch (...) {
-    // The compression changes nothing when it fails; the snapshots are not needed.
-    for (auto& entry : once.heads) release_snapshot(entry.second, pool_, geometry_);
-    throw;
-  }
-  return once;
-}
-
-void Cache::commit(OnceCompression& once, int32_t layer) {
-  for (Sequence* seq : once.sequences) seq->triggers[static_cast<size_t>(layer)].prefill_pending = false;
-  for (auto& entry : once.heads) release_snapshot(entry.second, pool_, geometry_);
-}
-
-void Cache::roll_back(OnceCompression& once) {
-  for (auto& [head, snapshot] : once.heads) {
-    try {
-      restore_head(*head, snapshot, backend_, pool_, geometry_);
-    } catch (const std::exception& e) {
-      // Only a backend that fails its copies gets here: the head is left empty.
-      context_.logger().log(KVC_LOG_ERROR,
-                            std::string("could not put back a head after a failed store: ") + e.what());
-      release_snapshot(snapshot, pool_, geometry_);
-    }
-  }
-  if (once.sequences.empty()) return;
-  tokens_stored_ = once.tokens_stored;
-  tokens_evicted_ = once.tokens_evicted;
-  bytes_copied_ = once.bytes_copied;
-}
-
-Cache::AfterAttend Cache::plan_after_attend(int32_t layer, const kvc_batch& batch,
-                                             const ResolvedBatch& resolved) {
-  AfterAttend plan;
-  if (!policy_) return plan;
-  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
-    Sequence& seq = *resolved.sequences[i];
-    auto excess = [&] {
-      int64_t most = INT64_MIN;
-      for (int32_t h = 0; h < config_.kv_heads; ++h) {
-        const HeadStore& head = store(seq, layer, h);
-        most = std::max<int64_t>(most, int64_t{head.length()} - head_budget(head));
-      }
-      return most;
-    };
-    plan.triggers.push_back(seq.triggers[static_cast<size_t>(layer)]);
-    if (!schedule_.after_attend(plan.triggers.back(), batch.n_tokens[i],
-                                marks_prompt_end(batch, i), excess)) {
-      continue;
-    }
-    plan.due.push_back(&seq);
-    plan.ids.push_back(batch.seq_ids[i]);
-    for (int32_t h = 0; h < config_.kv_heads; ++h) {
-      const HeadStore& head = store(seq, layer, h);
-      if (!head.stats_array()) continue;
-      std::vector<unsigned char> bytes(geometry_.stats_bytes_for(head.stats_capacity()));
-      backend_.copy(bytes.data(), head.stats_array(), bytes.size(), KVC_COPY_DEVICE_TO_HOST);
-      plan.stats.emplace_back(&head, std::move(bytes));
-    }
-  }
-  return plan;
-}
-
-void Cache::compress_after_attend(int32_t layer, const ResolvedBatch& resolved,
-                                  AfterAttend& plan, void* stream) {
-  if (!policy_) return;
-  try {
-    compress_locked(plan.due, plan.ids, layer, layer + 1, stream);
-  } catch (...) {
-    // The compression left storage as it was; take back what the attention added.
-    for (const auto& [head, bytes] : plan.stats) {
-      backend_.copy(head->stats_array(), bytes.data(), bytes.size(),
-                    KVC_COPY_HOST_TO_DEVICE);
-    }
-    throw;
-  }
-  for (size_t i = 0; i < resolved.sequences.size(); ++i) {
-    resolved.sequences[i]->triggers[static_cast<size_t>(layer)] = plan.triggers[i];
-  }
 }
 
 }  // namespace kvc

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cache.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
 namespace {

@@ -4,23 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
-#include <utility>
 
 #include "config.hpp"
-#include "error.hpp"
 
 namespace kvc {
 
-// An INVALID_ARGUMENT error about one parameter; field() is its name, e.g. "q_heads".
-class CacheParamError : public Error {
- public:
-  CacheParamError(std::string field, const std::string& message)
-      : Error(KVC_ERR_INVALID_ARGUMENT, message), field_(std::move(field)) {}
-  const std::string& field() const noexcept { return field_; }
-
- private:
-  std::string field_;
+// A parameter that breaks its rule: its name (e.g. "q_heads") and the message.
+struct CacheParamProblem {
+  std::string field;
+  std::string message;
 };
 
 // The bounds of a cache's shape (kvcache.h, docs/config.md). Each (sequence, layer, KV head)
@@ -35,11 +29,17 @@ constexpr int32_t kMaxBlockTokens = 65536;
 constexpr double kMinGrowthFactor = 1.01;
 constexpr double kMaxGrowthFactor = 16.0;
 
-// The configuration with its defaults applied (q_heads 0: as many as kv_heads), checked by
-// validate_cache_config().
-CacheConfig resolve_cache_config(CacheConfig config);
+// The configuration with its defaults applied (q_heads 0: as many as kv_heads).
+CacheConfig with_cache_defaults(CacheConfig config);
 
-// Checks a resolved configuration's values; throws CacheParamError naming the field.
+// The first value of a configuration with its defaults applied that breaks its rule, if any.
+std::optional<CacheParamProblem> find_cache_param_problem(const CacheConfig& config);
+
+// Checks a configuration with its defaults applied; throws kvc::Error INVALID_ARGUMENT with
+// the problem's message.
 void validate_cache_config(const CacheConfig& config);
+
+// with_cache_defaults(config), checked by validate_cache_config().
+CacheConfig resolve_cache_config(CacheConfig config);
 
 }  // namespace kvc

@@ -5,7 +5,7 @@
 #include <new>
 
 #include "cache.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 
 namespace kvc {
@@ -95,9 +95,9 @@ void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint
 }
 
 SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   std::vector<std::vector<kvc_segment>> segments;
   SequenceImage image = image_without_rows(sequence, max_tokens, segments);
   for (size_t i = 0; i < image.heads.size(); ++i) {
@@ -139,24 +139,24 @@ size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t cap
 }
 
 size_t Cache::export_size(int32_t seq_id) const {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   return encoded_size_of(sequence);
 }
 
 size_t Cache::export_to(int32_t seq_id, uint8_t* out, size_t capacity) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   return encode_sequence(sequence, out, capacity);
 }
 
 support::LargeBytes Cache::export_bytes(int32_t seq_id, uint64_t offload_version,
                                         uint64_t* out_changes) {
-  std::shared_lock<std::shared_mutex> lock(sequences_mutex_);
-  Sequence& sequence = find(seq_id);
-  const auto sequence_lock = lock_sequence(sequence, false);
+  std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
+  Sequence& sequence = sequences_.find(seq_id);
+  const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   if (out_changes) *out_changes = sequence.changes;
   support::LargeBytes bytes =
       support::LargeBytes::allocate(encoded_size_of(sequence, offload_version));
@@ -166,9 +166,7 @@ support::LargeBytes Cache::export_bytes(int32_t seq_id, uint64_t offload_version
 }
 
 void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
-  if (seq_id < 0) {
-    throw Error(KVC_ERR_INVALID_ARGUMENT, "sequence ids must be >= 0, got " + std::to_string(seq_id));
-  }
+  SequenceTable::check_id(seq_id);
   if (image.layers != config_.layers || image.kv_heads != config_.kv_heads ||
       image.q_heads != config_.q_heads || image.head_dim != config_.head_dim) {
     throw Error(KVC_ERR_INVALID_ARGUMENT,
@@ -188,10 +186,8 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   }
   convert_storage(image, config_.k_dtype, config_.v_dtype);
 
-  std::unique_lock<std::shared_mutex> lock(sequences_mutex_);
-  if (sequences_.count(seq_id)) {
-    throw Error(KVC_ERR_ALREADY_EXISTS, "sequence " + std::to_string(seq_id) + " already exists");
-  }
+  std::unique_lock<std::shared_mutex> lock(sequences_.mutex());
+  sequences_.require_unused(seq_id);
   auto sequence = std::make_unique<Sequence>();
   sequence->heads.resize(image.heads.size());
   for (const LayerTriggers& t : image.triggers) {
@@ -203,7 +199,8 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
     stores.push_back(&sequence->heads[i]);
     lengths.push_back(static_cast<int32_t>(image.heads[i].positions.size()));
   }
-  keep(ensure_room(stores, lengths, true));  // all or nothing, exactly the size needed
+  // All or nothing, exactly the size needed.
+  memory_.keep(memory_.ensure_room(stores, lengths, true));
   try {
     // Each head's rows are their own tensor: one append per head.
     for (size_t i = 0; i < image.heads.size(); ++i) {
@@ -236,15 +233,12 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
     for (HeadStore* store : stores) store->release_all(pool_, geometry_);
     throw;
   }
-  uint64_t tokens = 0;
   for (size_t i = 0; i < stores.size(); ++i) {
     const std::vector<int32_t>& positions = image.heads[i].positions;
     stores[i]->commit_append(lengths[i], positions.empty() ? -1 : positions.back(), geometry_);
     stores[i]->restore_counters(image.heads[i].seen, image.heads[i].effective_budget);
-    tokens += static_cast<uint64_t>(lengths[i]);
   }
-  sequences_.emplace(seq_id, std::move(sequence));
-  tokens_stored_ += tokens;
+  sequences_.add(seq_id, std::move(sequence));
 }
 
 }  // namespace kvc

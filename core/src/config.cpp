@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cache_params.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache_support/byte_size.hpp"
 #include "quote.hpp"
@@ -396,13 +396,13 @@ class ConfigReader {
   // The shared defaults and checks; a refused value is reported at its key's line.
   CacheConfig resolve_cache(const CacheConfig& cache, const Field& section,
                             const std::map<std::string, Field>& fields) const {
-    try {
-      return resolve_cache_config(cache);
-    } catch (const CacheParamError& e) {
-      const auto it = fields.find(e.field());
-      if (it != fields.end()) fail_value(it->second, e.what());
-      fail(section.key_mark, "cache." + e.field(), e.what());
+    const CacheConfig resolved = with_cache_defaults(cache);
+    if (const auto problem = find_cache_param_problem(resolved)) {
+      const auto it = fields.find(problem->field);
+      if (it != fields.end()) fail_value(it->second, problem->message);
+      fail(section.key_mark, "cache." + problem->field, problem->message);
     }
+    return resolved;
   }
 
   // `backend: cpu`, or a mapping with the name, the device ordinal and the plugin's params.

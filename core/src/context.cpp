@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "quote.hpp"
 
 namespace kvc {

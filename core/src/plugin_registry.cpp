@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "enums.hpp"
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "files.hpp"
 #include "quote.hpp"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "quote.hpp"
 
 namespace kvc {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "quote.hpp"
 

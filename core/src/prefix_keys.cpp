@@ -6,7 +6,7 @@
 #include <new>
 #include <string>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
 namespace {

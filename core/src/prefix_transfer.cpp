@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "prefix_chunks.hpp"
 #include "prefix_keys.hpp"
 #include "stored_image.hpp"

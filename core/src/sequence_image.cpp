@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 

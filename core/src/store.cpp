@@ -1,6 +1,6 @@
 #include "store.hpp"
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "quote.hpp"
 
 namespace kvc {

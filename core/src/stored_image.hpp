@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "error.hpp"
+#include "kvcache/kvcache_error.hpp"
 #include "sequence_image.hpp"
 #include "store.hpp"
 

@@ -9,7 +9,7 @@
 
 namespace kvc::cpu {
 
-// Runs every job on the host's arena; throws PluginError on an invalid job or dtype.
+// Runs every job on the host's arena; throws Error on an invalid job or dtype.
 void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_jobs,
                 int32_t head_dim, const StorageFormats& formats);
 

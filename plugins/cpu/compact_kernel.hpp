@@ -9,7 +9,7 @@
 
 namespace kvc::cpu {
 
-// Runs every job on the host's arena; throws PluginError on an invalid job.
+// Runs every job on the host's arena; throws Error on an invalid job.
 void run_compact(const kvc_host_api& host, const kvc_compact_job* jobs, size_t n_jobs,
                  int32_t head_dim, const StorageFormats& formats);
 

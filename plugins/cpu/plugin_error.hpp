@@ -1,4 +1,4 @@
-// The CPU backend's errors: the plugin ABI's one error type (kvcache/kvcache_plugin_support.hpp).
+// The CPU backend's errors: kvc::Error and fail() (kvcache/kvcache_plugin_support.hpp).
 #pragma once
 
 #include "kvcache/kvcache_plugin_support.hpp"
@@ -6,6 +6,5 @@
 namespace kvc::cpu {
 
 using plugin::fail;
-using plugin::PluginError;
 
 }  // namespace kvc::cpu

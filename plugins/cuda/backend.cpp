@@ -101,7 +101,7 @@ class CudaBackend {
     try {
       const DeviceScope scope(self_);
       owned_.reset();
-    } catch (const PluginError&) {
+    } catch (const Error&) {
       owned_.reset();
     }
   }
@@ -110,7 +110,7 @@ class CudaBackend {
     try {
       const DeviceScope scope(self_);
       return self_.pool.alloc(bytes);
-    } catch (const PluginError&) {
+    } catch (const Error&) {
       return nullptr;
     }
   }
@@ -124,7 +124,7 @@ class CudaBackend {
       const DeviceScope scope(self_);
       if (stream != nullptr && self_.pool.release_after(ptr, stream_of(stream))) return;
       if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
-    } catch (const PluginError&) {
+    } catch (const Error&) {
       // The device cannot be made current: nothing of it is running to wait for.
     }
     self_.pool.release(ptr);

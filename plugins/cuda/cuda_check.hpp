@@ -1,4 +1,4 @@
-// CUDA runtime errors as PluginErrors: a missing device or driver is NO_DEVICE, exhausted
+// CUDA runtime errors as Errors: a missing device or driver is NO_DEVICE, exhausted
 // device memory OUT_OF_MEMORY, anything else PLUGIN, each with the runtime's own message.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The CUDA backend's errors: the plugin ABI's one error type (kvcache/kvcache_plugin_support.hpp).
+// The CUDA backend's errors: kvc::Error and fail() (kvcache/kvcache_plugin_support.hpp).
 #pragma once
 
 #include "kvcache/kvcache_plugin_support.hpp"
@@ -6,6 +6,5 @@
 namespace kvc::cuda {
 
 using plugin::fail;
-using plugin::PluginError;
 
 }  // namespace kvc::cuda

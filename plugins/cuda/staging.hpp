@@ -28,7 +28,7 @@ class PinnedPool {
     void* data;
     size_t slot;
   };
-  // A buffer of at least `bytes`; throws PluginError when the host has no pinned memory left.
+  // A buffer of at least `bytes`; throws Error when the host has no pinned memory left.
   Buffer acquire(size_t bytes);
   // Marks the buffer free once the work enqueued on `stream` so far has run.
   void release(const Buffer& buffer, cudaStream_t stream);

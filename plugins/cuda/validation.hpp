@@ -1,4 +1,4 @@
-// Checks shared by the launchers; each throws PluginError(KVC_ERR_INVALID_ARGUMENT).
+// Checks shared by the launchers; each throws Error(KVC_ERR_INVALID_ARGUMENT).
 #pragma once
 
 #include <cstddef>

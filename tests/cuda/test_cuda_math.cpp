@@ -407,7 +407,7 @@ TEST_CASE("cuda math: rows longer than the kernels serve are refused, not cut sh
     try {
       kc::check_storage(head_dim, dtype, dtype);
       FAIL("accepted");
-    } catch (const kc::PluginError& e) {
+    } catch (const kvc::Error& e) {
       CHECK(e.code() == KVC_ERR_UNSUPPORTED);
       CHECK(std::string(e.what()).find(std::to_string(head_dim)) != std::string::npos);
     }
@@ -418,7 +418,7 @@ TEST_CASE("cuda math: K and V of different formats are refused, naming both") {
   try {
     kc::check_storage(64, KVC_DTYPE_F16, KVC_DTYPE_F32);
     FAIL("accepted");
-  } catch (const kc::PluginError& e) {
+  } catch (const kvc::Error& e) {
     CHECK(e.code() == KVC_ERR_UNSUPPORTED);
     CHECK(std::string(e.what()).find(
               "the cuda backend stores K and V in one format, not K as f16 and V as f32") !=

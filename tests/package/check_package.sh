@@ -51,6 +51,7 @@ lib=$(find "$prefix" -name libkvcache.so -not -path '*/plugins/*' -print -quit)
 libdir=$(dirname "$lib")
 for f in include/kvcache/kvcache.h include/kvcache/kvcache_plugin.h \
          include/kvcache/kvcache_backend_plugin.hpp include/kvcache/kvcache_plugin_support.hpp \
+         include/kvcache/kvcache_error.hpp \
          include/kvcache/kvcache_export.h include/kvcache/kvcache_version.h; do
   [[ -f "$prefix/$f" ]] || { echo "check_package: $f was not installed" >&2; exit 1; }
 done

@@ -12,27 +12,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 
 namespace kvcache {
 
-/** @brief A failed kvcache call: its status code and message. */
-class Error : public std::runtime_error {
- public:
-  /** @brief An error with the status code and message of a failed call. */
-  Error(kvc_status_code code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
-  /** @brief The status code of the failed call. */
-  kvc_status_code code() const noexcept { return code_; }
-
- private:
-  kvc_status_code code_;
-};
+/** @brief A failed kvcache call: its status code and message (kvcache_error.hpp). */
+using Error = kvc::Error;
 
 /** @brief Throws kvcache::Error for a non-NULL status and frees it. */
 inline void check(kvc_status* status) {

@@ -10,7 +10,7 @@
  *   static constexpr const char* kName = "mine";          // the descriptor's name (YAML)
  *   static constexpr const char* kLabel = "mine backend"; // the prefix of its messages
  *   // A new instance for one cache; `config` is NULL when the host has no ABI 1.3 config
- *   // (then the backend picks its defaults). Throws PluginError to refuse (see
+ *   // (then the backend picks its defaults). Throws Error to refuse (see
  *   // kvc_backend_vtable::create_with_config for the codes).
  *   static B* create(const kvc_host_api& host, const kvc_backend_config* config);
  *   void* alloc(size_t bytes) noexcept;                    // NULL when exhausted
@@ -32,7 +32,7 @@
  *   void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call);
  * @endcode
  * and the library says `KVC_BACKEND_PLUGIN(B, version);` once. Every function may throw
- * (PluginError via kvc::plugin::fail for a status of its choice; std::bad_alloc is
+ * (Error via kvc::plugin::fail for a status of its choice; std::bad_alloc is
  * OUT_OF_MEMORY, anything else INTERNAL); the skeleton has already checked the instance,
  * the host API (its ABI major), out-parameters, copy arguments, the config's shape and
  * parameter list, and the size of every struct and job array. The destructor of B destroys

@@ -4,8 +4,8 @@
  * the one error type a plugin throws and its translation into the ABI's status code and
  * message, and the reading of the host's versioned structs as this plugin's own.
  *
- * Errors: a plugin throws kvc::plugin::PluginError (through kvc::plugin::fail, printf-style);
- * kvc::plugin::report_errors runs a body and turns whatever it throws into a ::kvc_status_code
+ * Errors: a plugin throws kvc::Error (kvcache_error.hpp; through kvc::plugin::fail,
+ * printf-style), its message without the plugin's label; kvc::plugin::report_errors runs a body and turns whatever it throws into a ::kvc_status_code
  * plus a message in the ::kvc_plugin_error, so no exception crosses the C ABI. Messages start
  * with the plugin's label: each plugin library defines kvc::plugin::plugin_label() once
  * (KVC_BACKEND_PLUGIN in kvcache_backend_plugin.hpp does).
@@ -26,11 +26,11 @@
 #include <cstring>
 #include <exception>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_plugin.h"
 
 /** @cond internal */
@@ -39,18 +39,6 @@ namespace kvc::plugin {
 
 // The prefix of the plugin's messages ("cpu backend"); defined once by each plugin.
 const char* plugin_label();
-
-// The one error type of plugins: a status code and a message without the plugin's label,
-// which report_errors puts in front.
-class PluginError : public std::runtime_error {
- public:
-  PluginError(kvc_status_code code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
-  kvc_status_code code() const noexcept { return code_; }
-
- private:
-  kvc_status_code code_;
-};
 
 // printf-style rather than std::to_string: libstdc++'s to_string drags a GNU-unique symbol
 // into the dynamic symbol table, which would export more than the entry point.
@@ -61,7 +49,7 @@ class PluginError : public std::runtime_error {
   va_start(args, format);
   std::vsnprintf(message, sizeof message, format, args);
   va_end(args);
-  throw PluginError(code, message);
+  throw Error(code, message);
 }
 
 inline void write_error(kvc_plugin_error* error, const char* message) noexcept {
@@ -81,7 +69,7 @@ int32_t report_errors(kvc_plugin_error* error, Body&& body) noexcept {
   try {
     body();
     return KVC_OK;
-  } catch (const PluginError& e) {
+  } catch (const Error& e) {
     write_labelled_error(error, e.what());
     return e.code();
   } catch (const std::bad_alloc&) {

@@ -9,7 +9,7 @@
 //   void budgets(const kvc_budget_request& request, int32_t* budgets) const;
 // score and budgets run concurrently for different sequences: they must not modify the
 // instance. Anything they throw is caught here and becomes a status code plus a message
-// (PluginError: its code; std::bad_alloc: KVC_ERR_OUT_OF_MEMORY; anything else:
+// (Error: its code; std::bad_alloc: KVC_ERR_OUT_OF_MEMORY; anything else:
 // KVC_ERR_INTERNAL). After the constructor the adapter calls params.finish(), which rejects
 // keys the policy did not ask for.
 //
@@ -42,7 +42,7 @@ int32_t guard(kvc_plugin_error* error, Body&& body) noexcept {
   try {
     body();
     return KVC_OK;
-  } catch (const PluginError& e) {
+  } catch (const Error& e) {
     write_error(error, e.what());
     return e.code();
   } catch (const std::bad_alloc&) {

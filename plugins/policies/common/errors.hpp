@@ -1,6 +1,5 @@
-// Errors inside the built-in policy plugins. A policy throws the plugins' one error type,
-// kvc::plugin::PluginError (or anything else); the adapter (adapter.hpp) turns it into a
-// kvc_status_code and a kvc_plugin_error message, so no exception crosses the C ABI.
+// Errors inside the built-in policy plugins. A policy throws kvc::Error (kvcache_error.hpp) or
+// anything else; the adapter (adapter.hpp) turns it into a kvc_status_code and a kvc_plugin_error message, so no exception crosses the C ABI.
 #pragma once
 
 #include <string>
@@ -8,8 +7,6 @@
 #include "kvcache/kvcache_plugin_support.hpp"
 
 namespace kvc::policies {
-
-using plugin::PluginError;
 
 // "policy.params.<key>: <problem>", a KVC_ERR_CONFIG error.
 [[noreturn]] void config_error(const std::string& key, const std::string& problem);

@@ -40,7 +40,7 @@ void check_job(const kvc_score_job& job, size_t index, uint32_t stats) {
 
 ProtectedRange protected_range(const kvc_score_job& job) {
   if (job.sink_end < 0 || job.recent_begin < 0) {
-    throw PluginError(KVC_ERR_PLUGIN,
+    throw Error(KVC_ERR_PLUGIN,
                       "this policy needs the protected range of plugin ABI 1.1; the host is older");
   }
   if (job.sink_end > job.recent_begin || job.recent_begin > job.n_tokens) {

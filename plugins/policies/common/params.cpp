@@ -12,11 +12,11 @@
 namespace kvc::policies {
 
 void config_error(const std::string& key, const std::string& problem) {
-  throw PluginError(KVC_ERR_CONFIG, "policy.params." + key + ": " + problem);
+  throw Error(KVC_ERR_CONFIG, "policy.params." + key + ": " + problem);
 }
 
 void argument_error(const std::string& message) {
-  throw PluginError(KVC_ERR_INVALID_ARGUMENT, message);
+  throw Error(KVC_ERR_INVALID_ARGUMENT, message);
 }
 
 namespace {

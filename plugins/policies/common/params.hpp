@@ -1,7 +1,7 @@
 // Reading `policy.params` (a list of (key, text) pairs as written in YAML) into typed values.
 //
 // A policy asks for each key it knows, with its default and the allowed values; finish()
-// then rejects keys nobody asked for. Every problem is a KVC_ERR_CONFIG PluginError naming
+// then rejects keys nobody asked for. Every problem is a KVC_ERR_CONFIG Error naming
 // the key, in the configuration's style:
 //   policy.params.kernel: expected an odd integer >= 1, got '4'
 //   policy.params.foo: unknown parameter for snapkv (known: window, kernel, pooling)

@@ -924,7 +924,6 @@ TEST_CASE("score runs concurrently on one instance") {
 
 TEST_CASE("ParamReader parses integers, numbers and choices in the configuration's style") {
   using kvc::policies::ParamReader;
-  using kvc::plugin::PluginError;
   std::vector<kvc_policy_param> params = {{"a", "-12"}, {"b", "2.5e0"}, {"c", "avg"}, {"d", "x"}};
   ParamReader reader("demo", params.data(), params.size());
   CHECK(reader.integer("a", 0, -100, 100) == -12);
@@ -934,7 +933,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     reader.finish();
     FAIL("finish accepted an unknown key");
-  } catch (const PluginError& e) {
+  } catch (const kvc::Error& e) {
     CHECK(e.code() == KVC_ERR_CONFIG);
     CHECK(std::string(e.what()) == "policy.params.d: unknown parameter for demo (known: a, b, c, missing)");
   }
@@ -943,7 +942,7 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
   try {
     range.integer("n", 0, 1, 10);
     FAIL("accepted 12 in 1..10");
-  } catch (const PluginError& e) {
+  } catch (const kvc::Error& e) {
     CHECK(std::string(e.what()) == "policy.params.n: expected an integer in 1..10, got '12'");
   }
 }
@@ -952,7 +951,6 @@ TEST_CASE("ParamReader parses integers, numbers and choices in the configuration
 // catches that; a hash index takes them in about a tenth of a second.
 TEST_CASE("ParamReader takes a great many parameters and finds the one given twice") {
   using kvc::policies::ParamReader;
-  using kvc::plugin::PluginError;
   std::vector<std::string> keys;
   for (int i = 0; i < 300000; ++i) keys.push_back("key" + std::to_string(i));
   keys.push_back("key17");
@@ -961,7 +959,7 @@ TEST_CASE("ParamReader takes a great many parameters and finds the one given twi
   try {
     ParamReader reader("demo", params.data(), params.size());
     FAIL("a key given twice was accepted");
-  } catch (const PluginError& e) {
+  } catch (const kvc::Error& e) {
     CHECK(std::string(e.what()) == "policy.params.key17: given twice");
   }
   params.pop_back();

@@ -24,7 +24,7 @@
 
 #include "file_format.hpp"
 #include "file_names.hpp"
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {
@@ -32,7 +32,7 @@ namespace {
 [[noreturn]] void io_error(int error_number, const std::string& what) {
   const kvc_status_code code =
       (error_number == ENOSPC || error_number == EDQUOT) ? KVC_ERR_OUT_OF_MEMORY : KVC_ERR_IO;
-  throw PluginError(code, what + ": " + std::strerror(error_number));
+  throw Error(code, what + ": " + std::strerror(error_number));
 }
 
 // Closes a file descriptor when it goes out of scope.
@@ -226,11 +226,11 @@ class DiskStore {
   std::string path(const std::string& name) const { return folder_ + "/" + name; }
 
   [[noreturn]] static void not_found(const std::string& key) {
-    throw PluginError(KVC_ERR_NOT_FOUND, "no value under key " + quoted(key));
+    throw Error(KVC_ERR_NOT_FOUND, "no value under key " + quoted(key));
   }
 
   [[noreturn]] void bad_file(const std::string& name, const std::string& problem) const {
-    throw PluginError(KVC_ERR_IO, path(name) + ": " + problem);
+    throw Error(KVC_ERR_IO, path(name) + ": " + problem);
   }
 
   [[noreturn]] void truncated(const std::string& name, uint64_t has, uint64_t needs) const {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {
@@ -20,7 +20,7 @@ uint64_t get_le(const unsigned char* in, size_t bytes) {
 }
 
 [[noreturn]] void bad_file(const std::string& file, const std::string& problem) {
-  throw PluginError(KVC_ERR_IO, file + ": " + problem);
+  throw Error(KVC_ERR_IO, file + ": " + problem);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ struct FileHeader {
 
 void encode_header(const FileHeader& header, unsigned char (&out)[kHeaderBytes]);
 
-// The header in the kHeaderBytes at `bytes`, or a PluginError(KVC_ERR_IO) "<file>: <what is
+// The header in the kHeaderBytes at `bytes`, or a Error(KVC_ERR_IO) "<file>: <what is
 // wrong>" for a bad magic, an unknown version or a key longer than the ABI allows.
 FileHeader decode_header(const unsigned char* bytes, const std::string& file);
 

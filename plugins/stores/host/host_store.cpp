@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvcache_support/large_bytes.hpp"
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin {
 namespace {
@@ -85,7 +85,7 @@ class HostStore {
   using Entries = std::list<std::pair<std::string, Value>>;  // most recently used first
 
   [[noreturn]] static void not_found(const std::string& key) {
-    throw PluginError(KVC_ERR_NOT_FOUND, "no value under key " + quoted(key));
+    throw Error(KVC_ERR_NOT_FOUND, "no value under key " + quoted(key));
   }
 
   // Removes an entry (the lock held) and hands its value back to be freed outside the lock.

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 namespace {
@@ -34,7 +34,7 @@ Connection::Connection(const std::string& address, const Settings& settings)
   }
   if (context_ == nullptr) throw std::bad_alloc();
   if (context_->err != 0) {
-    throw PluginError(KVC_ERR_IO, address_ + ": cannot connect: " + context_->errstr);
+    throw Error(KVC_ERR_IO, address_ + ": cannot connect: " + context_->errstr);
   }
   if (redisSetTimeout(context_.get(), timeout) != REDIS_OK) fail_io("cannot set the timeout");
   if (settings.password) {
@@ -43,7 +43,7 @@ Connection::Connection(const std::string& address, const Settings& settings)
     if (is_error(*reply)) {
       // Not only WRONGPASS: a server without a password refuses AUTH too ("ERR AUTH <password>
       // called without any password configured").
-      throw PluginError(KVC_ERR_CONFIG, "authentication failed for user " +
+      throw Error(KVC_ERR_CONFIG, "authentication failed for user " +
                                             quoted(settings.user()) + " at " + address_ + ": " +
                                             printable(text_of(*reply), 200));
     }
@@ -55,7 +55,7 @@ Connection::Connection(const std::string& address, const Settings& settings)
       if (std::string_view(reply->str, reply->len).substr(0, 6) == "NOAUTH") {
         fail_on_error(text_of(*reply), address_, settings.user(), "SELECT " + db);
       }
-      throw PluginError(KVC_ERR_CONFIG, "params.db: " + address_ + " refused SELECT " + db +
+      throw Error(KVC_ERR_CONFIG, "params.db: " + address_ + " refused SELECT " + db +
                                             ": " + printable(text_of(*reply), 200));
     }
   }
@@ -112,7 +112,7 @@ void Connection::fail_receive(int error) {
 
 void Connection::fail_io(const std::string& what) {
   broken_ = true;
-  throw PluginError(KVC_ERR_IO, address_ + ": " + what);
+  throw Error(KVC_ERR_IO, address_ + ": " + what);
 }
 
 }  // namespace kvc::plugin::redis

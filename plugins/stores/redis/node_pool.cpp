@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 
@@ -23,7 +23,7 @@ NodePool::Lease NodePool::acquire() {
       if (open_ < settings_.pool) break;
       if (released_.wait_until(lock, deadline) == std::cv_status::timeout &&
           idle_.empty() && open_ >= settings_.pool) {
-        throw PluginError(KVC_ERR_IO, address_ + ": all " + decimal(settings_.pool) +
+        throw Error(KVC_ERR_IO, address_ + ": all " + decimal(settings_.pool) +
                                           " connections stayed busy for " +
                                           decimal(static_cast<uint64_t>(settings_.timeout_ms)) +
                                           " ms");

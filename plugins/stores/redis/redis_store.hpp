@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 #include "reply.hpp"
 #include "router.hpp"
 #include "settings.hpp"

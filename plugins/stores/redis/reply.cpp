@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 namespace {
@@ -45,18 +45,18 @@ void fail_on_error(std::string_view error, const std::string& address, const std
       starts_with(error, kAbortedBecause) ? error.substr(kAbortedBecause.size()) : error;
   const std::string text = printable(error, 200);
   if (starts_with(cause, "OOM")) {
-    throw PluginError(KVC_ERR_OUT_OF_MEMORY,
+    throw Error(KVC_ERR_OUT_OF_MEMORY,
                       doing + ": the server at " + address + " is full: " + text);
   }
   if (starts_with(cause, "WRONGPASS") || starts_with(cause, "NOAUTH")) {
-    throw PluginError(KVC_ERR_CONFIG, "authentication failed for user " + quoted(user) +
+    throw Error(KVC_ERR_CONFIG, "authentication failed for user " + quoted(user) +
                                           " at " + address + ": " + text);
   }
   if (starts_with(cause, "NOPERM")) {
-    throw PluginError(KVC_ERR_CONFIG, doing + ": user " + quoted(user) +
+    throw Error(KVC_ERR_CONFIG, doing + ": user " + quoted(user) +
                                           " lacks a permission at " + address + ": " + text);
   }
-  throw PluginError(KVC_ERR_IO, doing + ": " + address + " replied: " + text);
+  throw Error(KVC_ERR_IO, doing + ": " + address + " replied: " + text);
 }
 
 }  // namespace kvc::plugin::redis

@@ -30,7 +30,7 @@ struct Redirect {
 // false for other errors.
 bool parse_redirect(std::string_view error, Redirect& out);
 
-// Throws the PluginError the text of an error reply from `address` means (never returns):
+// Throws the Error the text of an error reply from `address` means (never returns):
 //   OOM ...                        KVC_ERR_OUT_OF_MEMORY
 //   WRONGPASS, NOAUTH, NOPERM ...  KVC_ERR_CONFIG (refused credentials), naming `user`
 //   EXECABORT ... because of: X    as X says

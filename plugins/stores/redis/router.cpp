@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 
@@ -23,7 +23,7 @@ std::string Router::node_for(int slot) {
   refresh();
   std::lock_guard<std::mutex> lock(map_mutex_);
   if (map_.node(slot).empty()) {
-    throw PluginError(KVC_ERR_IO, "no node of the cluster serves hash slot " +
+    throw Error(KVC_ERR_IO, "no node of the cluster serves hash slot " +
                                       decimal(static_cast<uint64_t>(slot)) +
                                       " (is cluster_state ok?)");
   }
@@ -57,13 +57,13 @@ void Router::refresh() {
         return;
       }
       problem = address + ": " + problem;
-    } catch (const PluginError& e) {
+    } catch (const Error& e) {
       if (e.code() == KVC_ERR_CONFIG) throw;  // refused credentials: no other node will differ
       problem = e.what();
     }
     problems += (problems.empty() ? "" : "; ") + problem;
   }
-  throw PluginError(KVC_ERR_IO, "no cluster node answered CLUSTER SLOTS (" + problems + ")");
+  throw Error(KVC_ERR_IO, "no cluster node answered CLUSTER SLOTS (" + problems + ")");
 }
 
 Reply Router::ask(const std::string& address, std::initializer_list<std::string_view> command) {
@@ -76,7 +76,7 @@ Reply Router::ask(const std::string& address, std::initializer_list<std::string_
   const Reply asking = lease->receive();
   Reply reply = lease->receive();
   if (is_error(*asking)) {
-    throw PluginError(KVC_ERR_IO,
+    throw Error(KVC_ERR_IO,
                       address + ": ASKING refused: " + printable(text_of(*asking), 200));
   }
   return reply;
@@ -100,7 +100,7 @@ std::string Router::new_owner(int slot, const std::string& failed,
   if (elapsed >= std::chrono::milliseconds(settings_.timeout_ms)) return "";
   try {
     refresh();
-  } catch (const PluginError&) {
+  } catch (const Error&) {
     return "";  // the call's own error says more than that no node answered
   }
   std::lock_guard<std::mutex> lock(map_mutex_);
@@ -109,12 +109,12 @@ std::string Router::new_owner(int slot, const std::string& failed,
 }
 
 void Router::cluster_node_as_single() {
-  throw PluginError(KVC_ERR_CONFIG, settings_.nodes.front() +
+  throw Error(KVC_ERR_CONFIG, settings_.nodes.front() +
                                         " is a Redis Cluster node: give it in params.nodes");
 }
 
 void Router::too_many(const Redirect& last) {
-  throw PluginError(KVC_ERR_IO, "hash slot " + decimal(static_cast<uint64_t>(last.slot)) +
+  throw Error(KVC_ERR_IO, "hash slot " + decimal(static_cast<uint64_t>(last.slot)) +
                                     " was redirected " + decimal(kMaxRedirects) +
                                     " times (last to " + last.address +
                                     "): the cluster is resharding or misconfigured");

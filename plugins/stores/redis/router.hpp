@@ -82,7 +82,7 @@ auto Router::run(const std::string& key, Op&& op)
       connection_failed = false;
       try {
         return op(*lease, asking);
-      } catch (const PluginError&) {
+      } catch (const Error&) {
         connection_failed = lease->broken();
         throw;
       }
@@ -91,7 +91,7 @@ auto Router::run(const std::string& key, Op&& op)
       if (!redirect.ask) moved(redirect);
       address = redirect.address;
       asking = redirect.ask;
-    } catch (const PluginError& e) {
+    } catch (const Error& e) {
       if (!connection_failed || e.code() != KVC_ERR_IO) throw;
       // The node may be gone or have lost the slot: ask a live node which master serves it.
       forget_map();

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvcache_support/store_support.hpp"
+#include "common/store_support.hpp"
 
 namespace kvc::plugin::redis {
 

@@ -32,7 +32,7 @@ bool RedisStore::exists(const std::string& key) {
     const Reply reply = exchange.receive();
     check(*reply, connection, "exists of key " + quoted(key));
     if (reply->type != REDIS_REPLY_INTEGER) {
-      throw PluginError(KVC_ERR_IO, connection.address() + ": EXISTS did not return a number");
+      throw Error(KVC_ERR_IO, connection.address() + ": EXISTS did not return a number");
     }
     return reply->integer != 0;
   });
@@ -63,7 +63,7 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
       const std::optional<Manifest> m =
           reply->type == REDIS_REPLY_STRING ? decode(text_of(*reply), problem) : std::nullopt;
       if (!m) {
-        throw PluginError(KVC_ERR_IO, doing + ": the manifest " + quoted(manifest) + " at " +
+        throw Error(KVC_ERR_IO, doing + ": the manifest " + quoted(manifest) + " at " +
                                           connection.address() + " " + problem);
       }
       return *m;
@@ -75,7 +75,7 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
         out = static_cast<char*>(buffer.reserve(static_cast<size_t>(m.size)));
         reserved_size = m.size;
       } else if (*reserved_size != m.size) {
-        throw PluginError(KVC_ERR_IO, doing + ": the value was replaced by one of another size "
+        throw Error(KVC_ERR_IO, doing + ": the value was replaced by one of another size "
                                           "while being read; read it again");
       }
       const PartsRead parts = read_parts(connection, asking, manifest, m, out, doing);
@@ -86,22 +86,22 @@ void RedisStore::get(const std::string& key, ValueBuffer& buffer) {
           m = now;
           continue;
         }
-        throw PluginError(KVC_ERR_IO, doing + ": incomplete value: part " +
+        throw Error(KVC_ERR_IO, doing + ": incomplete value: part " +
                                           decimal(*parts.missing) + " of " + decimal(m.parts) +
                                           " missing at " + connection.address());
       }
       if (parts.wrong_size) {
-        throw PluginError(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
+        throw Error(KVC_ERR_IO, doing + ": corrupt value at " + connection.address() +
                                           ": " + *parts.wrong_size);
       }
       if (value_checksum(out, static_cast<size_t>(m.size)) != m.checksum) {
-        throw PluginError(KVC_ERR_IO, doing + ": checksum mismatch: the value at " +
+        throw Error(KVC_ERR_IO, doing + ": checksum mismatch: the value at " +
                                           connection.address() + " (" + decimal(m.size) +
                                           " bytes) is corrupt");
       }
       return;
     }
-    throw PluginError(KVC_ERR_IO, doing + ": the value was replaced " +
+    throw Error(KVC_ERR_IO, doing + ": the value was replaced " +
                                       decimal(kReplacedTries) + " times while being read");
   });
 }

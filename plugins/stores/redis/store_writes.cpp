@@ -72,7 +72,7 @@ Reply RedisStore::transaction(Connection& connection, bool asking,
       parse_redirect(text_of(*first_refused), redirect) && redirect.ask) {
     // The slot is moving and the old value is still here: the new one cannot be written
     // beside it in one transaction on either node.
-    throw PluginError(KVC_ERR_IO, doing + ": its hash slot " +
+    throw Error(KVC_ERR_IO, doing + ": its hash slot " +
                                       decimal(static_cast<uint64_t>(redirect.slot)) +
                                       " is being migrated from " + connection.address() + " to " +
                                       redirect.address + " with the old value still on " +
@@ -81,7 +81,7 @@ Reply RedisStore::transaction(Connection& connection, bool asking,
   if (first_refused != nullptr) check(*first_refused, connection, doing);
   check(*exec, connection, doing);
   if (exec->type != REDIS_REPLY_ARRAY || exec->elements != commands.size()) {
-    throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
+    throw Error(KVC_ERR_IO, doing + ": " + connection.address() +
                                       " answered EXEC with an unexpected reply");
   }
   return exec;
@@ -114,11 +114,11 @@ void RedisStore::wait_for_replicas(Connection& connection, const std::string& do
   const Reply reply = exchange.receive();
   check(*reply, connection, doing);
   if (reply->type != REDIS_REPLY_INTEGER) {
-    throw PluginError(KVC_ERR_IO, doing + ": " + connection.address() +
+    throw Error(KVC_ERR_IO, doing + ": " + connection.address() +
                                       " answered WAIT with an unexpected reply");
   }
   if (reply->integer < settings_.wait_replicas) {
-    throw PluginError(KVC_ERR_IO, doing + ": " + decimal(static_cast<uint64_t>(reply->integer)) +
+    throw Error(KVC_ERR_IO, doing + ": " + decimal(static_cast<uint64_t>(reply->integer)) +
                                       " of the " + replicas + " replicas asked for (wait_replicas) "
                                       "acknowledged it within " +
                                       decimal(static_cast<uint64_t>(settings_.wait_timeout_ms)) +

@@ -12,7 +12,7 @@
 //   void get(const std::string& key, ValueBuffer& buffer);   // buffer.reserve(size) once
 //   bool exists(const std::string& key);
 //   void remove(const std::string& key);          // NOT_FOUND when there is no value
-// all callable from several threads at once. They report errors by throwing PluginError
+// all callable from several threads at once. They report errors by throwing Error
 // (fail()); std::bad_alloc becomes KVC_ERR_OUT_OF_MEMORY and anything else KVC_ERR_INTERNAL.
 // Keys reach them checked: non-NULL and at most kMaxKeyBytes bytes.
 //
@@ -88,7 +88,7 @@ inline uint64_t value_checksum(const void* data, size_t size) noexcept {
 // ------------------------------------------------------------------------- parameters
 
 // A store's `params` (key -> text as written in YAML). Unknown and duplicate keys are refused
-// when it is built; every problem is a KVC_ERR_CONFIG PluginError naming the key, e.g.
+// when it is built; every problem is a KVC_ERR_CONFIG Error naming the key, e.g.
 //   disk store: params.fsync: expected true or false, got 'yes'
 //   host store: params.colour: unknown parameter, expected one of capacity
 class StoreParams {
@@ -189,7 +189,7 @@ class StoreParams {
   }
 
   [[noreturn]] static void config_error(std::string_view key, const std::string& problem) {
-    throw PluginError(KVC_ERR_CONFIG, "params." + printable(key) + ": " + problem);
+    throw Error(KVC_ERR_CONFIG, "params." + printable(key) + ": " + problem);
   }
 
  private:
