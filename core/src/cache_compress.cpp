@@ -33,7 +33,7 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   if (!values) throw Error(KVC_ERR_INVALID_ARGUMENT, "values is NULL");
   check_head(layer, kv_head);
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
-  const HeadStore& head = store(sequences_.find(seq_id), layer, kv_head);
+  const HeadStorage& head = storage(sequences_.find(seq_id), layer, kv_head);
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +
                                               " but the head stores " +

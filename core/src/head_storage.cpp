@@ -1,4 +1,4 @@
-#include "head_store.hpp"
+#include "head_storage.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -13,12 +13,12 @@ int32_t Geometry::stat_count() const {
   return n;
 }
 
-size_t HeadStore::open_segment(const Geometry& g) const {
+size_t HeadStorage::open_segment(const Geometry& g) const {
   if (g.layout == KVC_LAYOUT_CONTIGUOUS) return 0;
   return static_cast<size_t>(length_ / g.block_tokens);
 }
 
-Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
+Growth HeadStorage::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
                              bool exact, const BlockPool& pool) const {
   Growth growth;
   const int64_t needed = static_cast<int64_t>(length_) + extra;
@@ -40,13 +40,13 @@ Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& s
   return growth;
 }
 
-void HeadStore::add_blocks(void* const* blocks, size_t count, const Geometry& g) {
+void HeadStorage::add_blocks(void* const* blocks, size_t count, const Geometry& g) {
   for (size_t i = 0; i < count; ++i) {
     segments_.push_back(Segment{static_cast<unsigned char*>(blocks[i]), g.block_tokens, 0});
   }
 }
 
-size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
+size_t HeadStorage::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
                                   BlockPool& pool, const Geometry& g, Replaced& replaced) {
   Segment moved{static_cast<unsigned char*>(memory), new_capacity, length_};
   size_t copied = 0;
@@ -74,7 +74,7 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
   return copied;
 }
 
-size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
+size_t HeadStorage::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
                                 BlockPool& pool, const Geometry& g, Replaced& replaced) {
   auto* moved = static_cast<float*>(memory);
   const size_t n = static_cast<size_t>(length_);
@@ -101,7 +101,7 @@ size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& bac
   return copied;
 }
 
-void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
+void HeadStorage::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
   if (replaced.stats) {
     pool.release(stats_, g.stats_bytes_for(stats_capacity_), replaced.stream);
     stats_ = replaced.old_stats;
@@ -118,7 +118,7 @@ void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometr
   }
 }
 
-void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
+void HeadStorage::release_replaced(const Replaced& replaced, BlockPool& pool,
                                  const Geometry& g) const {
   if (replaced.stats && replaced.old_stats) {
     pool.release(replaced.old_stats, g.stats_bytes_for(replaced.old_stats_capacity),
@@ -130,7 +130,7 @@ void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
   }
 }
 
-kvc_head_stats HeadStore::stats(const Geometry& g) const {
+kvc_head_stats HeadStorage::stats(const Geometry& g) const {
   kvc_head_stats out{};
   if (!stats_) return out;
   float* region = stats_;
@@ -143,7 +143,7 @@ kvc_head_stats HeadStore::stats(const Geometry& g) const {
   return out;
 }
 
-void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometry& g,
+void HeadStorage::plan_append(int32_t n, const AppendSource& source, const Geometry& g,
                             std::vector<kvc_append_job>& jobs) const {
   const kvc_head_stats head_stats = stats(g);
   auto at = [](float* stat, int32_t index) { return stat ? stat + index : nullptr; };
@@ -176,7 +176,7 @@ void HeadStore::plan_append(int32_t n, const AppendSource& source, const Geometr
   }
 }
 
-void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
+void HeadStorage::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
   int32_t left = n;
   for (size_t i = open_segment(g); left > 0 && i < segments_.size(); ++i) {
     Segment& s = segments_[i];
@@ -189,7 +189,7 @@ void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry
   if (n > 0) newest_position_ = newest_position;
 }
 
-void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
+void HeadStorage::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
     out.push_back(kvc_segment{sizeof(kvc_segment), s.count, segment_k(s), segment_v(s, g),
@@ -197,7 +197,7 @@ void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   }
 }
 
-void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
+void HeadStorage::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
                                   const Geometry& g) {
   int32_t placed = 0;
   for (Segment& s : segments_) {
@@ -209,7 +209,7 @@ void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPo
   release_empty_blocks(pool, g);
 }
 
-void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
+void HeadStorage::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
                          const Geometry& g) {
   int32_t kept = 0;
   for (Segment& s : segments_) {
@@ -221,7 +221,7 @@ void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool&
   release_empty_blocks(pool, g);
 }
 
-void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
+void HeadStorage::release_empty_blocks(BlockPool& pool, const Geometry& g) {
   if (g.layout != KVC_LAYOUT_PAGED) return;
   while (!segments_.empty() && segments_.back().count == 0) {
     pool.give_back_block(segments_.back().base);
@@ -229,7 +229,7 @@ void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
   }
 }
 
-void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
+void HeadStorage::release_segment(void* base, int32_t capacity, BlockPool& pool,
                                 const Geometry& g, void* stream) const {
   if (g.layout == KVC_LAYOUT_PAGED) {
     pool.give_back_block(base);
@@ -238,7 +238,7 @@ void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
   }
 }
 
-void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& backend,
+void HeadStorage::fork_from(const HeadStorage& source, void* stats_memory, Backend& backend,
                           BlockPool& pool, const Geometry& g) {
   if (stats_memory) {
     const size_t bytes = g.stats_bytes_for(source.stats_capacity_);
@@ -262,7 +262,7 @@ void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& 
   effective_budget_ = source.effective_budget_;
 }
 
-std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
+std::vector<size_t> HeadStorage::shared_segments(int32_t first, int32_t end,
                                                const BlockPool& pool) const {
   std::vector<size_t> out;
   int32_t segment_first = 0;
@@ -274,7 +274,7 @@ std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
   return out;
 }
 
-Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
+Replaced HeadStorage::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
                            const Geometry& g, void* stream) {
   Segment& s = segments_[index];
   try {
@@ -292,7 +292,7 @@ Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockP
   return replaced;
 }
 
-void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
+void HeadStorage::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
                       int32_t length, int32_t newest_position, int64_t seen,
                       int32_t effective_budget) {
   segments_ = std::move(segments);
@@ -304,7 +304,7 @@ void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats
   effective_budget_ = effective_budget;
 }
 
-void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
+void HeadStorage::release_all(BlockPool& pool, const Geometry& g) {
   for (const Segment& s : segments_) release_segment(s.base, s.capacity, pool, g);
   segments_.clear();
   if (stats_) pool.release(stats_, g.stats_bytes_for(stats_capacity_));
