@@ -76,13 +76,13 @@ void Cache::reserve(int32_t seq_id, int32_t tokens) {
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
-  std::vector<HeadStore*> stores;
+  std::vector<HeadStorage*> targets;
   std::vector<int32_t> extra;
-  for (HeadStore& head : sequence.heads) {
-    stores.push_back(&head);
+  for (HeadStorage& head : sequence.heads) {
+    targets.push_back(&head);
     extra.push_back(std::max(0, tokens - head.length()));
   }
-  memory_.keep(memory_.ensure_room(stores, extra, true));
+  memory_.keep(memory_.ensure_room(targets, extra, true));
 }
 
 void Cache::check_head(int32_t layer, int32_t kv_head) const {
@@ -101,7 +101,7 @@ int32_t Cache::length(int32_t seq_id, int32_t layer, int32_t kv_head) const {
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
-  return store(sequence, layer, kv_head).length();
+  return storage(sequence, layer, kv_head).length();
 }
 
 std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_head) const {
@@ -110,7 +110,7 @@ std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_h
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
   std::vector<kvc_segment> segments;
-  store(sequence, layer, kv_head).gather(segments, geometry_);
+  storage(sequence, layer, kv_head).gather(segments, geometry_);
   return segments;
 }
 
@@ -218,9 +218,9 @@ void Cache::check_kv_inputs(const kvc_tensor& k, const kvc_tensor& v, int32_t to
   if (k.device != v.device) throw invalid("k and v must be on the same device");
 }
 
-Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) const {
+Cache::AppendLock Cache::lock_for_append(int32_t layer, const kvc_batch& batch) const {
   const size_t n = static_cast<size_t>(std::max(batch.n_seqs, 0));
-  StoreLock lock{std::shared_lock<std::shared_mutex>(sequences_.mutex()), {}, {}};
+  AppendLock lock{std::shared_lock<std::shared_mutex>(sequences_.mutex()), {}, {}};
   lock.sequences = sequences_.lock_sequences(batch.seq_ids, n, true);
   if (!compressor_.once_due(layer, batch)) return lock;
   // Another call may make the compression due, or not, between the two holds:
@@ -234,7 +234,7 @@ Cache::StoreLock Cache::lock_for_store(int32_t layer, const kvc_batch& batch) co
 
 void Cache::append(int32_t layer, const kvc_batch& batch, const kvc_tensor& k,
                    const kvc_tensor& v) {
-  const StoreLock lock = lock_for_store(layer, batch);
+  const AppendLock lock = lock_for_append(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
   check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
@@ -252,26 +252,26 @@ Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
                                          const ResolvedBatch& resolved, const kvc_tensor& k,
                                          const kvc_tensor& v) {
   const int32_t heads = config_.kv_heads;
-  std::vector<HeadStore*> stores;
+  std::vector<HeadStorage*> targets;
   std::vector<int32_t> extra;
-  stores.reserve(resolved.sequences.size() * static_cast<size_t>(heads));
-  extra.reserve(stores.capacity());
+  targets.reserve(resolved.sequences.size() * static_cast<size_t>(heads));
+  extra.reserve(targets.capacity());
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     for (int32_t h = 0; h < heads; ++h) {
-      stores.push_back(&store(*resolved.sequences[i], layer, h));
+      targets.push_back(&storage(*resolved.sequences[i], layer, h));
       extra.push_back(batch.n_tokens[i]);
     }
   }
-  Replacements grown = memory_.ensure_room(stores, extra, false, batch.stream);
+  Replacements grown = memory_.ensure_room(targets, extra, false, batch.stream);
 
   const size_t d = static_cast<size_t>(config_.head_dim);
   const size_t row = static_cast<size_t>(heads) * d;
   std::vector<kvc_append_slot> slots;
-  slots.reserve(stores.size() * 2);
-  for (size_t s = 0; s < stores.size(); ++s) {
+  slots.reserve(targets.size() * 2);
+  for (size_t s = 0; s < targets.size(); ++s) {
     const size_t i = s / static_cast<size_t>(heads);
     const int32_t h = static_cast<int32_t>(s % static_cast<size_t>(heads));
-    stores[s]->plan_append(extra[s], resolved.offsets[i], h, geometry_, slots);
+    targets[s]->plan_append(extra[s], resolved.offsets[i], h, geometry_, slots);
   }
   kvc_append_tensors_call call{};
   call.n_tokens = resolved.total_tokens;
@@ -290,13 +290,13 @@ Replacements Cache::append_locked(int32_t layer, const kvc_batch& batch,
     backend_.append(slots, call);
   } catch (...) {
     memory_.undo(grown);
-    for (HeadStore* s : stores) s->release_empty_blocks(pool_, geometry_);
+    for (HeadStorage* s : targets) s->release_empty_blocks(pool_, geometry_);
     throw;
   }
-  for (size_t s = 0; s < stores.size(); ++s) {
+  for (size_t s = 0; s < targets.size(); ++s) {
     const size_t i = s / static_cast<size_t>(heads);
-    stores[s]->commit_append(extra[s], batch.positions[resolved.offsets[i] + extra[s] - 1],
-                             geometry_);
+    targets[s]->commit_append(extra[s], batch.positions[resolved.offsets[i] + extra[s] - 1],
+                              geometry_);
     counters_.tokens_stored += static_cast<uint64_t>(extra[s]);
   }
   return grown;
@@ -323,7 +323,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
 
   size_t total_segments = 0;
   for (Sequence* seq : resolved.sequences) {
-    for (int32_t h = 0; h < kv_heads; ++h) total_segments += store(*seq, layer, h).segments().size();
+    for (int32_t h = 0; h < kv_heads; ++h) total_segments += storage(*seq, layer, h).segments().size();
   }
   std::vector<kvc_segment> segments;
   segments.reserve(total_segments);  // jobs point into it: it must not reallocate
@@ -333,7 +333,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     const size_t token = static_cast<size_t>(resolved.offsets[i]);
     for (int32_t h = 0; h < kv_heads; ++h) {
-      const HeadStore& head = store(*resolved.sequences[i], layer, h);
+      const HeadStorage& head = storage(*resolved.sequences[i], layer, h);
       const size_t first_segment = segments.size();
       head.gather(segments, geometry_);
       const size_t head_offset = static_cast<size_t>(h) * group * d;
@@ -371,7 +371,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
 void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tensor& q,
                           const kvc_tensor& k, const kvc_tensor& v,
                           const kvc_attention_params& params, const kvc_tensor_mut& out) {
-  const StoreLock lock = lock_for_store(layer, batch);
+  const AppendLock lock = lock_for_append(layer, batch);
   ResolvedBatch resolved = resolve(layer, batch);
   check_positions(layer, batch, resolved);
   check_kv_inputs(k, v, resolved.total_tokens);
@@ -379,14 +379,14 @@ void Cache::append_attend(int32_t layer, const kvc_batch& batch, const kvc_tenso
   Compressor::OnceCompression once = compressor_.compress_before_append(layer, batch, resolved);
   // What each head held before the append, put back if the attention fails.
   struct Before {
-    HeadStore* head;
+    HeadStorage* head;
     int32_t length;
     int32_t newest_position;
   };
   std::vector<Before> before;
   for (Sequence* seq : resolved.sequences) {
     for (int32_t h = 0; h < config_.kv_heads; ++h) {
-      HeadStore& head = store(*seq, layer, h);
+      HeadStorage& head = storage(*seq, layer, h);
       before.push_back(Before{&head, head.length(), head.newest_position()});
     }
   }

@@ -19,7 +19,7 @@
 #include "config.hpp"
 #include "context.hpp"
 #include "head_memory.hpp"
-#include "head_store.hpp"
+#include "head_storage.hpp"
 #include "kvcache_support/large_bytes.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
@@ -96,8 +96,8 @@ class Cache {
 
  private:
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
-  // Refuses a store whose positions do not increase strictly within each sequence, from
-  // after the newest position each of its (layer, KV head) stores (cache_positions.cpp).
+  // Refuses an append whose positions do not increase strictly within each sequence, from
+  // after the newest position each of its (layer, KV head) heads holds (cache_positions.cpp).
   void check_positions(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved) const;
   // Checks a batch's tensors of `tokens` rows.
   // `storage`: the format of the rows t is stored as (K's for q and k, V's for v).
@@ -114,16 +114,16 @@ class Cache {
   void attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedBatch& resolved,
                      const kvc_tensor& q, const kvc_attention_params& params,
                      const kvc_tensor_mut& out);
-  // A store's hold on the sequences: shared with the batch's sequences locked, or exclusive
+  // An append's hold on the sequences: shared with the batch's sequences locked, or exclusive
   // when it starts with a "once" compression (see Compressor::OnceCompression). Released in
   // reverse.
-  struct StoreLock {
+  struct AppendLock {
     std::shared_lock<std::shared_mutex> shared;
     std::unique_lock<std::shared_mutex> exclusive;
     SequenceTable::SequenceLocks sequences;
   };
-  StoreLock lock_for_store(int32_t layer, const kvc_batch& batch) const;
-  HeadStore& store(Sequence& seq, int32_t layer, int32_t kv_head) const {
+  AppendLock lock_for_append(int32_t layer, const kvc_batch& batch) const;
+  HeadStorage& storage(Sequence& seq, int32_t layer, int32_t kv_head) const {
     return sequences_.head(seq, layer, kv_head);
   }
   void check_head(int32_t layer, int32_t kv_head) const;

@@ -37,7 +37,7 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
-  const HeadStore& head = store(sequence, layer, kv_head);
+  const HeadStorage& head = storage(sequence, layer, kv_head);
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +
                                               " but the head stores " +

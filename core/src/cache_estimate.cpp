@@ -1,5 +1,5 @@
 // Peak storage of one sequence under the configured policy: a model of one (layer, KV head)
-// driven through the cache's own Schedule. Runs of stores that fire no trigger and grow
+// driven through the cache's own Schedule. Runs of appends that fire no trigger and grow
 // nothing are taken in one step, and a run whose state comes back is skipped by whole
 // periods, so the time is bounded whatever the token counts.
 #include <algorithm>
@@ -12,11 +12,11 @@
 namespace kvc {
 namespace {
 
-// The most stores the model takes one at a time before it gives up (milliseconds, far more under
+// The most appends the model takes one at a time before it gives up (milliseconds, far more under
 // ASan + UBSan): a ratio budget with a small decode_slack, compressing every few tokens, needs
 // more past about 200 thousand tokens, and so does a contiguous array past
-// INT32_MAX / growth_factor tokens, which grows on every store.
-constexpr int64_t kMaxModelledStores = int64_t{1} << 16;
+// INT32_MAX / growth_factor tokens, which grows on every append.
+constexpr int64_t kMaxModelledAppends = int64_t{1} << 16;
 
 // What decides a head's future, apart from the peak so far.
 struct HeadState {
@@ -34,11 +34,11 @@ struct HeadState {
   }
 };
 
-// Brent's cycle detection over the states after each modelled store: O(1) memory, and a
+// Brent's cycle detection over the states after each modelled append: O(1) memory, and a
 // cycle is found within about twice its start plus its length.
 class CycleFinder {
  public:
-  // The period, in stores, when `state` (with `left` stores to go) was seen before.
+  // The period, in appends, when `state` (with `left` appends to go) was seen before.
   int64_t period(const HeadState& state, int64_t left) {
     if (has_anchor_ && anchor_ == state) return anchor_left_ - left;
     if (++since_anchor_ >= window_) {
@@ -60,20 +60,20 @@ class CycleFinder {
 };
 
 // The tokens and capacities of one (layer, KV head) of a sequence over a request. Layers
-// store a step's tokens one after another, so while one layer holds its step's peak, the
+// append a step's tokens one after another, so while one layer holds its step's peak, the
 // others hold what they held before or after that step.
 class HeadModel {
  public:
   HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers)
       : schedule_(schedule), g_(g), layers_(layers) {}
 
-  // One store of `tokens` that the engine marks as the prompt's last chunk.
-  void store_prompt_end(int32_t tokens) {
+  // One append of `tokens` that the engine marks as the prompt's last chunk.
+  void append_prompt_end(int32_t tokens) {
     bump_modelled();
-    store(tokens, true);
+    append(tokens, true);
   }
-  // `count` unmarked stores of `tokens` each.
-  void store_repeated(int32_t tokens, int64_t count) {
+  // `count` unmarked appends of `tokens` each.
+  void append_repeated(int32_t tokens, int64_t count) {
     CycleFinder cycle;
     while (count > 0) {
       const int64_t quiet = quiet_steps(tokens, count);
@@ -83,7 +83,7 @@ class HeadModel {
         continue;
       }
       bump_modelled();
-      store(tokens, false);
+      append(tokens, false);
       --count;
       // A state that comes back repeats everything in between, peaks included.
       if (const int64_t period = cycle.period(state(), count)) {
@@ -99,16 +99,16 @@ class HeadModel {
 
  private:
   void bump_modelled() {
-    if (++modelled_ > kMaxModelledStores) {
+    if (++modelled_ > kMaxModelledAppends) {
       throw Error(KVC_ERR_INVALID_ARGUMENT,
-                  "the estimate needs more than " + std::to_string(kMaxModelledStores) +
+                  "the estimate needs more than " + std::to_string(kMaxModelledAppends) +
                       " compressions modelled one by one; ask for fewer tokens");
     }
   }
-  void store(int32_t tokens, bool prompt_end) {
+  void append(int32_t tokens, bool prompt_end) {
     const size_t before = held_bytes();
     size_t peak = 0;
-    if (schedule_.before_store(triggers_, tokens, prompt_end)) {
+    if (schedule_.before_append(triggers_, tokens, prompt_end)) {
       peak = compress();
       triggers_.prefill_pending = false;
     }
@@ -122,7 +122,7 @@ class HeadModel {
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
   int64_t excess() const { return length_ - int64_t{schedule_.budget(seen_, -1)}; }
-  // How many of the next `limit` stores of `tokens` fire no trigger and grow no array.
+  // How many of the next `limit` appends of `tokens` fire no trigger and grow no array.
   int64_t quiet_steps(int32_t tokens, int64_t limit) const {
     int64_t steps = schedule_.steps_without_trigger(triggers_, tokens, limit, [&](int64_t j) {
       return length_ + j * tokens - int64_t{schedule_.budget(seen_ + j * tokens, -1)};
@@ -131,7 +131,7 @@ class HeadModel {
     if (g_.stat_count() > 0) steps = std::min(steps, (stats_capacity_ - length_) / tokens);
     return steps;
   }
-  // Such stores only add tokens, so each holds more than the one before: the last one's
+  // Such appends only add tokens, so each holds more than the one before: the last one's
   // bytes, on every layer, are their peak.
   void skip_quiet(int32_t tokens, int64_t steps) {
     schedule_.skip_steps(triggers_, tokens, steps);
@@ -226,16 +226,16 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, i
   const int32_t rest = prompt_tokens % chunk_tokens;
   const int64_t chunks = prompt_tokens / chunk_tokens;
   if (!marks_prompt_end || prompt_tokens == 0) {
-    head.store_repeated(chunk_tokens, chunks);
-    if (rest) head.store_repeated(rest, 1);
+    head.append_repeated(chunk_tokens, chunks);
+    if (rest) head.append_repeated(rest, 1);
   } else if (rest) {
-    head.store_repeated(chunk_tokens, chunks);
-    head.store_prompt_end(rest);
+    head.append_repeated(chunk_tokens, chunks);
+    head.append_prompt_end(rest);
   } else {
-    head.store_repeated(chunk_tokens, chunks - 1);
-    head.store_prompt_end(chunk_tokens);
+    head.append_repeated(chunk_tokens, chunks - 1);
+    head.append_prompt_end(chunk_tokens);
   }
-  head.store_repeated(1, new_tokens);
+  head.append_repeated(1, new_tokens);
   size_t bytes = 0;
   if (__builtin_mul_overflow(head.peak_bytes(), static_cast<size_t>(config_.kv_heads), &bytes)) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "the peak bytes do not fit in a size_t");

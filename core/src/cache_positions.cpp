@@ -29,7 +29,7 @@ void Cache::check_positions(int32_t layer, const kvc_batch& batch,
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     const int32_t row = resolved.offsets[i];
     for (int32_t h = 0; h < config_.kv_heads; ++h) {
-      const HeadStore& head = store(*resolved.sequences[i], layer, h);
+      const HeadStorage& head = storage(*resolved.sequences[i], layer, h);
       if (head.length() == 0 || batch.positions[row] > head.newest_position()) continue;
       refuse(row,
              "position " + std::to_string(head.newest_position()) +

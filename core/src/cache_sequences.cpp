@@ -25,7 +25,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   std::vector<std::vector<kvc_segment>> segments(sequence.heads.size());
   std::vector<kvc_read_tokens_job> reads;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    const HeadStore& head = sequence.heads[i];
+    const HeadStorage& head = sequence.heads[i];
     if (head.length() == 0) continue;
     positions[i].resize(static_cast<size_t>(head.length()));
     head.gather(segments[i], geometry_);
@@ -44,7 +44,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   std::vector<Compressor::Compaction> compactions;
   std::vector<Compressor::Compaction> truncations;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    HeadStore& head = sequence.heads[i];
+    HeadStorage& head = sequence.heads[i];
     const std::vector<int32_t>& pos = positions[i];
     for (int32_t t = 0; t < head.length(); ++t) {
       const int32_t p = pos[static_cast<size_t>(t)];
@@ -57,7 +57,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     (prefix ? truncations : compactions).push_back(Compressor::Compaction{&head, &kept[i], newest});
   }
   compressor_.compact_heads(compactions, nullptr);
-  std::vector<HeadStore*> changed;
+  std::vector<HeadStorage*> changed;
   for (const Compressor::Compaction& c : compactions) changed.push_back(c.head);
   for (const auto& [head, kept_indices, newest] : truncations) {
     const int32_t n_keep = static_cast<int32_t>(kept_indices->size());

@@ -56,7 +56,7 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
   segments.assign(sequence.heads.size(), {});
   std::vector<kvc_read_tokens_job> reads;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    const HeadStore& head = sequence.heads[i];
+    const HeadStorage& head = sequence.heads[i];
     HeadImage& out = image.heads[i];
     const size_t n = std::min(static_cast<size_t>(head.length()), max_tokens);
     out.seen = head.seen();
@@ -111,7 +111,7 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
 
 size_t Cache::encoded_size_of(const Sequence& sequence, uint64_t offload_version) const {
   std::vector<size_t> head_tokens;
-  for (const HeadStore& head : sequence.heads) {
+  for (const HeadStorage& head : sequence.heads) {
     head_tokens.push_back(static_cast<size_t>(head.length()));
   }
   return encoded_size(config_.layers, config_.head_dim, config_.k_dtype, config_.v_dtype,
@@ -193,21 +193,21 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   for (const LayerTriggers& t : image.triggers) {
     sequence->triggers.push_back(TriggerState{t.decode_steps, t.prefill_pending});
   }
-  std::vector<HeadStore*> stores;
+  std::vector<HeadStorage*> targets;
   std::vector<int32_t> lengths;
   for (size_t i = 0; i < image.heads.size(); ++i) {
-    stores.push_back(&sequence->heads[i]);
+    targets.push_back(&sequence->heads[i]);
     lengths.push_back(static_cast<int32_t>(image.heads[i].positions.size()));
   }
   // All or nothing, exactly the size needed.
-  memory_.keep(memory_.ensure_room(stores, lengths, true));
+  memory_.keep(memory_.ensure_room(targets, lengths, true));
   try {
     // Each head's rows are their own tensor: one append per head.
     for (size_t i = 0; i < image.heads.size(); ++i) {
       const HeadImage& head = image.heads[i];
       if (head.positions.empty()) continue;
       std::vector<kvc_append_slot> slots;
-      stores[i]->plan_append(lengths[i], 0, 0, geometry_, slots);
+      targets[i]->plan_append(lengths[i], 0, 0, geometry_, slots);
       kvc_append_tensors_call call{};
       call.n_tokens = lengths[i];
       call.src_k = head.k_rows();
@@ -221,7 +221,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
       backend_.append(slots, call);
     }
     for (size_t i = 0; i < image.heads.size(); ++i) {
-      const kvc_head_stats stats = stores[i]->stats(geometry_);
+      const kvc_head_stats stats = targets[i]->stats(geometry_);
       float* targets[] = {stats.attn_sum, stats.attn_last, stats.attn_window};
       for (size_t s = 0; s < std::size(kStoredStats); ++s) {
         if (!targets[s] || lengths[i] == 0) continue;
@@ -230,13 +230,13 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
       }
     }
   } catch (...) {
-    for (HeadStore* store : stores) store->release_all(pool_, geometry_);
+    for (HeadStorage* target : targets) target->release_all(pool_, geometry_);
     throw;
   }
-  for (size_t i = 0; i < stores.size(); ++i) {
+  for (size_t i = 0; i < targets.size(); ++i) {
     const std::vector<int32_t>& positions = image.heads[i].positions;
-    stores[i]->commit_append(lengths[i], positions.empty() ? -1 : positions.back(), geometry_);
-    stores[i]->restore_counters(image.heads[i].seen, image.heads[i].effective_budget);
+    targets[i]->commit_append(lengths[i], positions.empty() ? -1 : positions.back(), geometry_);
+    targets[i]->restore_counters(image.heads[i].seen, image.heads[i].effective_budget);
   }
   sequences_.add(seq_id, std::move(sequence));
 }

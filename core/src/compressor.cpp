@@ -45,7 +45,7 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
     for (int32_t layer = first_layer; layer < end_layer; ++layer) {
       bool over_budget = false;
       for (int32_t h = 0; h < heads && !over_budget; ++h) {
-        const HeadStore& head = sequences_.head(*sequences[i], layer, h);
+        const HeadStorage& head = sequences_.head(*sequences[i], layer, h);
         over_budget = head.length() > head_budget(head);
       }
       if (over_budget) selections.push_back(LayerSelection{sequences[i], ids[i], layer, {}, {}, {}});
@@ -67,7 +67,7 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
   for (LayerSelection& sel : selections) {
     sel.inputs.resize(n_heads);
     for (int32_t h = 0; h < heads; ++h) {
-      const HeadStore& head = sequences_.head(*sel.sequence, sel.layer, h);
+      const HeadStorage& head = sequences_.head(*sel.sequence, sel.layer, h);
       HeadInputs& in = sel.inputs[static_cast<size_t>(h)];
       const size_t n = static_cast<size_t>(head.length());
       const size_t first = segments.size();
@@ -106,7 +106,7 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
         std::vector<kvc_score_job> jobs(n_heads);
         std::vector<int32_t> configured(n_heads);
         for (size_t h = 0; h < n_heads; ++h) {
-          const HeadStore& head = sequences_.head(*sel.sequence, sel.layer, static_cast<int32_t>(h));
+          const HeadStorage& head = sequences_.head(*sel.sequence, sel.layer, static_cast<int32_t>(h));
           HeadInputs& in = sel.inputs[h];
           kvc_score_job& job = jobs[h];
           const ProtectedRange range = schedule_.protected_range(head.length());
@@ -158,7 +158,7 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
   std::vector<Compaction> changed;
   for (LayerSelection& sel : selections) {
     for (int32_t h = 0; h < heads; ++h) {
-      HeadStore& head = sequences_.head(*sel.sequence, sel.layer, h);
+      HeadStorage& head = sequences_.head(*sel.sequence, sel.layer, h);
       const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
       if (static_cast<int32_t>(kept.size()) == head.length()) continue;
       const std::vector<int32_t>& positions = sel.inputs[static_cast<size_t>(h)].positions;
@@ -168,7 +168,7 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
   }
   const uint64_t evicted = compact_heads(changed, stream);
   counters_.tokens_evicted += evicted;
-  std::vector<HeadStore*> compacted;
+  std::vector<HeadStorage*> compacted;
   for (const Compaction& c : changed) compacted.push_back(c.head);
   memory_.release_unused_capacity(compacted);
   for (LayerSelection& sel : selections) {
@@ -229,8 +229,8 @@ bool Compressor::once_due(int32_t layer, const kvc_batch& batch) const {
   for (int32_t i = 0; i < batch.n_seqs; ++i) {
     const Sequence* found = sequences_.lookup(batch.seq_ids[i]);
     if (!found || batch.n_tokens[i] < 1) return false;
-    if (schedule_.before_store(found->triggers[static_cast<size_t>(layer)],
-                               batch.n_tokens[i], marks_prompt_end(batch, static_cast<size_t>(i)))) {
+    if (schedule_.before_append(found->triggers[static_cast<size_t>(layer)],
+                                batch.n_tokens[i], marks_prompt_end(batch, static_cast<size_t>(i)))) {
       return true;
     }
   }
@@ -245,8 +245,8 @@ Compressor::OnceCompression Compressor::compress_before_append(int32_t layer,
   std::vector<int32_t> ids;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
-    if (!schedule_.before_store(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i],
-                                marks_prompt_end(batch, i))) {
+    if (!schedule_.before_append(seq.triggers[static_cast<size_t>(layer)], batch.n_tokens[i],
+                                 marks_prompt_end(batch, i))) {
       continue;
     }
     once.sequences.push_back(&seq);
@@ -259,7 +259,7 @@ Compressor::OnceCompression Compressor::compress_before_append(int32_t layer,
   try {
     for (Sequence* seq : once.sequences) {
       for (int32_t h = 0; h < config_.kv_heads; ++h) {
-        HeadStore& head = sequences_.head(*seq, layer, h);
+        HeadStorage& head = sequences_.head(*seq, layer, h);
         once.heads.emplace_back(&head, capture_head(head, backend_, pool_, geometry_));
       }
     }
@@ -284,7 +284,7 @@ void Compressor::roll_back(OnceCompression& once) {
     } catch (const std::exception& e) {
       // Only a backend that fails its copies gets here: the head is left empty.
       context_.logger().log(KVC_LOG_ERROR,
-                            std::string("could not put back a head after a failed store: ") + e.what());
+                            std::string("could not put back a head after a failed append: ") + e.what());
       release_snapshot(snapshot, pool_, geometry_);
     }
   }
@@ -303,7 +303,7 @@ Compressor::AfterAttend Compressor::plan_after_attend(int32_t layer, const kvc_b
     auto excess = [&] {
       int64_t most = INT64_MIN;
       for (int32_t h = 0; h < config_.kv_heads; ++h) {
-        const HeadStore& head = sequences_.head(seq, layer, h);
+        const HeadStorage& head = sequences_.head(seq, layer, h);
         most = std::max<int64_t>(most, int64_t{head.length()} - head_budget(head));
       }
       return most;
@@ -316,7 +316,7 @@ Compressor::AfterAttend Compressor::plan_after_attend(int32_t layer, const kvc_b
     plan.due.push_back(&seq);
     plan.ids.push_back(batch.seq_ids[i]);
     for (int32_t h = 0; h < config_.kv_heads; ++h) {
-      const HeadStore& head = sequences_.head(seq, layer, h);
+      const HeadStorage& head = sequences_.head(seq, layer, h);
       if (!head.stats_array()) continue;
       std::vector<unsigned char> bytes(geometry_.stats_bytes_for(head.stats_capacity()));
       backend_.copy(bytes.data(), head.stats_array(), bytes.size(), KVC_COPY_DEVICE_TO_HOST);

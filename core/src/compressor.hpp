@@ -1,4 +1,4 @@
-// Compression of a cache's heads under its policy: on request, before a store (the "once"
+// Compression of a cache's heads under its policy: on request, before an append (the "once"
 // mode) and after an attention. Each is all or nothing, and the automatic ones can be undone
 // when the append or attention around them fails. The caller holds the sequence table's lock.
 #pragma once
@@ -14,7 +14,7 @@
 #include "context.hpp"
 #include "head_memory.hpp"
 #include "head_snapshot.hpp"
-#include "head_store.hpp"
+#include "head_storage.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
 #include "sequence_table.hpp"
@@ -47,7 +47,7 @@ class Compressor {
   // A head's tokens to keep (indices, ascending) and the position of the last of them, which
   // the caller read with the positions it chose them by.
   struct Compaction {
-    HeadStore* head;
+    HeadStorage* head;
     const std::vector<int32_t>* kept;
     int32_t newest_position;
   };
@@ -58,13 +58,13 @@ class Compressor {
   // Whether storing the batch on `layer` runs a pending "once" compression first (false for a
   // batch that Cache::resolve would refuse).
   bool once_due(int32_t layer, const kvc_batch& batch) const;
-  // The "once" compression a store runs first, open until the store succeeded: the compressed
-  // layer's heads as they were, so that a store failing after it (out of memory, the backend,
+  // The "once" compression an append runs first, open until the append succeeded: the compressed
+  // layer's heads as they were, so that an append failing after it (out of memory, the backend,
   // the attention, a later compression) leaves them as they were. It needs the cache
   // exclusively: putting the heads back takes the memory the compression freed.
   struct OnceCompression {
     std::vector<Sequence*> sequences;
-    std::vector<std::pair<HeadStore*, HeadSnapshot>> heads;
+    std::vector<std::pair<HeadStorage*, HeadSnapshot>> heads;
     uint64_t tokens_stored = 0, tokens_evicted = 0, bytes_copied = 0;  // before it
   };
   OnceCompression compress_before_append(int32_t layer, const kvc_batch& batch,
@@ -79,7 +79,7 @@ class Compressor {
     std::vector<TriggerState> triggers;  // [batch sequence]
     std::vector<Sequence*> due;
     std::vector<int32_t> ids;
-    std::vector<std::pair<const HeadStore*, std::vector<unsigned char>>> stats;
+    std::vector<std::pair<const HeadStorage*, std::vector<unsigned char>>> stats;
   };
   AfterAttend plan_after_attend(int32_t layer, const kvc_batch& batch,
                                 const ResolvedBatch& resolved);
@@ -91,7 +91,7 @@ class Compressor {
   static bool marks_prompt_end(const kvc_batch& batch, size_t i) {
     return batch.prompt_end != nullptr && batch.prompt_end[i] != 0;
   }
-  int32_t head_budget(const HeadStore& head) const {
+  int32_t head_budget(const HeadStorage& head) const {
     return schedule_.budget(head.seen(), head.effective_budget());
   }
 

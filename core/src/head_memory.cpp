@@ -4,16 +4,16 @@
 
 namespace kvc {
 
-Replacements HeadMemory::ensure_room(const std::vector<HeadStore*>& stores,
+Replacements HeadMemory::ensure_room(const std::vector<HeadStorage*>& targets,
                                      const std::vector<int32_t>& extra, bool exact,
                                      void* stream) {
   auto plan = [&](bool exact_growth, std::vector<Growth>& growth, size_t& blocks,
                   std::vector<size_t>& sizes) {
-    growth.resize(stores.size());
+    growth.resize(targets.size());
     blocks = 0;
     sizes.clear();
-    for (size_t i = 0; i < stores.size(); ++i) {
-      growth[i] = stores[i]->growth_for(extra[i], geometry_, schedule_, exact_growth, pool_);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      growth[i] = targets[i]->growth_for(extra[i], geometry_, schedule_, exact_growth, pool_);
       blocks += growth[i].blocks + (growth[i].unshare_open_block ? 1 : 0);
       if (growth[i].segment_capacity > 0) sizes.push_back(geometry_.bytes_for(growth[i].segment_capacity));
       if (growth[i].stats_capacity > 0) sizes.push_back(geometry_.stats_bytes_for(growth[i].stats_capacity));
@@ -33,7 +33,7 @@ Replacements HeadMemory::ensure_room(const std::vector<HeadStore*>& stores,
     plan(true, growth, n_blocks, sizes);
     taken = pool_.take(n_blocks, sizes);
   }
-  return apply_growth(stores, growth, taken.blocks, taken.memory, sizes, stream);
+  return apply_growth(targets, growth, taken.blocks, taken.memory, sizes, stream);
 }
 
 void HeadMemory::keep(const Replacements& replacements) {
@@ -49,10 +49,10 @@ void HeadMemory::undo(const Replacements& replacements) {
   }
 }
 
-// Hands the taken memory to the stores: blocks that unshare an open block first, then new
-// blocks, then contiguous segments and statistics arrays in store order. A failed copy leaves
-// every store as it was, and releases the memory not yet handed over.
-Replacements HeadMemory::apply_growth(const std::vector<HeadStore*>& stores,
+// Hands the taken memory to the targets: blocks that unshare an open block first, then new
+// blocks, then contiguous segments and statistics arrays in target order. A failed copy leaves
+// every target as it was, and releases the memory not yet handed over.
+Replacements HeadMemory::apply_growth(const std::vector<HeadStorage*>& targets,
                                       const std::vector<Growth>& growth,
                                       const std::vector<void*>& blocks,
                                       const std::vector<void*>& memory,
@@ -60,34 +60,34 @@ Replacements HeadMemory::apply_growth(const std::vector<HeadStore*>& stores,
   size_t n_unshare = 0;
   for (const Growth& g : growth) n_unshare += g.unshare_open_block ? 1 : 0;
   size_t next_block = n_unshare;
-  for (size_t i = 0; i < stores.size(); ++i) {
-    stores[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i]->add_blocks(blocks.data() + next_block, growth[i].blocks, geometry_);
     next_block += growth[i].blocks;
   }
   Replacements done;
   size_t next_unshare = 0, next = 0;
   try {
-    for (size_t i = 0; i < stores.size(); ++i) {
+    for (size_t i = 0; i < targets.size(); ++i) {
       if (growth[i].unshare_open_block) {
         void* target = blocks[next_unshare++];
-        const size_t open = stores[i]->open_segment(geometry_);
-        done.entries.emplace_back(stores[i],
-                                  stores[i]->unshare(open, target, backend_, pool_, geometry_,
-                                                     stream));
+        const size_t open = targets[i]->open_segment(geometry_);
+        done.entries.emplace_back(targets[i],
+                                  targets[i]->unshare(open, target, backend_, pool_, geometry_,
+                                                      stream));
       }
       if (growth[i].segment_capacity > 0 || growth[i].stats_capacity > 0) {
-        done.entries.emplace_back(stores[i], Replaced{});
+        done.entries.emplace_back(targets[i], Replaced{});
         Replaced& replaced = done.entries.back().second;
         replaced.stream = stream;
         if (growth[i].segment_capacity > 0) {
           void* target = memory[next++];
-          done.copied += stores[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
-                                                    pool_, geometry_, replaced);
+          done.copied += targets[i]->move_segment_to(target, growth[i].segment_capacity, backend_,
+                                                     pool_, geometry_, replaced);
         }
         if (growth[i].stats_capacity > 0) {
           void* target = memory[next++];
-          done.copied += stores[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
-                                                  pool_, geometry_, replaced);
+          done.copied += targets[i]->move_stats_to(target, growth[i].stats_capacity, backend_,
+                                                   pool_, geometry_, replaced);
         }
       }
     }
@@ -96,14 +96,14 @@ Replacements HeadMemory::apply_growth(const std::vector<HeadStore*>& stores,
     for (; next_unshare < n_unshare; ++next_unshare) pool_.give_back_block(blocks[next_unshare]);
     for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next], stream);
     undo(done);
-    for (HeadStore* store : stores) store->release_empty_blocks(pool_, geometry_);
+    for (HeadStorage* target : targets) target->release_empty_blocks(pool_, geometry_);
     throw;
   }
   return done;
 }
 
 Replacements HeadMemory::unshare_slots(const std::vector<SlotWrite>& writes, void* stream) {
-  std::vector<std::pair<HeadStore*, size_t>> targets;
+  std::vector<std::pair<HeadStorage*, size_t>> targets;
   std::vector<size_t> sizes;
   for (const SlotWrite& w : writes) {
     for (size_t index : w.head->shared_segments(w.first, w.end, pool_)) {
@@ -118,7 +118,7 @@ Replacements HeadMemory::unshare_slots(const std::vector<SlotWrite>& writes, voi
   size_t used = 0;
   try {
     for (; used < targets.size(); ++used) {
-      HeadStore* head = targets[used].first;
+      HeadStorage* head = targets[used].first;
       done.entries.emplace_back(
           head, head->unshare(targets[used].second, memory[used], backend_, pool_, geometry_,
                               stream));
@@ -138,15 +138,15 @@ Replacements HeadMemory::unshare_slots(const std::vector<SlotWrite>& writes, voi
   return done;
 }
 
-void HeadMemory::release_unused_capacity(const std::vector<HeadStore*>& heads) {
+void HeadMemory::release_unused_capacity(const std::vector<HeadStorage*>& heads) {
   struct Shrink {
-    HeadStore* head;
+    HeadStorage* head;
     int32_t segment;  // new capacity, 0: keep
     int32_t stats;
   };
   std::vector<Shrink> shrinks;
   std::vector<size_t> sizes;
-  for (HeadStore* head : heads) {
+  for (HeadStorage* head : heads) {
     Shrink s{head, 0, 0};
     if (geometry_.layout == KVC_LAYOUT_CONTIGUOUS) {
       s.segment = schedule_.shrunk_capacity(head->segment_capacity(), head->length());

@@ -20,8 +20,8 @@ void release_parts(std::vector<Segment>& taken, BlockPool& pool, const Geometry&
 
 }  // namespace
 
-HeadSnapshot capture_head(const HeadStore& head, Backend& backend, BlockPool& pool,
-                       const Geometry& g) {
+HeadSnapshot capture_head(const HeadStorage& head, Backend& backend, BlockPool& pool,
+                          const Geometry& g) {
   HeadSnapshot snapshot;
   snapshot.length = head.length();
   snapshot.newest_position = head.newest_position();
@@ -48,7 +48,7 @@ HeadSnapshot capture_head(const HeadStore& head, Backend& backend, BlockPool& po
   return snapshot;
 }
 
-void restore_head(HeadStore& head, HeadSnapshot& snapshot, Backend& backend, BlockPool& pool,
+void restore_head(HeadStorage& head, HeadSnapshot& snapshot, Backend& backend, BlockPool& pool,
                   const Geometry& g) {
   head.release_all(pool, g);
   std::vector<size_t> sizes;
@@ -91,7 +91,7 @@ void restore_head(HeadStore& head, HeadSnapshot& snapshot, Backend& backend, Blo
     if (stats) pool.release(stats, snapshot.stats.size());
     throw;
   }
-  // The held segments' ownership passes from the snapshot to the store.
+  // The held segments' ownership passes from the snapshot to the head.
   for (HeadSnapshot::Part& part : snapshot.parts) part.held = false;
   snapshot.parts.clear();
   head.adopt(std::move(segments), stats, snapshot.stats_capacity, snapshot.length,

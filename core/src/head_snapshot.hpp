@@ -1,11 +1,11 @@
 // A host copy of one (sequence, layer, KV head), taken before a change that the call must be
-// able to undo when a later step fails (the "once" compression before a store).
+// able to undo when a later step fails (the "once" compression before an append).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "head_store.hpp"
+#include "head_storage.hpp"
 
 namespace kvc {
 
@@ -26,12 +26,12 @@ struct HeadSnapshot {
 
 // Copies `head` to the host. A segment other sequences share is not copied (nothing writes
 // it in place): the snapshot holds it as one more owner instead.
-HeadSnapshot capture_head(const HeadStore& head, Backend& backend, BlockPool& pool,
-                       const Geometry& g);
+HeadSnapshot capture_head(const HeadStorage& head, Backend& backend, BlockPool& pool,
+                          const Geometry& g);
 // Makes `head` what `snapshot` saw: its memory is released, the same capacities are taken anew
 // and the copies written into them; held segments return to it, with the snapshot's ownership.
 // Needs the memory it released and nothing else (the caller holds the cache exclusively).
-void restore_head(HeadStore& head, HeadSnapshot& snapshot, Backend& backend, BlockPool& pool,
+void restore_head(HeadStorage& head, HeadSnapshot& snapshot, Backend& backend, BlockPool& pool,
                   const Geometry& g);
 // Gives up a snapshot no longer needed: its held segments lose the snapshot's ownership.
 void release_snapshot(HeadSnapshot& snapshot, BlockPool& pool, const Geometry& g);

@@ -36,7 +36,7 @@ int32_t Schedule::kept(int32_t n, int32_t budget) const {
   return std::max(protected_range(n).count(n), budget);
 }
 
-bool Schedule::before_store(const TriggerState& state, int32_t n_tokens, bool prompt_end) const {
+bool Schedule::before_append(const TriggerState& state, int32_t n_tokens, bool prompt_end) const {
   return policy_ && policy_->prefill == PrefillCompression::once && n_tokens == 1 &&
          !prompt_end && state.prefill_pending;
 }

@@ -1,5 +1,5 @@
 // The rules that decide how much a (sequence, layer, KV head) keeps and when it compresses or
-// grows. The cache runs them on its stores and the peak estimator on a model of one, so an
+// grows. The cache runs them on its heads and the peak estimator on a model of one, so an
 // estimate cannot drift from what the cache does.
 #pragma once
 
@@ -46,7 +46,7 @@ class Schedule {
   // Before storing n_tokens (`prompt_end`: marked as the prompt's last chunk): whether the
   // "once" compression runs now (the first decode token after a prompt). The caller clears
   // prefill_pending once that compression succeeded.
-  bool before_store(const TriggerState& state, int32_t n_tokens, bool prompt_end) const;
+  bool before_append(const TriggerState& state, int32_t n_tokens, bool prompt_end) const;
   // After attending n_tokens (`prompt_end`: the engine marked them as its prompt's last
   // chunk): whether to compress now; updates the state. `excess()` is the most tokens any head
   // of the layer holds beyond its budget (asked only for decode_slack).
@@ -67,15 +67,15 @@ class Schedule {
     return now;
   }
 
-  // How many of the next `limit` unmarked stores of n_tokens from `state` surely fire no trigger;
-  // excess_after(j) is how many tokens the head holds beyond its budget after j more stores,
+  // How many of the next `limit` unmarked appends of n_tokens from `state` surely fire no trigger;
+  // excess_after(j) is how many tokens the head holds beyond its budget after j more appends,
   // which must not decrease with j.
   template <class ExcessAfter>
   int64_t steps_without_trigger(const TriggerState& state, int32_t n_tokens, int64_t limit,
                                 ExcessAfter&& excess_after) const {
     if (!policy_) return limit;
     if (n_tokens > 1) return policy_->prefill == PrefillCompression::per_chunk ? 0 : limit;
-    if (before_store(state, n_tokens, false)) return 0;
+    if (before_append(state, n_tokens, false)) return 0;
     int64_t steps = limit;
     if (policy_->decode_every > 0) {
       steps = std::clamp<int64_t>(int64_t{policy_->decode_every} - 1 - state.decode_steps, 0, steps);
@@ -100,7 +100,7 @@ class Schedule {
     }
     return steps;
   }
-  // What after_attend does to the state over `steps` unmarked stores of n_tokens that fire
+  // What after_attend does to the state over `steps` unmarked appends of n_tokens that fire
   // nothing.
   void skip_steps(TriggerState& state, int32_t n_tokens, int64_t steps) const;
   // Whether the budget depends on the tokens a head has seen (a ratio).

@@ -26,7 +26,7 @@ SequenceTable::SequenceTable(Backend& backend, BlockPool& pool, const Geometry& 
 
 SequenceTable::~SequenceTable() {
   for (auto& entry : sequences_) {
-    for (HeadStore& head : entry.second->heads) head.release_all(pool_, geometry_);
+    for (HeadStorage& head : entry.second->heads) head.release_all(pool_, geometry_);
   }
 }
 
@@ -50,7 +50,7 @@ Sequence* SequenceTable::lookup(int32_t seq_id) const {
 }
 
 SequenceTable::SequenceLocks SequenceTable::lock_sequences(const int32_t* ids, size_t n,
-                                                          bool changes) const {
+                                                           bool changes) const {
   SequenceLocks locks;
   if (ids == nullptr) return locks;
   std::vector<int32_t> sorted(ids, ids + n);
@@ -75,7 +75,7 @@ void SequenceTable::require_unused(int32_t seq_id) const {
 
 void SequenceTable::add(int32_t seq_id, std::unique_ptr<Sequence> sequence) {
   uint64_t tokens = 0;
-  for (const HeadStore& head : sequence->heads) tokens += static_cast<uint64_t>(head.length());
+  for (const HeadStorage& head : sequence->heads) tokens += static_cast<uint64_t>(head.length());
   sequences_.emplace(seq_id, std::move(sequence));
   counters_.tokens_stored += tokens;
 }
@@ -104,7 +104,7 @@ void SequenceTable::remove(int32_t seq_id, std::optional<uint64_t> unchanged_sin
                     " was changed by another call while it was being offloaded: it is kept, and "
                     "the store holds it as it was before that call");
   }
-  for (HeadStore& head : sequence.heads) {
+  for (HeadStorage& head : sequence.heads) {
     counters_.tokens_stored -= static_cast<uint64_t>(head.length());
     head.release_all(pool_, geometry_);
   }
@@ -122,7 +122,7 @@ void SequenceTable::fork(int32_t source_id, int32_t target_id) {
 
   // The statistics are each branch's own: all their memory is taken before anything is shared.
   std::vector<size_t> sizes;
-  for (const HeadStore& head : source.heads) {
+  for (const HeadStorage& head : source.heads) {
     if (head.stats_capacity() > 0) sizes.push_back(geometry_.stats_bytes_for(head.stats_capacity()));
   }
   std::vector<void*> memory = pool_.allocate(sizes);
@@ -135,7 +135,7 @@ void SequenceTable::fork(int32_t source_id, int32_t target_id) {
   } catch (...) {
     // The failing head released its own memory; give back what the others took.
     for (; next < memory.size(); ++next) pool_.release(memory[next], sizes[next]);
-    for (HeadStore& head : target->heads) head.release_all(pool_, geometry_);
+    for (HeadStorage& head : target->heads) head.release_all(pool_, geometry_);
     throw;
   }
   add(target_id, std::move(target));

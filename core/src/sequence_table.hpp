@@ -12,13 +12,13 @@
 #include "backend.hpp"
 #include "block_pool.hpp"
 #include "cache_counters.hpp"
-#include "head_store.hpp"
+#include "head_storage.hpp"
 #include "schedule.hpp"
 
 namespace kvc {
 
 struct Sequence {
-  std::vector<HeadStore> heads;        // [layer * kv_heads + kv_head]
+  std::vector<HeadStorage> heads;        // [layer * kv_heads + kv_head]
   std::vector<TriggerState> triggers;  // [layer]
   // Serialises the calls on this sequence (SequenceTable::lock_sequences).
   std::mutex mutex;
@@ -64,7 +64,7 @@ class SequenceTable {
   Sequence* lookup(int32_t seq_id) const;
   // ALREADY_EXISTS when the id is in use.
   void require_unused(int32_t seq_id) const;
-  HeadStore& head(Sequence& sequence, int32_t layer, int32_t kv_head) const {
+  HeadStorage& head(Sequence& sequence, int32_t layer, int32_t kv_head) const {
     return sequence.heads[static_cast<size_t>(layer) * kv_heads_ + kv_head];
   }
   size_t size() const { return sequences_.size(); }

@@ -101,7 +101,7 @@ func TestConcurrentCallsOnTheSameSequence(t *testing.T) {
 	go func() { // drops older ranges
 		defer wg.Done()
 		for i := int32(0); !done.Load(); i++ {
-			if end := newest.Load() - 6; end > 2 {
+			if end := newest.Load() - 6; end > 4 {
 				if err := cache.RemoveRange(0, end-2-i%3, end); err != nil {
 					fail(err)
 					return

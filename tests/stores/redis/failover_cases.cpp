@@ -114,6 +114,18 @@ class ReplicatedCluster {
     master_[pair] = promoted;
   }
 
+  // Waits until the pair's replica has every write its master has made so far. (WAIT on a
+  // connection of the test's own would not do: it counts only that connection's writes.)
+  void wait_until_replicated(int pair) {
+    const long written = offset_in(client(master(pair)).text({"INFO", "replication"}),
+                                   "master_repl_offset:");
+    require(eventually([&] {
+              return offset_in(client(replica(pair)).text({"INFO", "replication"}),
+                               "slave_repl_offset:") >= written;
+            }),
+            "a replica did not receive its master's writes");
+  }
+
   // Restarts the pair's killed node (it rejoins as its replica) and waits until it is in sync.
   void rejoin(int pair) {
     server(replica(pair)).restart();
@@ -126,6 +138,11 @@ class ReplicatedCluster {
   }
   static void require_ok(const std::string& reply) {
     if (reply != "OK") throw std::runtime_error("replicated cluster setup: " + reply);
+  }
+  static long offset_in(const std::string& info, const std::string& field) {
+    const size_t at = info.find(field);
+    if (at == std::string::npos) throw std::runtime_error("INFO replication has no " + field);
+    return std::stol(info.substr(at + field.size()));
   }
   bool sees_as_master(int observer, int node) const {
     const std::string nodes = client(observer).text({"CLUSTER", "NODES"});
@@ -204,7 +221,7 @@ TEST_SUITE("redis_faults") {
     fill(cache.get(), 0, 256, 7);
     const std::vector<unsigned char> older = image_of(cache.get(), 0);
     KVT_REQUIRE_OK(kvc_seq_offload(cache.get(), 0, "remote", key.c_str()));
-    REQUIRE(cluster.client(cluster.master(pair)).text({"WAIT", "1", "5000"}) == "1");
+    cluster.wait_until_replicated(pair);
 
     // The replica stops and its link is cut, so the next offload reaches the master only.
     RedisServer& replica = cluster.server(cluster.replica(pair));

@@ -101,7 +101,7 @@ namespace Kvcache.Tests
                 Task remover = Task.Run(() => guard(() => {
                     for (int i = 0; !done.IsSet; i++) {
                         int end = Volatile.Read(ref newest) - 6;
-                        if (end > 2) cache.RemoveRange(0, end - 2 - i % 3, end);
+                        if (end > 4) cache.RemoveRange(0, end - 2 - i % 3, end);
                         Thread.Yield();
                     }
                 }));

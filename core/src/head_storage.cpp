@@ -1,4 +1,4 @@
-#include "head_store.hpp"
+#include "head_storage.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -19,15 +19,15 @@ uint64_t new_table_number() {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-void HeadStore::segments_changed() { table_version_ = new_table_number(); }
+void HeadStorage::segments_changed() { table_version_ = new_table_number(); }
 
-size_t HeadStore::open_segment(const Geometry& g) const {
+size_t HeadStorage::open_segment(const Geometry& g) const {
   if (g.layout == KVC_LAYOUT_CONTIGUOUS) return 0;
   return static_cast<size_t>(length_ / g.block_tokens);
 }
 
-Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
-                             bool exact, const BlockPool& pool) const {
+Growth HeadStorage::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
+                               bool exact, const BlockPool& pool) const {
   Growth growth;
   const int64_t needed = static_cast<int64_t>(length_) + extra;
   if (g.layout == KVC_LAYOUT_PAGED) {
@@ -48,14 +48,14 @@ Growth HeadStore::growth_for(int32_t extra, const Geometry& g, const Schedule& s
   return growth;
 }
 
-void HeadStore::add_blocks(void* const* blocks, size_t count, const Geometry& g) {
+void HeadStorage::add_blocks(void* const* blocks, size_t count, const Geometry& g) {
   for (size_t i = 0; i < count; ++i) {
     segments_.push_back(Segment{static_cast<unsigned char*>(blocks[i]), g.block_tokens, 0});
   }
 }
 
-size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
-                                  BlockPool& pool, const Geometry& g, Replaced& replaced) {
+size_t HeadStorage::move_segment_to(void* memory, int32_t new_capacity, Backend& backend,
+                                    BlockPool& pool, const Geometry& g, Replaced& replaced) {
   Segment moved{static_cast<unsigned char*>(memory), new_capacity, length_};
   size_t copied = 0;
   if (!segments_.empty()) {
@@ -83,8 +83,8 @@ size_t HeadStore::move_segment_to(void* memory, int32_t new_capacity, Backend& b
   return copied;
 }
 
-size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
-                                BlockPool& pool, const Geometry& g, Replaced& replaced) {
+size_t HeadStorage::move_stats_to(void* memory, int32_t new_capacity, Backend& backend,
+                                  BlockPool& pool, const Geometry& g, Replaced& replaced) {
   auto* moved = static_cast<float*>(memory);
   const size_t n = static_cast<size_t>(length_);
   const int32_t count = g.stat_count();
@@ -110,7 +110,7 @@ size_t HeadStore::move_stats_to(void* memory, int32_t new_capacity, Backend& bac
   return copied;
 }
 
-void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
+void HeadStorage::restore(const Replaced& replaced, BlockPool& pool, const Geometry& g) {
   if (replaced.stats) {
     pool.release(stats_, g.stats_bytes_for(stats_capacity_), replaced.stream);
     stats_ = replaced.old_stats;
@@ -128,8 +128,8 @@ void HeadStore::restore(const Replaced& replaced, BlockPool& pool, const Geometr
   }
 }
 
-void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
-                                 const Geometry& g) const {
+void HeadStorage::release_replaced(const Replaced& replaced, BlockPool& pool,
+                                   const Geometry& g) const {
   if (replaced.stats && replaced.old_stats) {
     pool.release(replaced.old_stats, g.stats_bytes_for(replaced.old_stats_capacity),
                  replaced.stream);
@@ -140,7 +140,7 @@ void HeadStore::release_replaced(const Replaced& replaced, BlockPool& pool,
   }
 }
 
-kvc_head_stats HeadStore::stats(const Geometry& g) const {
+kvc_head_stats HeadStorage::stats(const Geometry& g) const {
   kvc_head_stats out{};
   if (!stats_) return out;
   float* region = stats_;
@@ -153,8 +153,8 @@ kvc_head_stats HeadStore::stats(const Geometry& g) const {
   return out;
 }
 
-void HeadStore::plan_append(int32_t n, int32_t first_token, int32_t kv_head, const Geometry& g,
-                            std::vector<kvc_append_slot>& slots) const {
+void HeadStorage::plan_append(int32_t n, int32_t first_token, int32_t kv_head, const Geometry& g,
+                              std::vector<kvc_append_slot>& slots) const {
   const kvc_head_stats head_stats = stats(g);
   auto at = [](float* stat, int32_t index) { return stat ? stat + index : nullptr; };
   int32_t written = 0;
@@ -180,7 +180,7 @@ void HeadStore::plan_append(int32_t n, int32_t first_token, int32_t kv_head, con
   }
 }
 
-void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
+void HeadStorage::commit_append(int32_t n, int32_t newest_position, const Geometry& g) {
   int32_t left = n;
   bool opened = false;  // a segment gather() skipped, being empty, now has tokens
   for (size_t i = open_segment(g); left > 0 && i < segments_.size(); ++i) {
@@ -196,7 +196,7 @@ void HeadStore::commit_append(int32_t n, int32_t newest_position, const Geometry
   if (n > 0) newest_position_ = newest_position;
 }
 
-void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
+void HeadStorage::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
     out.push_back(kvc_segment{sizeof(kvc_segment), s.count, segment_k(s), segment_v(s, g),
@@ -204,8 +204,8 @@ void HeadStore::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   }
 }
 
-void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
-                                  const Geometry& g) {
+void HeadStorage::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
+                                    const Geometry& g) {
   int32_t placed = 0;
   for (Segment& s : segments_) {
     s.count = std::min(s.capacity, kept - placed);
@@ -217,8 +217,8 @@ void HeadStore::commit_compaction(int32_t kept, int32_t newest_position, BlockPo
   segments_changed();
 }
 
-void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
-                         const Geometry& g) {
+void HeadStorage::truncate(int32_t new_length, int32_t newest_position, BlockPool& pool,
+                           const Geometry& g) {
   int32_t kept = 0;
   for (Segment& s : segments_) {
     s.count = std::clamp(new_length - kept, 0, s.count);
@@ -230,7 +230,7 @@ void HeadStore::truncate(int32_t new_length, int32_t newest_position, BlockPool&
   segments_changed();
 }
 
-void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
+void HeadStorage::release_empty_blocks(BlockPool& pool, const Geometry& g) {
   if (g.layout != KVC_LAYOUT_PAGED) return;
   while (!segments_.empty() && segments_.back().count == 0) {
     pool.give_back_block(segments_.back().base);
@@ -238,8 +238,8 @@ void HeadStore::release_empty_blocks(BlockPool& pool, const Geometry& g) {
   }
 }
 
-void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
-                                const Geometry& g, void* stream) const {
+void HeadStorage::release_segment(void* base, int32_t capacity, BlockPool& pool,
+                                  const Geometry& g, void* stream) const {
   if (g.layout == KVC_LAYOUT_PAGED) {
     pool.give_back_block(base);
   } else {
@@ -247,8 +247,8 @@ void HeadStore::release_segment(void* base, int32_t capacity, BlockPool& pool,
   }
 }
 
-void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& backend,
-                          BlockPool& pool, const Geometry& g) {
+void HeadStorage::fork_from(const HeadStorage& source, void* stats_memory, Backend& backend,
+                            BlockPool& pool, const Geometry& g) {
   if (stats_memory) {
     const size_t bytes = g.stats_bytes_for(source.stats_capacity_);
     try {
@@ -272,8 +272,8 @@ void HeadStore::fork_from(const HeadStore& source, void* stats_memory, Backend& 
   effective_budget_ = source.effective_budget_;
 }
 
-std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
-                                               const BlockPool& pool) const {
+std::vector<size_t> HeadStorage::shared_segments(int32_t first, int32_t end,
+                                                 const BlockPool& pool) const {
   std::vector<size_t> out;
   int32_t segment_first = 0;
   for (size_t i = 0; i < segments_.size() && segment_first < end; ++i) {
@@ -284,8 +284,8 @@ std::vector<size_t> HeadStore::shared_segments(int32_t first, int32_t end,
   return out;
 }
 
-Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
-                           const Geometry& g, void* stream) {
+Replaced HeadStorage::unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
+                              const Geometry& g, void* stream) {
   Segment& s = segments_[index];
   try {
     backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE, stream);
@@ -303,9 +303,9 @@ Replaced HeadStore::unshare(size_t index, void* memory, Backend& backend, BlockP
   return replaced;
 }
 
-void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
-                      int32_t length, int32_t newest_position, int64_t seen,
-                      int32_t effective_budget) {
+void HeadStorage::adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity,
+                        int32_t length, int32_t newest_position, int64_t seen,
+                        int32_t effective_budget) {
   segments_ = std::move(segments);
   segments_changed();
   stats_ = stats;
@@ -316,7 +316,7 @@ void HeadStore::adopt(std::vector<Segment> segments, float* stats, int32_t stats
   effective_budget_ = effective_budget;
 }
 
-void HeadStore::release_all(BlockPool& pool, const Geometry& g) {
+void HeadStorage::release_all(BlockPool& pool, const Geometry& g) {
   for (const Segment& s : segments_) release_segment(s.base, s.capacity, pool, g);
   segments_.clear();
   segments_changed();

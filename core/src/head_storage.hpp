@@ -61,7 +61,7 @@ struct Segment {
 };
 
 
-// What a store needs to fit more tokens: paged blocks, a private copy of a shared open block,
+// What a head needs to fit more tokens: paged blocks, a private copy of a shared open block,
 // a new contiguous segment (bigger, or a private copy of a shared one), a bigger statistics
 // array (0 / false = none).
 struct Growth {
@@ -71,12 +71,12 @@ struct Growth {
   int32_t stats_capacity = 0;
 };
 
-// What a move or an unshare replaced in a store, kept until the call that made it succeeded:
+// What a move or an unshare replaced in a head, kept until the call that made it succeeded:
 // restore() puts it back, release_replaced() gives it up.
 struct Replaced {
   bool segment = false;  // segment `segment_index` was replaced by a copy
   size_t segment_index = 0;
-  Segment old_segment{};  // base NULL: the store had no segment before
+  Segment old_segment{};  // base NULL: the head had no segment before
   bool stats = false;     // the statistics array was replaced by a copy
   float* old_stats = nullptr;
   int32_t old_stats_capacity = 0;
@@ -86,11 +86,11 @@ struct Replaced {
 // A number no head's table id or version has had before while the library is loaded.
 uint64_t new_table_number();
 
-class HeadStore {
+class HeadStorage {
  public:
   int32_t length() const { return length_; }
   // The position of the newest stored token (when length() > 0), kept on the host so that no
-  // check of a store reads it back from backend memory.
+  // check of an append reads it back from backend memory.
   int32_t newest_position() const { return newest_position_; }
   // Tokens ever appended (a ratio budget is a ratio of these).
   int64_t seen() const { return seen_; }
@@ -111,16 +111,16 @@ class HeadStore {
   // Paged: the index of the partly filled block new tokens go to.
   size_t open_segment(const Geometry& g) const;
 
-  // Becomes a copy of `source` (an empty store) that shares its K/V segments, each getting one
+  // Becomes a copy of `source` (an empty head) that shares its K/V segments, each getting one
   // more owner, and owns `stats_memory` (stats_bytes_for(source.stats_capacity()), NULL when no
   // statistics are tracked) holding a copy of its statistics. If the copy fails, the memory is
-  // released and this store stays empty.
-  void fork_from(const HeadStore& source, void* stats_memory, Backend& backend, BlockPool& pool,
+  // released and this head stays empty.
+  void fork_from(const HeadStorage& source, void* stats_memory, Backend& backend, BlockPool& pool,
                  const Geometry& g);
   int32_t stats_capacity() const { return stats_capacity_; }
   // Contiguous: the segment's capacity (0 before the first token).
   int32_t segment_capacity() const { return segments_.empty() ? 0 : segments_.front().capacity; }
-  // Indices of the segments other stores share that a write to token slots [first, end)
+  // Indices of the segments other heads share that a write to token slots [first, end)
   // would touch.
   std::vector<size_t> shared_segments(int32_t first, int32_t end, const BlockPool& pool) const;
   // Replaces segment `index` by a private copy in `memory` (of the segment's size); the old
@@ -129,14 +129,14 @@ class HeadStore {
   Replaced unshare(size_t index, void* memory, Backend& backend, BlockPool& pool,
                    const Geometry& g, void* stream);
   // Moves the tokens into `memory` of `new_capacity`, the old segment going to `replaced`.
-  // Returns the bytes copied. If a copy fails, `memory` is released and the store is unchanged.
+  // Returns the bytes copied. If a copy fails, `memory` is released and the head is unchanged.
   // The copies are queued on replaced.stream.
   size_t move_segment_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
                          const Geometry& g, Replaced& replaced);
   // The same for the statistics array.
   size_t move_stats_to(void* memory, int32_t new_capacity, Backend& backend, BlockPool& pool,
                        const Geometry& g, Replaced& replaced);
-  // Puts back what `replaced` holds (the store's tokens must be those it had then), releasing
+  // Puts back what `replaced` holds (the head's tokens must be those it had then), releasing
   // the copies; or releases what it holds.
   void restore(const Replaced& replaced, BlockPool& pool, const Geometry& g);
   void release_replaced(const Replaced& replaced, BlockPool& pool, const Geometry& g) const;
@@ -171,7 +171,7 @@ class HeadStore {
   // Paged: returns empty trailing blocks to the pool.
   void release_empty_blocks(BlockPool& pool, const Geometry& g);
   void release_all(BlockPool& pool, const Geometry& g);
-  // An empty store (release_all) becomes the owner of these segments, with their counts, this
+  // An empty head (release_all) becomes the owner of these segments, with their counts, this
   // statistics array (stats_bytes_for(stats_capacity), NULL for none) and these counters.
   void adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity, int32_t length,
              int32_t newest_position, int64_t seen, int32_t effective_budget);
