@@ -49,7 +49,8 @@ unsafe extern "C" fn call_logger(user_data: *mut c_void, level: sys::kvc_log_lev
     // SAFETY: user_data is the Box<LogFn> of a Logger that the context keeps alive until the
     // library can no longer call it; the message is valid during the call.
     let logger = unsafe { &*user_data.cast::<Box<LogFn>>() };
-    let message = if message.is_null() { "".into() } else { unsafe { CStr::from_ptr(message) }.to_string_lossy() };
+    let message =
+        if message.is_null() { "".into() } else { unsafe { CStr::from_ptr(message) }.to_string_lossy() };
     let _ = catch_unwind(AssertUnwindSafe(|| logger(LogLevel::from_raw(level), &message)));
 }
 

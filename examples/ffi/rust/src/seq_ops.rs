@@ -63,7 +63,14 @@ macro_rules! sequence_calls {
                     let mut out = output(out);
                     // SAFETY: as in append; `out` is written during the call only.
                     check(unsafe {
-                        sys::kvc_attend(h.raw.as_ptr(), layer, &raw_batch, &input(q), &attention.raw(), &mut out)
+                        sys::kvc_attend(
+                            h.raw.as_ptr(),
+                            layer,
+                            &raw_batch,
+                            &input(q),
+                            &attention.raw(),
+                            &mut out,
+                        )
                     })
                 }
 
@@ -106,7 +113,12 @@ macro_rules! sequence_calls {
                     let h = self.access(seq_ids)?;
                     // SAFETY: the handle may name these sequences; the array is read during the call.
                     check(unsafe {
-                        sys::kvc_compress(h.raw.as_ptr(), layer.unwrap_or(-1), seq_ids.len() as i32, seq_ids.as_ptr())
+                        sys::kvc_compress(
+                            h.raw.as_ptr(),
+                            layer.unwrap_or(-1),
+                            seq_ids.len() as i32,
+                            seq_ids.as_ptr(),
+                        )
                     })
                 }
 
@@ -155,7 +167,9 @@ macro_rules! sequence_calls {
                 pub fn remove_range(&mut self, seq_id: i32, positions: Range<i32>) -> Result<()> {
                     let h = self.access(&[seq_id])?;
                     // SAFETY: the handle may name the sequence.
-                    check(unsafe { sys::kvc_seq_remove_range(h.raw.as_ptr(), seq_id, positions.start, positions.end) })
+                    check(unsafe {
+                        sys::kvc_seq_remove_range(h.raw.as_ptr(), seq_id, positions.start, positions.end)
+                    })
                 }
 
                 /// Everything stored for the sequence, in the format of docs/sequence_format.md.
@@ -199,7 +213,9 @@ macro_rules! sequence_calls {
                         let mut saved = 0;
                         // SAFETY: the handle may name the sequence; the struct's pointers and the C string
                         // outlive the call.
-                        check(unsafe { sys::kvc_prefix_save(h.raw.as_ptr(), seq_id, store.as_ptr(), raw, &mut saved) })?;
+                        check(unsafe {
+                            sys::kvc_prefix_save(h.raw.as_ptr(), seq_id, store.as_ptr(), raw, &mut saved)
+                        })?;
                         Ok(saved)
                     })
                 }
@@ -209,7 +225,9 @@ macro_rules! sequence_calls {
                     let h = self.access(&[seq_id])?;
                     let mut length = 0;
                     // SAFETY: the handle may name the sequence.
-                    check(unsafe { sys::kvc_seq_length(h.raw.as_ptr(), seq_id, layer, kv_head, &mut length) })?;
+                    check(unsafe {
+                        sys::kvc_seq_length(h.raw.as_ptr(), seq_id, layer, kv_head, &mut length)
+                    })?;
                     Ok(length)
                 }
 
@@ -227,7 +245,15 @@ macro_rules! sequence_calls {
                     // SAFETY: the handle may name the sequence; views are read at once (nothing can change
                     // the sequence meanwhile: &self, not Sync), and the CPU backend's memory is host memory.
                     unsafe {
-                        check(sys::kvc_seq_view(h.raw.as_ptr(), seq_id, layer, kv_head, ptr::null_mut(), 0, &mut count))?;
+                        check(sys::kvc_seq_view(
+                            h.raw.as_ptr(),
+                            seq_id,
+                            layer,
+                            kv_head,
+                            ptr::null_mut(),
+                            0,
+                            &mut count,
+                        ))?;
                         let capacity = count;
                         let mut views = Vec::with_capacity(capacity);
                         check(sys::kvc_seq_view(

@@ -33,8 +33,10 @@ fn the_closure_receives_messages_at_or_above_its_level() {
     log_a_debug_message(&context);
     let received = messages.lock().unwrap().clone();
     assert!(
-        received.iter().any(|(level, message)| *level == LogLevel::Debug
-            && message.starts_with("keeping unused capacity")),
+        received
+            .iter()
+            .any(|(level, message)| *level == LogLevel::Debug
+                && message.starts_with("keeping unused capacity")),
         "{received:?}"
     );
 
