@@ -57,7 +57,8 @@ unsafe extern "C" fn call_logger(user_data: *mut c_void, level: sys::kvc_log_lev
 impl Context {
     /// Routes the library's messages at or above `min_level` to `logger`, which may be called
     /// from any thread, concurrently. A panic in it is caught (and the message dropped). It must
-    /// not set the logger itself. Replaces any logger set before.
+    /// not set the logger itself, and a clone of this context inside it would keep the context
+    /// alive for ever (a cycle). Replaces any logger set before.
     pub fn set_logger(&self, min_level: LogLevel, logger: impl Fn(LogLevel, &str) + Send + Sync + 'static) {
         let logger = Logger(Box::new(Box::new(logger)));
         // The inner box's address: on the heap, it stays put when `logger` moves.
