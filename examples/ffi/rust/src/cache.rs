@@ -40,9 +40,9 @@ pub struct EstimateRequest {
 ///
 /// Threading, as kvcache.h states it: calls on disjoint sequences may run concurrently;
 /// creating, forking, importing and removing sequences need exclusive access. Here the
-/// latter take `&mut self`, as do the calls that change a sequence. `Cache` is
-/// `Send` but not `Sync`, so its `&self` calls never run on two threads at once; to work on
-/// disjoint sequences from several threads, `split` it into `Shard`s.
+/// latter take `&mut self`, as do the calls that change a sequence. `Cache` is `Send` but not
+/// `Sync`, so its `&self` calls never run on two threads at once; to work on disjoint
+/// sequences from several threads, `split` it into `Shard`s.
 pub struct Cache {
     handle: Handle,
     context: Context,
