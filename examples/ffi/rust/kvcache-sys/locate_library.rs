@@ -12,11 +12,14 @@ pub fn lib_dir() -> String {
     }
     let output = Command::new("pkg-config").args(["--variable=libdir", "kvcache"]).output();
     match output {
-        Ok(out) if out.status.success() && !out.stdout.trim_ascii().is_empty() => {
-            String::from_utf8_lossy(out.stdout.trim_ascii()).into_owned()
-        }
-        Ok(out) if out.status.success() => not_found("kvcache.pc has no libdir"),
-        Ok(out) => not_found(&String::from_utf8_lossy(&out.stderr)),
+        Ok(out) if out.status.success() => match String::from_utf8_lossy(&out.stdout).trim() {
+            "" => not_found("kvcache.pc has no libdir"),
+            dir => dir.to_owned(),
+        },
+        Ok(out) => match String::from_utf8_lossy(&out.stderr).trim() {
+            "" => not_found("pkg-config finds no kvcache.pc"),
+            why => not_found(why),
+        },
         Err(err) => not_found(&format!("cannot run pkg-config: {err}")),
     }
 }
