@@ -12,10 +12,23 @@ namespace Kvcache
     /// Mono has no NativeLibrary: Kvcache.dll.config maps the name to the SONAME, which also
     /// finds the copy loaded here from KVCACHE_LIBRARY (the dynamic linker matches a loaded
     /// library by its SONAME).
+    ///
+    /// This must happen before the first DllImport is bound. Mono binds one when it compiles
+    /// its caller, before the caller's class is initialised, so Use() is called from the static
+    /// constructors of the types every call into the library starts from (Context, Library),
+    /// which run before their members are compiled, and from NativeMethods'.
     /// </summary>
     static class NativeLibraryResolver
     {
         internal const string PathVariable = "KVCACHE_LIBRARY";
+
+        static NativeLibraryResolver()
+        {
+            Register();
+        }
+
+        /// <summary>Runs the static constructor, once.</summary>
+        internal static void Use() { }
 
         static string ConfiguredPath
         {
@@ -26,7 +39,7 @@ namespace Kvcache
         }
 
 #if NETCOREAPP3_0_OR_GREATER
-        internal static void Register()
+        static void Register()
         {
             NativeLibrary.SetDllImportResolver(typeof(NativeLibraryResolver).Assembly, Resolve);
         }
@@ -38,7 +51,7 @@ namespace Kvcache
             return path != null ? NativeLibrary.Load(path) : NativeLibrary.Load(NativeMethods.Soname, assembly, searchPath);
         }
 #else
-        internal static void Register()
+        static void Register()
         {
             string path = ConfiguredPath;
             if (path == null) return;

@@ -25,7 +25,7 @@ namespace Kvcache
 
         static NativeMethods()
         {
-            NativeLibraryResolver.Register();
+            NativeLibraryResolver.Use();
             try {
                 kvc_version();
                 dlopen(Soname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
