@@ -22,10 +22,11 @@
 // A Context is safe for concurrent use, and so is a Cache: calls on sequences (Append,
 // Attend, Compress, Truncate, Export, ...) share a sync.RWMutex, and the library serialises
 // those that name the same sequence. Calls that change the set of sequences (CreateSeq,
-// RemoveSeq, Fork, Import, ImportFile, ImportFrom, Offload, Restore, LoadPrefix), View (it copies the
-// storage that a concurrent call could change) and Close take it exclusively, so they wait
-// for calls in progress instead of racing them. The library keeps no thread-local state, so it does not matter that a
-// goroutine may move between OS threads from one call to the next.
+// RemoveSeq, Fork, Import, ImportFile, ImportFrom, Offload, Restore, LoadPrefix), View (it
+// copies the storage that a concurrent call could change) and Close take it exclusively, so
+// they wait for calls in progress instead of racing them. The library keeps no thread-local
+// state, so it does not matter that a goroutine may move between OS threads from one call to
+// the next.
 //
 // # Contexts
 //
