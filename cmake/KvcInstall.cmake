@@ -78,10 +78,24 @@ foreach(_kvc_dir LIBDIR INCLUDEDIR)
     set(KVC_PC_${_kvc_dir} "\${prefix}/${CMAKE_INSTALL_${_kvc_dir}}")
   endif()
 endforeach()
+# Libs carries an rpath to libdir, so that a consumer built from an install outside the
+# loader's default folders (cgo's `#cgo pkg-config` among them) runs without LD_LIBRARY_PATH.
 # Its folders exist only once installed, so the build tree keeps it where no pkg-config search
 # looks (CMakeFiles/, as install(EXPORT) does with its install-only files).
+set(KVC_PC_CFLAGS "-I\${includedir}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/kvcache.pc.in
                ${PROJECT_BINARY_DIR}/CMakeFiles/kvcache.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/CMakeFiles/kvcache.pc
   DESTINATION ${KVC_INSTALL_PKGCONFIGDIR}
   COMPONENT Development)
+
+# The build tree's own kvcache.pc, in <build>/<libdir>/pkgconfig next to libkvcache: the
+# headers of the source tree and the generated ones, the library and its plugins where the
+# build puts them. PKG_CONFIG_PATH=<build>/<libdir>/pkgconfig builds a consumer (the Go
+# binding, examples/ffi/go) against the build tree as against an install.
+set(KVC_PC_PREFIX "${PROJECT_BINARY_DIR}")
+set(KVC_PC_LIBDIR "${CMAKE_LIBRARY_OUTPUT_DIRECTORY}")
+set(KVC_PC_INCLUDEDIR "${PROJECT_SOURCE_DIR}/capi/include")
+set(KVC_PC_CFLAGS "-I\${includedir} -I${PROJECT_BINARY_DIR}/include")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/kvcache.pc.in
+               ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/pkgconfig/kvcache.pc @ONLY)

@@ -5,7 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 const (

@@ -5,6 +5,7 @@ package kvcache
 import "C"
 
 import (
+	"context"
 	"log"
 	"runtime"
 	"sync"
@@ -114,6 +115,31 @@ func (cache *Cache) exclusive(call func() error) error {
 	defer cache.mu.Unlock()
 	if cache.c == nil {
 		return ErrClosed
+	}
+	return call()
+}
+
+// sharedCtx is shared with ctx checked before waiting for the lock and again once it is held,
+// since an exclusive call may hold it long. A C call that has begun runs to its end.
+func (cache *Cache) sharedCtx(ctx context.Context, call func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return cache.shared(func() error { return unlessDone(ctx, call) })
+}
+
+// exclusiveCtx is exclusive with ctx checked as sharedCtx checks it.
+func (cache *Cache) exclusiveCtx(ctx context.Context, call func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return cache.exclusive(func() error { return unlessDone(ctx, call) })
+}
+
+// unlessDone runs call unless ctx is done, whose error it then returns.
+func unlessDone(ctx context.Context, call func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	return call()
 }

@@ -3,7 +3,7 @@ package kvcache_test
 import (
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 func TestCacheParamsRoundTrip(t *testing.T) {

@@ -3,7 +3,10 @@ package kvcache
 // #include <kvcache/kvcache.h>
 import "C"
 
-import "unsafe"
+import (
+	"context"
+	"unsafe"
+)
 
 // AllLayers, as Compress's layer, compresses every layer.
 const AllLayers int32 = -1
@@ -12,7 +15,13 @@ const AllLayers int32 = -1
 // head) over its budget keeps its sinks, its recent tokens and its best-scored tokens up to
 // the budget. A cache without a policy does nothing.
 func (cache *Cache) Compress(layer int32, seqIDs ...int32) error {
-	return cache.shared(func() error {
+	return cache.CompressCtx(context.Background(), layer, seqIDs...)
+}
+
+// CompressCtx is Compress unless ctx is done before the compression starts (ctx.Err() is
+// then returned); a compression that has started runs to its end.
+func (cache *Cache) CompressCtx(ctx context.Context, layer int32, seqIDs ...int32) error {
+	return cache.sharedCtx(ctx, func() error {
 		var ids *C.int32_t
 		if len(seqIDs) > 0 {
 			ids = int32s(seqIDs)

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 func gqaParams() kvcache.CacheParams {

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 // Data calls on disjoint sequences run concurrently; structural calls on other sequences

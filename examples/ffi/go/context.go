@@ -56,8 +56,9 @@ func newContext(c *C.kvc_context) *Context {
 	return ctx
 }
 
-// Close destroys the context and unloads its plugins. It fails, changing nothing, while a
-// Cache made from it is open. Closing a closed context does nothing.
+// Close destroys the context and unloads its plugins. It fails with an *Error of code
+// ErrInvalidArgument, changing nothing, while a Cache made from it is open. Closing a closed
+// context does nothing.
 func (ctx *Context) Close() error {
 	ctx.mu.Lock()
 	defer ctx.mu.Unlock()
@@ -65,7 +66,7 @@ func (ctx *Context) Close() error {
 		return nil
 	}
 	if n := ctx.caches.Load(); n > 0 {
-		return fmt.Errorf("kvcache: Context.Close: %d cache(s) made from it are still open", n)
+		return invalid("kvc_context_destroy", fmt.Sprintf("%d cache(s) made from the context are still open; close them first", n))
 	}
 	C.kvc_context_destroy(ctx.c)
 	ctx.c = nil

@@ -86,19 +86,6 @@ func (t Tensor) ptr() unsafe.Pointer {
 	return unsafe.Pointer(&t.bits[0])
 }
 
-// Batch names the sequences of one call and their new tokens: sequence SeqIDs[i]
-// contributes NTokens[i] rows, concatenated in order, whose absolute positions are
-// Positions (sum of NTokens entries). PromptEnd is nil or one entry per sequence: true
-// marks sequence i's tokens as its prompt's last chunk, so that with PrefillOnce the
-// attention over them compresses that layer of the sequence at once instead of at its first
-// decode token.
-type Batch struct {
-	SeqIDs    []int32
-	NTokens   []int32
-	Positions []int32
-	PromptEnd []bool
-}
-
 // AttentionParams are the attention options; the zero value is the library's default
 // (scale 1/sqrt(head_dim), no sliding window, no soft-cap).
 type AttentionParams struct {
@@ -172,43 +159,6 @@ func (p AttentionParams) toC() C.kvc_attention_params {
 	c.sliding_window = C.int32_t(p.SlidingWindow)
 	c.softcap = C.float(p.Softcap)
 	return c
-}
-
-// check returns the batch's total token count after checking what C cannot: that the
-// slices are as long as the counts say.
-func (b Batch) check(op string) (int, error) {
-	if len(b.SeqIDs) == 0 || len(b.NTokens) != len(b.SeqIDs) {
-		return 0, invalid(op, fmt.Sprintf("batch has %d SeqIDs and %d NTokens; it needs one or more of each, as many of both",
-			len(b.SeqIDs), len(b.NTokens)))
-	}
-	if b.PromptEnd != nil && len(b.PromptEnd) != len(b.SeqIDs) {
-		return 0, invalid(op, fmt.Sprintf("batch has %d PromptEnd entries for %d SeqIDs", len(b.PromptEnd), len(b.SeqIDs)))
-	}
-	total := 0
-	for i, n := range b.NTokens {
-		if n < 1 {
-			return 0, invalid(op, fmt.Sprintf("batch.NTokens[%d] must be >= 1, got %d", i, n))
-		}
-		total += int(n)
-	}
-	if len(b.Positions) != total {
-		return 0, invalid(op, fmt.Sprintf("batch has %d Positions for %d tokens", len(b.Positions), total))
-	}
-	return total, nil
-}
-
-// promptEnd is PromptEnd as the 0/1 flags C reads, in Go memory for the call; NULL when nil.
-func (b Batch) promptEnd() *C.int32_t {
-	if b.PromptEnd == nil {
-		return nil
-	}
-	flags := make([]int32, len(b.PromptEnd))
-	for i, end := range b.PromptEnd {
-		if end {
-			flags[i] = 1
-		}
-	}
-	return int32s(flags)
 }
 
 // checkTensors checks the length of each given tensor against the shape it must have.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 // One layer, one sequence, one new token: store its K/V and attend over the cache.
@@ -30,7 +30,8 @@ cache: { layers: 1, kv_heads: 2, q_heads: 4, head_dim: 64, dtype: f16, memory_li
 	k := make([]float32, 2*64) // [tokens, kv_heads, head_dim]
 	v := make([]float32, 2*64)
 	out := make([]float32, len(q))
-	batch := kvcache.Batch{SeqIDs: []int32{0}, NTokens: []int32{1}, Positions: []int32{0}}
+	var batch kvcache.Batch
+	batch.Add(0, 0) // sequence 0, one token at position 0
 	err = cache.AppendAttend(0, batch, kvcache.F32Tensor(q), kvcache.F32Tensor(k), kvcache.F32Tensor(v),
 		kvcache.AttentionParams{}, out)
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 func TestFormatsComeFromTheLibraryTable(t *testing.T) {

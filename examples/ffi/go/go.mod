@@ -1,3 +1,3 @@
-module kvcache.example/kvcache
+module github.com/kvcache/kvcache/examples/ffi/go
 
 go 1.19

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 // open creates a context from YAML and a cache from cacheYAML, both closed when the test ends.

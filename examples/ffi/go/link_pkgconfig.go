@@ -1,10 +1,8 @@
-//go:build !kvcache_nopkgconfig
-
 package kvcache
 
-// Without the kvcache_nopkgconfig build tag the library is found through pkg-config. With the
-// tag (a build tree, where no kvcache.pc is installed) CGO_CFLAGS and CGO_LDFLAGS must name
-// the include and library folders instead.
+// The library is found through pkg-config: the kvcache.pc of an install, or the one a build
+// tree writes to <build>/lib/pkgconfig, named by PKG_CONFIG_PATH. Both carry an rpath to the
+// library's folder, so programs built this way run without LD_LIBRARY_PATH.
 
 // #cgo pkg-config: kvcache
 import "C"

@@ -6,16 +6,14 @@ import (
 	"reflect"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 // fill appends tokens at positions 0..n-1 of sequence id on both layers of a gqaCache.
 func fill(t *testing.T, cache *kvcache.Cache, rng *rand.Rand, id int32, n int) {
 	t.Helper()
-	b := kvcache.Batch{SeqIDs: []int32{id}, NTokens: []int32{int32(n)}, Positions: make([]int32, n)}
-	for i := range b.Positions {
-		b.Positions[i] = int32(i)
-	}
+	var b kvcache.Batch
+	b.AddRun(id, 0, int32(n))
 	for layer := int32(0); layer < 2; layer++ {
 		k := kvcache.F32Tensor(random(rng, n*kvHeads*headDim))
 		v := kvcache.F32Tensor(random(rng, n*kvHeads*headDim))
@@ -27,8 +25,8 @@ func fill(t *testing.T, cache *kvcache.Cache, rng *rand.Rand, id int32, n int) {
 func look(t *testing.T, cache *kvcache.Cache, id, pos int32, q []float32) []float32 {
 	t.Helper()
 	out := make([]float32, len(q))
-	b := kvcache.Batch{SeqIDs: []int32{id}, NTokens: []int32{1}, Positions: []int32{pos}}
-	must(t, cache.Attend(0, b, kvcache.F32Tensor(q), kvcache.AttentionParams{}, out))
+	var b kvcache.Batch
+	must(t, cache.Attend(0, *b.Add(id, pos), kvcache.F32Tensor(q), kvcache.AttentionParams{}, out))
 	return out
 }
 

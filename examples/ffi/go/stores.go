@@ -28,6 +28,7 @@ package kvcache
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"math"
 )
@@ -47,9 +48,15 @@ import (
 // then removes the sequence. On any error the sequence is left as it was. It takes the cache
 // exclusively.
 func (cache *Cache) Offload(id int32, store, key string) error {
+	return cache.OffloadCtx(context.Background(), id, store, key)
+}
+
+// OffloadCtx is Offload unless ctx is done before the write starts (ctx.Err() is then
+// returned and the sequence is left as it was); a write that has started runs to its end.
+func (cache *Cache) OffloadCtx(ctx context.Context, id int32, store, key string) error {
 	var m cmem
 	defer m.free()
-	return cache.exclusive(func() error {
+	return cache.exclusiveCtx(ctx, func() error {
 		return statusError("kvc_seq_offload", C.kvc_seq_offload(cache.c, C.int32_t(id), m.str(store), m.str(key)))
 	})
 }
@@ -58,9 +65,15 @@ func (cache *Cache) Offload(id int32, store, key string) error {
 // no sequence is created. The value stays in the store (Context.StoreDrop removes it). It
 // takes the cache exclusively.
 func (cache *Cache) Restore(id int32, store, key string) error {
+	return cache.RestoreCtx(context.Background(), id, store, key)
+}
+
+// RestoreCtx is Restore unless ctx is done before the read starts (ctx.Err() is then
+// returned); a read that has started runs to its end.
+func (cache *Cache) RestoreCtx(ctx context.Context, id int32, store, key string) error {
 	var m cmem
 	defer m.free()
-	return cache.exclusive(func() error {
+	return cache.exclusiveCtx(ctx, func() error {
 		return statusError("kvc_seq_restore", C.kvc_seq_restore(cache.c, C.int32_t(id), m.str(store), m.str(key)))
 	})
 }
@@ -96,8 +109,14 @@ type Prefix struct {
 // KV head) must hold positions 0, 1, ... up to the last saved token (ErrUnsupported
 // otherwise, before anything is written): save right after the prefix's prefill.
 func (cache *Cache) SavePrefix(id int32, store string, p Prefix) (int32, error) {
+	return cache.SavePrefixCtx(context.Background(), id, store, p)
+}
+
+// SavePrefixCtx is SavePrefix unless ctx is done before the save starts (ctx.Err() is then
+// returned); a save that has started runs to its end.
+func (cache *Cache) SavePrefixCtx(ctx context.Context, id int32, store string, p Prefix) (int32, error) {
 	var saved C.int32_t
-	err := cache.shared(func() error {
+	err := cache.sharedCtx(ctx, func() error {
 		return p.call("kvc_prefix_save", store, func(store, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
 			return C.go_kvc_prefix_save(cache.c, C.int32_t(id), store, model, tokens, n, C.int32_t(p.ChunkTokens), &saved)
 		})
@@ -110,8 +129,14 @@ func (cache *Cache) SavePrefix(id int32, store string, p Prefix) (int32, error) 
 // sequence is then empty); the engine prefills the rest from there. A missing chunk ends the
 // run; on any other error nothing is created. It takes the cache exclusively.
 func (cache *Cache) LoadPrefix(id int32, store string, p Prefix) (int32, error) {
+	return cache.LoadPrefixCtx(context.Background(), id, store, p)
+}
+
+// LoadPrefixCtx is LoadPrefix unless ctx is done before the load starts (ctx.Err() is then
+// returned); a load that has started runs to its end.
+func (cache *Cache) LoadPrefixCtx(ctx context.Context, id int32, store string, p Prefix) (int32, error) {
 	var restored C.int32_t
-	err := cache.exclusive(func() error {
+	err := cache.exclusiveCtx(ctx, func() error {
 		return p.call("kvc_prefix_load", store, func(store, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
 			return C.go_kvc_prefix_load(cache.c, C.int32_t(id), store, model, tokens, n, C.int32_t(p.ChunkTokens), &restored)
 		})

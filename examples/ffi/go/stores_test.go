@@ -7,7 +7,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"kvcache.example/kvcache"
+	kvcache "github.com/kvcache/kvcache/examples/ffi/go"
 )
 
 // The stores of storesContext: a host store and a disk store.

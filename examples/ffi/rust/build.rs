@@ -1,11 +1,6 @@
-// Links libkvcache and, for this crate's tests, records its folder as an rpath.
-#[path = "locate_library.rs"]
-mod locate;
-
+// This crate's tests run from the build tree: they get the folder kvcache-sys linked from as
+// an rpath, as a user's binary does (docs/ffi.md, Rust).
 fn main() {
-    if let Some(dir) = locate::lib_dir() {
-        println!("cargo:rustc-link-search=native={dir}");
-        println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{dir}");
-    }
-    println!("cargo:rustc-link-lib=dylib=kvcache");
+    let dir = std::env::var("DEP_KVCACHE_LIBDIR").expect("kvcache-sys exports DEP_KVCACHE_LIBDIR");
+    println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{dir}");
 }

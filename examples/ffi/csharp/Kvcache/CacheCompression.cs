@@ -3,11 +3,14 @@ using System.Runtime.InteropServices;
 
 namespace Kvcache
 {
-    public sealed partial class Cache
+    public sealed unsafe partial class Cache
     {
+        /// <summary>The layer argument of Compress that means every layer.</summary>
+        public const int AllLayers = -1;
+
         /// <summary>
         /// Compresses the listed sequences now on <paramref name="layer"/>, or on every layer when
-        /// it is -1. A cache without a policy does nothing.
+        /// it is AllLayers. A cache without a policy does nothing.
         /// </summary>
         public void Compress(int layer, params int[] seqIds)
         {
@@ -32,8 +35,18 @@ namespace Kvcache
         public void ReportStats(int seqId, int layer, int kvHead, StatKind kind, float[] values)
         {
             if (values == null) throw new ArgumentNullException(nameof(values));
-            Shared(() => KvcacheException.Check(
-                NativeMethods.kvc_report_stats(handle, seqId, layer, kvHead, kind, values, values.Length)));
+            ReportStats(seqId, layer, kvHead, kind, new ReadOnlySpan<float>(values));
+        }
+
+        /// <summary>ReportStats from a span.</summary>
+        public void ReportStats(int seqId, int layer, int kvHead, StatKind kind, ReadOnlySpan<float> values)
+        {
+            fixed (float* p = &MemoryMarshal.GetReference(values)) {
+                var data = (IntPtr)p;
+                int count = values.Length;
+                Shared(() => KvcacheException.Check(
+                    NativeMethods.kvc_report_stats(handle, seqId, layer, kvHead, kind, data, count)));
+            }
         }
 
         /// <summary>Peak bytes one sequence holds for this prompt, chunking and decode length.</summary>

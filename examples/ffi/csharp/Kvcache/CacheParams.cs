@@ -11,6 +11,11 @@ namespace Kvcache
     /// </summary>
     public sealed class CacheParams
     {
+        /// <summary>Sinks or Recent: the policy's own default (any value &lt; 0 means it).</summary>
+        public const int PolicyDefault = -1;
+        // kvc_cache_params::k_dtype and v_dtype: the format of dtype (KDType, VDType null).
+        const int SameAsDType = -1;
+
         public int Layers { get; set; } = 1;
         public int KvHeads { get; set; } = 1;
         /// <summary>A multiple of KvHeads (GQA); 0: as many as KvHeads.</summary>
@@ -31,10 +36,10 @@ namespace Kvcache
         public int Budget { get; set; }
         /// <summary>In (0, 1]: the budget as a share of the tokens a head has received.</summary>
         public double BudgetRatio { get; set; }
-        /// <summary>First tokens always kept; &lt; 0: the policy's default.</summary>
-        public int Sinks { get; set; } = -1;
-        /// <summary>Newest tokens always kept; &lt; 0: the policy's default.</summary>
-        public int Recent { get; set; } = -1;
+        /// <summary>First tokens always kept; PolicyDefault (&lt; 0): the policy's default.</summary>
+        public int Sinks { get; set; } = PolicyDefault;
+        /// <summary>Newest tokens always kept; PolicyDefault (&lt; 0): the policy's default.</summary>
+        public int Recent { get; set; } = PolicyDefault;
         /// <summary>Policy-specific parameters as written in YAML, in order.</summary>
         public IList<KeyValuePair<string, string>> PolicyParams { get; } = new List<KeyValuePair<string, string>>();
         public PrefillCompression Prefill { get; set; }
@@ -76,8 +81,8 @@ namespace Kvcache
                 Budget = Budget, BudgetRatio = BudgetRatio, Sinks = Sinks, Recent = Recent,
                 NPolicyParams = new UIntPtr((uint)PolicyParams.Count),
                 Prefill = Prefill, DecodeEvery = DecodeEvery, DecodeSlack = DecodeSlack,
-                KDType = KDType.HasValue ? (int)KDType.Value : -1,
-                VDType = VDType.HasValue ? (int)VDType.Value : -1,
+                KDType = KDType.HasValue ? (int)KDType.Value : SameAsDType,
+                VDType = VDType.HasValue ? (int)VDType.Value : SameAsDType,
             };
             if (PolicyParams.Count > 0) {
                 var entries = new NativeKeyValue[PolicyParams.Count];

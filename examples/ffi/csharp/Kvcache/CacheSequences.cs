@@ -3,7 +3,7 @@ using System.Runtime.InteropServices;
 
 namespace Kvcache
 {
-    public sealed partial class Cache
+    public sealed unsafe partial class Cache
     {
         /// <summary>Creates an empty sequence; ids are chosen by the caller and must be &gt;= 0. Exclusive.</summary>
         public void CreateSequence(int seqId)
@@ -41,6 +41,16 @@ namespace Kvcache
             Shared(() => KvcacheException.Check(NativeMethods.kvc_seq_remove_range(handle, seqId, first, end)));
         }
 
+        /// <summary>Bytes Export writes for the sequence as it is now.</summary>
+        public long ExportSize(int seqId)
+        {
+            return Shared(() => {
+                UIntPtr size;
+                KvcacheException.Check(NativeMethods.kvc_seq_export_size(handle, seqId, out size));
+                return (long)size.ToUInt64();
+            });
+        }
+
         /// <summary>Everything stored for the sequence, in the format of docs/sequence_format.md.</summary>
         public byte[] Export(int seqId)
         {
@@ -50,7 +60,8 @@ namespace Kvcache
                 for (;;) {
                     var buffer = new byte[size.ToUInt64()];
                     UIntPtr written;
-                    StatusHandle status = NativeMethods.kvc_seq_export(handle, seqId, buffer, size, out written);
+                    StatusHandle status;
+                    fixed (byte* p = buffer) status = NativeMethods.kvc_seq_export(handle, seqId, (IntPtr)p, size, out written);
                     if (status.IsInvalid) {
                         status.Dispose();
                         if (written.ToUInt64() != size.ToUInt64()) Array.Resize(ref buffer, (int)written.ToUInt64());
@@ -71,11 +82,38 @@ namespace Kvcache
             });
         }
 
+        /// <summary>
+        /// Export into <paramref name="destination"/>, returning the bytes written; InvalidArgument,
+        /// writing nothing, when it is shorter than the image (ExportSize).
+        /// </summary>
+        public int Export(int seqId, Span<byte> destination)
+        {
+            fixed (byte* p = &MemoryMarshal.GetReference(destination)) {
+                var buffer = (IntPtr)p;
+                var capacity = new UIntPtr((uint)destination.Length);
+                return Shared(() => {
+                    UIntPtr written;
+                    KvcacheException.Check(NativeMethods.kvc_seq_export(handle, seqId, buffer, capacity, out written));
+                    return (int)written.ToUInt64();
+                });
+            }
+        }
+
         /// <summary>Creates <paramref name="seqId"/> from bytes of Export, from any cache of this shape. Exclusive.</summary>
         public void Import(int seqId, byte[] data)
         {
             if (data == null) throw new ArgumentNullException(nameof(data));
-            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_import(handle, seqId, data, new UIntPtr((ulong)data.LongLength))));
+            Import(seqId, new ReadOnlySpan<byte>(data));
+        }
+
+        /// <summary>Import from a span. Exclusive.</summary>
+        public void Import(int seqId, ReadOnlySpan<byte> data)
+        {
+            fixed (byte* p = &MemoryMarshal.GetReference(data)) {
+                var image = (IntPtr)p;
+                var size = new UIntPtr((uint)data.Length);
+                Exclusive(() => KvcacheException.Check(NativeMethods.kvc_seq_import(handle, seqId, image, size)));
+            }
         }
 
         /// <summary>Export into a file, replaced atomically.</summary>

@@ -10,6 +10,11 @@ namespace Kvcache
     /// </summary>
     public sealed class Context : IDisposable
     {
+        static Context()
+        {
+            NativeLibraryResolver.Use();
+        }
+
         readonly ContextHandle handle;
 
         /// <summary>A context from YAML text (docs/config.md); null or "" means the defaults.</summary>

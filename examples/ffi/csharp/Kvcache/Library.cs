@@ -7,6 +7,11 @@ namespace Kvcache
     /// <summary>Facts about the loaded libkvcache.</summary>
     public static class Library
     {
+        static Library()
+        {
+            NativeLibraryResolver.Use();
+        }
+
         /// <summary>MAJOR*10000 + MINOR*100 + PATCH.</summary>
         public static uint Version { get { return NativeMethods.kvc_version(); } }
 

@@ -4,25 +4,38 @@ using System.Runtime.InteropServices;
 namespace Kvcache
 {
     /// <summary>
-    /// The C API of kvcache.h, declared by hand, loaded by its SONAME (the ABI major these
-    /// declarations mirror) from the dynamic linker's search path. Strings go in as UTF-8
-    /// (LPUTF8Str); strings coming back are IntPtr because the library owns them.
+    /// The C API of kvcache.h, declared by hand. The declarations import the logical name
+    /// "kvcache", which the runtime maps to the SONAME (the ABI major these declarations
+    /// mirror) or to a path the user gives: Mono through Kvcache.dll.config (a dllmap), .NET
+    /// through the resolver in NativeLibraryResolver.cs. Strings go in as UTF-8 (LPUTF8Str);
+    /// strings coming back are IntPtr because the library owns them.
     /// </summary>
     static class NativeMethods
     {
-        const string Lib = "libkvcache.so.0";
+        internal const string Lib = "kvcache";
+        internal const string Soname = "libkvcache.so.0";
         const UnmanagedType Utf8 = UnmanagedType.LPUTF8Str;
 
         // Mono unloads native libraries at exit while the library's TBB worker threads still
-        // run; loading it once more with RTLD_NODELETE keeps it (and libtbb) mapped until the
-        // process ends. A failure here shows as the DllNotFoundException of the first call.
+        // run. Once the first call has loaded it (from wherever the map points), dlopen by
+        // SONAME finds that same copy, and RTLD_NODELETE keeps it (and libtbb) mapped until the
+        // process ends. A library that cannot be loaded shows as the DllNotFoundException of
+        // the first call outside this constructor.
+        internal const int RTLD_LAZY = 0x1, RTLD_NOLOAD = 0x4, RTLD_NODELETE = 0x1000;
+
         static NativeMethods()
         {
-            const int RTLD_LAZY = 0x1, RTLD_NODELETE = 0x1000;
-            dlopen(Lib, RTLD_LAZY | RTLD_NODELETE);
+            NativeLibraryResolver.Use();
+            try {
+                kvc_version();
+                dlopen(Soname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+            } catch (DllNotFoundException) {
+            } catch (EntryPointNotFoundException) {
+            }
         }
 
-        [DllImport("libc")] static extern IntPtr dlopen(string file, int mode);
+        [DllImport("libc")] internal static extern IntPtr dlopen(string file, int mode);
+        [DllImport("libc")] internal static extern IntPtr dlerror();
 
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         internal delegate void LogFn(IntPtr userData, LogLevel level, IntPtr message);
@@ -76,9 +89,9 @@ namespace Kvcache
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_seq_export_size(CacheHandle cache, int seq, out UIntPtr size);
         [DllImport(Lib)]
-        internal static extern StatusHandle kvc_seq_export(CacheHandle cache, int seq, byte[] buffer, UIntPtr capacity, out UIntPtr written);
+        internal static extern StatusHandle kvc_seq_export(CacheHandle cache, int seq, IntPtr buffer, UIntPtr capacity, out UIntPtr written);
         [DllImport(Lib)]
-        internal static extern StatusHandle kvc_seq_import(CacheHandle cache, int seq, byte[] data, UIntPtr size);
+        internal static extern StatusHandle kvc_seq_import(CacheHandle cache, int seq, IntPtr data, UIntPtr size);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_seq_export_file(CacheHandle cache, int seq, [MarshalAs(Utf8)] string path);
         [DllImport(Lib)]
@@ -108,7 +121,7 @@ namespace Kvcache
         internal static extern StatusHandle kvc_cache_policy_info(CacheHandle cache, ref NativePolicyInfo info);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_report_stats(CacheHandle cache, int seq, int layer, int kvHead,
-                                                             StatKind kind, float[] values, int nValues);
+                                                             StatKind kind, IntPtr values, int nValues);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_cache_estimate_peak_bytes(CacheHandle cache, int promptTokens, int chunkTokens,
                                                                           int newTokens, out UIntPtr bytes);

@@ -11,7 +11,7 @@ namespace Kvcache.Tests
             using (var context = new Context(Fixture.StreamingYaml))
             using (Cache cache = context.CreateCacheFromYaml()) {
                 Fixture.Fill(cache, new[] { 0, 1 }, 10, 1);
-                cache.Compress(-1, 0, 1);
+                cache.Compress(Cache.AllLayers, 0, 1);
                 foreach (int seq in new[] { 0, 1 })
                     for (int layer = 0; layer < Fixture.Layers; layer++)
                         for (int head = 0; head < Fixture.KvHeads; head++)
@@ -144,7 +144,7 @@ namespace Kvcache.Tests
             using (var context = new Context(Fixture.CacheYaml))
             using (Cache cache = context.CreateCacheFromYaml()) {
                 Fixture.Fill(cache, new[] { 0 }, 10, 1);
-                cache.Compress(-1, 0);
+                cache.Compress(Cache.AllLayers, 0);
                 Assert.Equal(10, cache.Length(0, 1, 1), "length");
                 Assert.Fails(StatusCode.NotFound, () => cache.GetPolicyInfo(), "policy info without a policy");
             }

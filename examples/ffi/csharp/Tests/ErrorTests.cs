@@ -82,5 +82,26 @@ namespace Kvcache.Tests
                 Assert.Equal(2, cache.Length(0, 0, 0), "the cache is usable");
             }
         }
+
+        // ToString() is what a log shows of an unhandled exception: it keeps the code's name,
+        // the stack where the call failed and the exception that caused it.
+        [Test]
+        public static void ToStringKeepsTheCodeTheStackAndTheCause()
+        {
+            using (var context = new Context(Fixture.CacheYaml))
+            using (Cache cache = context.CreateCacheFromYaml()) {
+                KvcacheException e = Assert.Fails(StatusCode.NotFound, () => cache.RemoveSequence(42), "an unknown sequence");
+                string text = e.ToString();
+                Assert.Contains("Kvcache.KvcacheException (NOT_FOUND): " + e.Message, text, "type, code and message");
+                Assert.Contains("Kvcache.Cache.RemoveSequence", text, "the stack trace's binding frame");
+                Assert.Contains("ToStringKeepsTheCodeTheStackAndTheCause", text, "the stack trace's caller frame");
+
+                var cause = new InvalidOperationException("the cause");
+                var wrapped = new KvcacheException(StatusCode.Io, "wrapped", cause);
+                Assert.True(ReferenceEquals(cause, wrapped.InnerException), "the inner exception is kept");
+                Assert.Contains("(IO): wrapped ---> System.InvalidOperationException: the cause", wrapped.ToString(),
+                                "ToString() includes the inner exception");
+            }
+        }
     }
 }

@@ -40,7 +40,7 @@ namespace Kvcache.Tests
             using (Cache cache = context.CreateCacheFromYaml()) {
                 Fixture.Fill(cache, new[] { 0 }, 10, 1);
                 ulong before = cache.GetStats().BytesUsed;
-                cache.Compress(-1, 0);
+                cache.Compress(Cache.AllLayers, 0);
                 CacheStats stats = cache.GetStats();
                 Assert.Equal((ulong)(Fixture.Layers * Fixture.KvHeads * 4), stats.TokensEvicted, "4 of 10 tokens evicted per head");
                 Assert.True(stats.BytesUsed < before, "blocks returned to the pool");

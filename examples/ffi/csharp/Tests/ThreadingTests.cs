@@ -107,7 +107,7 @@ namespace Kvcache.Tests
                 }));
                 Task compressor = Task.Run(() => guard(() => {
                     for (int i = 0; !done.IsSet; i++) {
-                        cache.Compress(-1, 0);
+                        cache.Compress(Cache.AllLayers, 0);
                         byte[] image = cache.Export(0);
                         cache.Import(1000000 + i, image);
                         cache.RemoveSequence(1000000 + i);
@@ -148,7 +148,7 @@ namespace Kvcache.Tests
                 views = cache.View(0, 0, 0);
                 before = views.SelectMany(v => v.Positions).ToArray();
                 Assert.Sequence(Fixture.Range(0, 12), before, "positions viewed");
-                cache.Compress(-1, 0);
+                cache.Compress(Cache.AllLayers, 0);
                 cache.RemoveRange(0, 8, 10);
                 cache.RemoveSequence(1);
                 cache.Append(0, Batch.Run(0, 12, 1), Fixture.Random(KvRow, 7), Fixture.Random(KvRow, 8));

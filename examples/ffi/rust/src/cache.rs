@@ -1,7 +1,6 @@
 //! `Cache`: one model shape's K/V store. Creation, sequence creation and removal, and the
-//! cache-wide reads; the per-sequence calls are in `Sequences` (seq_ops.rs).
+//! cache-wide reads; the per-sequence calls are written by `sequence_calls!` (seq_ops.rs).
 use std::ffi::CStr;
-use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 use std::path::Path;
 use std::ptr::{self, NonNull};
@@ -10,7 +9,7 @@ use crate::context::Context;
 use crate::error::{check, Error, Result};
 use crate::params::CacheParams;
 use crate::policy::PolicyInfo;
-use crate::seq_ops::sealed::{Access, Handle};
+use crate::seq_ops::{sequence_calls, Handle};
 use crate::shard::Shard;
 use crate::stats::Stats;
 use crate::strings::{c_path, c_string};
@@ -37,47 +36,59 @@ pub struct EstimateRequest {
     pub marks_prompt_end: bool,
 }
 
-/// A cache, borrowing the context it was created from (so it cannot outlive it).
+/// A cache. It holds its context (a shared handle), which therefore lives at least as long.
 ///
 /// Threading, as kvcache.h states it: calls on disjoint sequences may run concurrently;
 /// creating, forking, importing and removing sequences need exclusive access. Here the
-/// latter take `&mut self`, as do the calls that change a sequence (`Sequences`). `Cache` is
-/// `Send` but not `Sync`, so its `&self` calls never run on two threads at once; to work on
-/// disjoint sequences from several threads, `split` it into `Shard`s.
-pub struct Cache<'ctx> {
+/// latter take `&mut self`, as do the calls that change a sequence. `Cache` is `Send` but not
+/// `Sync`, so its `&self` calls never run on two threads at once; to work on disjoint
+/// sequences from several threads, `split` it into `Shard`s.
+pub struct Cache {
     handle: Handle,
-    _context: PhantomData<&'ctx Context>,
+    context: Context,
 }
 
 // SAFETY: nothing in a cache is tied to the thread that created it.
-unsafe impl Send for Cache<'_> {}
+unsafe impl Send for Cache {}
+
+impl EstimateRequest {
+    /// A request whose prompt's last chunk is not marked; `.marks_prompt_end(true)` marks it.
+    pub fn new(prompt_tokens: i32, chunk_tokens: i32, new_tokens: i32) -> EstimateRequest {
+        EstimateRequest { prompt_tokens, chunk_tokens, new_tokens, marks_prompt_end: false }
+    }
+
+    pub fn marks_prompt_end(mut self, marks: bool) -> EstimateRequest {
+        self.marks_prompt_end = marks;
+        self
+    }
+}
 
 impl Context {
     /// Creates a cache from parameters.
-    pub fn cache(&self, params: &CacheParams) -> Result<Cache<'_>> {
+    pub fn cache(&self, params: &CacheParams) -> Result<Cache> {
         let mut raw = ptr::null_mut();
         params.with_raw(|params| {
             // SAFETY: a live context, a filled params struct whose strings outlive the call.
             check(unsafe { sys::kvc_cache_create(self.raw(), params, &mut raw) })
         })?;
-        Cache::adopt(raw)
+        Cache::adopt(self, raw)
     }
 
     /// Creates a cache from YAML holding `cache:` and optionally `backend:` and `policy:`
     /// sections; None uses the context's own configuration.
-    pub fn cache_from_yaml(&self, yaml: Option<&str>) -> Result<Cache<'_>> {
+    pub fn cache_from_yaml(&self, yaml: Option<&str>) -> Result<Cache> {
         let yaml = yaml.map(|text| c_string("yaml", text)).transpose()?;
         let text = yaml.as_ref().map_or(ptr::null(), |text| text.as_ptr());
         let mut raw = ptr::null_mut();
         // SAFETY: a live context and a C string or NULL.
         check(unsafe { sys::kvc_cache_create_from_yaml(self.raw(), text, &mut raw) })?;
-        Cache::adopt(raw)
+        Cache::adopt(self, raw)
     }
 }
 
-impl<'ctx> Cache<'ctx> {
-    /// Takes ownership of a new cache and reads back its shape.
-    fn adopt(raw: *mut sys::kvc_cache) -> Result<Cache<'ctx>> {
+impl Cache {
+    /// Takes ownership of a new cache of `context` and reads back its shape.
+    fn adopt(context: &Context, raw: *mut sys::kvc_cache) -> Result<Cache> {
         let raw = NonNull::new(raw).expect("kvc_cache_create succeeded with NULL");
         let mut params = MaybeUninit::<sys::kvc_cache_params>::uninit();
         // SAFETY: init sets struct_size; get_params fills the rest (its backend string lives
@@ -97,11 +108,16 @@ impl<'ctx> Cache<'ctx> {
             };
             (shape, params.backend.is_null() || CStr::from_ptr(params.backend).to_bytes() == b"cpu")
         };
-        Ok(Cache { handle: Handle { raw, shape, host }, _context: PhantomData })
+        Ok(Cache { handle: Handle { raw, shape, host }, context: context.clone() })
     }
 
     pub(crate) fn raw(&self) -> *mut sys::kvc_cache {
         self.handle.raw.as_ptr()
+    }
+
+    /// The context the cache was created from.
+    pub fn context(&self) -> &Context {
+        &self.context
     }
 
     pub fn shape(&self) -> Shape {
@@ -181,7 +197,7 @@ impl<'ctx> Cache<'ctx> {
         check(unsafe { sys::kvc_seq_fork(self.handle.raw.as_ptr(), src, dst) })
     }
 
-    /// Creates `seq_id` from bytes of `Sequences::export`.
+    /// Creates `seq_id` from bytes of `export`.
     pub fn import(&mut self, seq_id: i32, bytes: &[u8]) -> Result<()> {
         // SAFETY: exclusive access; the slice is read during the call only.
         check(unsafe {
@@ -189,7 +205,7 @@ impl<'ctx> Cache<'ctx> {
         })
     }
 
-    /// Creates `seq_id` from a file of `Sequences::export_file`.
+    /// Creates `seq_id` from a file of `export_file`.
     pub fn import_file(&mut self, seq_id: i32, path: &Path) -> Result<()> {
         let path = c_path(path)?;
         // SAFETY: exclusive access and a valid C string.
@@ -210,15 +226,19 @@ impl<'ctx> Cache<'ctx> {
     }
 }
 
-impl Access for Cache<'_> {
-    fn handle(&self, _seq_ids: &[i32]) -> Result<Handle> {
+impl Cache {
+    /// The cache may name every sequence.
+    fn access(&self, _seq_ids: &[i32]) -> Result<Handle> {
         Ok(self.handle)
     }
 }
 
-impl Drop for Cache<'_> {
+sequence_calls!(Cache);
+
+impl Drop for Cache {
     fn drop(&mut self) {
-        // SAFETY: we own the cache and hold exclusive access; the context is still alive.
+        // SAFETY: we own the cache and hold exclusive access; the context, a field, is dropped
+        // after this.
         unsafe { sys::kvc_cache_destroy(self.handle.raw.as_ptr()) }
     }
 }

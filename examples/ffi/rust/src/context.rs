@@ -1,23 +1,35 @@
-//! `Context`: plugins, configuration and thread arena; thread-safe.
+//! `Context`: plugins, configuration, thread arena and logger; thread-safe and shared.
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{check, Result};
+use crate::logger::Logger;
 use crate::strings::{c_path, c_string, owned};
 use crate::sys;
 
-/// A kvcache context. `Send + Sync`: the header makes every context call thread-safe, so it
-/// may be shared by reference (or in an `Arc`) across threads. Caches borrow it, so it
-/// cannot be dropped while one lives.
+/// A kvcache context: a shared handle, an `Arc` inside, so `clone` is cheap and gives the same
+/// context. `Send + Sync`: the header makes every context call thread-safe. Each cache holds a
+/// clone, so the library's context is destroyed with the last handle, after its caches, and a
+/// struct may own a context and its caches together.
+#[derive(Clone)]
 pub struct Context {
+    shared: Arc<Shared>,
+}
+
+/// What the clones of a `Context` share.
+struct Shared {
     raw: NonNull<sys::kvc_context>,
+    /// The logger installed by `Context::set_logger`; it lives until the library can no
+    /// longer call it (replaced, or the context destroyed: fields drop after `Drop::drop`).
+    logger: Mutex<Option<Logger>>,
 }
 
 // SAFETY: kvcache.h: "kvc_context: thread-safe, every call may be made from any thread
-// concurrently".
-unsafe impl Send for Context {}
-unsafe impl Sync for Context {}
+// concurrently"; the logger is `Send + Sync`.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
 
 /// Which kind of plugin a library registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,20 +71,21 @@ impl Context {
     }
 
     fn own(raw: *mut sys::kvc_context) -> Context {
-        Context { raw: NonNull::new(raw).expect("kvc_context_create succeeded with NULL") }
+        let raw = NonNull::new(raw).expect("kvc_context_create succeeded with NULL");
+        Context { shared: Arc::new(Shared { raw, logger: Mutex::new(None) }) }
     }
 
     /// Loads the plugins of the shared library at `path`.
     pub fn load_plugin(&self, path: &Path) -> Result<()> {
         let path = c_path(path)?;
         // SAFETY: a live context (thread-safe) and a valid C string.
-        check(unsafe { sys::kvc_context_load_plugin(self.raw.as_ptr(), path.as_ptr()) })
+        check(unsafe { sys::kvc_context_load_plugin(self.raw(), path.as_ptr()) })
     }
 
     /// Every loaded plugin.
     pub fn plugins(&self) -> Result<Vec<PluginInfo>> {
         // SAFETY: a live context.
-        let count = unsafe { sys::kvc_context_plugin_count(self.raw.as_ptr()) };
+        let count = unsafe { sys::kvc_context_plugin_count(self.raw()) };
         (0..count).map(|index| self.plugin(index)).collect()
     }
 
@@ -82,7 +95,7 @@ impl Context {
         // before the call, and the strings it returns live as long as the context.
         unsafe {
             (*info.as_mut_ptr()).struct_size = std::mem::size_of::<sys::kvc_plugin_info>() as u32;
-            check(sys::kvc_context_plugin_info(self.raw.as_ptr(), index, info.as_mut_ptr()))?;
+            check(sys::kvc_context_plugin_info(self.raw(), index, info.as_mut_ptr()))?;
             let info = info.assume_init();
             Ok(PluginInfo {
                 kind: match info.kind {
@@ -99,13 +112,17 @@ impl Context {
     }
 
     pub(crate) fn raw(&self) -> *mut sys::kvc_context {
-        self.raw.as_ptr()
+        self.shared.raw.as_ptr()
+    }
+
+    pub(crate) fn logger_slot(&self) -> &Mutex<Option<Logger>> {
+        &self.shared.logger
     }
 }
 
-impl Drop for Context {
+impl Drop for Shared {
     fn drop(&mut self) {
-        // SAFETY: we own the context, and no cache borrows it any more.
+        // SAFETY: the last handle is gone, and with it every cache (each holds a handle).
         unsafe { sys::kvc_context_destroy(self.raw.as_ptr()) }
     }
 }

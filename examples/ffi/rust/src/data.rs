@@ -95,6 +95,26 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// The defaults, as `Default`; then `.scale(..)`, `.sliding_window(..)`, `.softcap(..)`.
+    pub fn new() -> Attention {
+        Attention::default()
+    }
+
+    pub fn scale(mut self, scale: f32) -> Attention {
+        self.scale = scale;
+        self
+    }
+
+    pub fn sliding_window(mut self, tokens: i32) -> Attention {
+        self.sliding_window = tokens;
+        self
+    }
+
+    pub fn softcap(mut self, softcap: f32) -> Attention {
+        self.softcap = softcap;
+        self
+    }
+
     pub(crate) fn raw(&self) -> sys::kvc_attention_params {
         let mut raw = std::mem::MaybeUninit::<sys::kvc_attention_params>::uninit();
         // SAFETY: init writes every field.

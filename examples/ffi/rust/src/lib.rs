@@ -1,22 +1,25 @@
 //! Safe Rust bindings to kvcache's C API (`kvcache/kvcache.h`), with no dependency beyond the
-//! standard library. `sys` declares the C API by hand; the rest wraps it:
+//! standard library. The `kvcache-sys` crate (re-exported as `sys`) declares the C API by hand
+//! and links libkvcache; this crate wraps it:
 //!
 //! - handles (`Context`, `Cache`) free themselves on `Drop`;
 //! - every fallible call returns `Result<_, Error>`, the error carrying the status `Code` and
 //!   the library's message;
 //! - tensors are f32 slices whose lengths are checked against the cache's shape before the
 //!   call;
-//! - a `Cache` borrows its `Context`, so it cannot outlive it;
+//! - `Context` is a shared handle (an `Arc` inside; `clone` is cheap): a `Cache` holds one, so
+//!   the context lives as long as its last cache and a struct may own both;
 //! - `Context` is `Send + Sync` (thread-safe); `Cache` is `Send` only. Calls that create or
 //!   remove sequences take `&mut Cache`; for concurrent calls on disjoint sequences,
 //!   `Cache::split` gives one `Send` `Shard` per group of sequences.
 //!
-//! A cache cannot outlive its context:
-//! ```compile_fail,E0597
+//! A cache keeps its context alive:
+//! ```no_run
 //! let cache = {
 //!     let context = kvcache::Context::new("").unwrap();
-//!     context.cache(&kvcache::CacheParams::default()).unwrap()
+//!     context.cache(&kvcache::CacheParams::new().layers(2)).unwrap()
 //! };
+//! assert_eq!(cache.shape().layers, 2);
 //! ```
 //! No sequence can be created while shards are out:
 //! ```compile_fail,E0499
@@ -32,12 +35,13 @@
 //! let context = kvcache::Context::new("").unwrap();
 //! shared(&context.cache(&kvcache::CacheParams::default()).unwrap());
 //! ```
-pub mod sys;
+pub use kvcache_sys as sys;
 
 mod cache;
 mod context;
 mod data;
 mod error;
+mod logger;
 mod params;
 mod policy;
 mod seq_ops;
@@ -50,9 +54,9 @@ pub use cache::{Cache, EstimateRequest, Shape};
 pub use context::{Context, PluginInfo, PluginKind};
 pub use data::{Attention, Batch};
 pub use error::{Code, Error, Result};
-pub use params::{describe_raw, CacheParams, DType, FormatInfo, Layout};
+pub use logger::LogLevel;
+pub use params::{describe_raw, CacheParams, DType, FormatInfo, Layout, Prefill};
 pub use policy::{PolicyInfo, StatKind};
-pub use seq_ops::Sequences;
 pub use shard::Shard;
 pub use stats::Stats;
 pub use stores::Prefix;

@@ -67,9 +67,39 @@ pub enum Layout {
     Contiguous,
 }
 
-/// Parameters of `Context::cache`. `Default` is the library's own defaults
-/// (`kvc_cache_params_init`); fields not here (policy parameters, compression triggers) are
-/// set through `Context::cache_from_yaml`.
+/// When a policy compresses during prefill (`kvc_prefill_compression`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefill {
+    /// Never during prefill.
+    None,
+    /// After the attention of every prompt chunk.
+    PerChunk,
+    /// Once, when the first decode token of a sequence arrives (or at `Batch::prompt_end`).
+    Once,
+}
+
+impl Prefill {
+    fn raw(self) -> sys::kvc_prefill_compression {
+        match self {
+            Prefill::None => sys::KVC_PREFILL_NONE,
+            Prefill::PerChunk => sys::KVC_PREFILL_PER_CHUNK,
+            Prefill::Once => sys::KVC_PREFILL_ONCE,
+        }
+    }
+}
+
+fn dtype_from_raw(raw: sys::kvc_dtype) -> Option<DType> {
+    match raw {
+        sys::KVC_DTYPE_F32 => Some(DType::F32),
+        sys::KVC_DTYPE_F16 => Some(DType::F16),
+        sys::KVC_DTYPE_BF16 => Some(DType::Bf16),
+        _ => None,
+    }
+}
+
+/// Parameters of `Context::cache`, every field of `kvc_cache_params`. `Default` (and `new`) is
+/// the library's own defaults (`kvc_cache_params_init`); each field has a builder method of its
+/// name: `CacheParams::new().layers(32).kv_heads(8).policy("h2o").budget(512)`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheParams {
     pub layers: i32,
@@ -77,9 +107,12 @@ pub struct CacheParams {
     /// A multiple of `kv_heads`; 0: as many as `kv_heads`.
     pub q_heads: i32,
     pub head_dim: i32,
+    /// Storage format of K and V unless `k_dtype` or `v_dtype` says otherwise.
     pub dtype: DType,
     pub layout: Layout,
+    /// Paged: tokens per block.
     pub block_tokens: i32,
+    /// Contiguous: capacity multiplier when full.
     pub growth_factor: f64,
     /// Bytes of K, V and per-token metadata.
     pub memory_limit: usize,
@@ -87,12 +120,48 @@ pub struct CacheParams {
     pub backend: Option<String>,
     /// Eviction policy plugin name; None: the cache never compresses.
     pub policy: Option<String>,
-    /// Tokens kept per (sequence, layer, KV head) by the policy.
+    /// Tokens kept per (sequence, layer, KV head) by the policy; 0: `budget_ratio` applies.
     pub budget: i32,
+    /// In (0, 1]: the budget as a share of the tokens a head has received.
+    pub budget_ratio: f64,
     /// First tokens always kept; None: the policy's default.
     pub sinks: Option<i32>,
     /// Newest tokens always kept; None: the policy's default.
     pub recent: Option<i32>,
+    /// Policy-specific parameters (key, value), as in YAML (docs/policies.md).
+    pub policy_params: Vec<(String, String)>,
+    /// When the policy compresses during prefill.
+    pub prefill: Prefill,
+    /// > 0: compress every this many single-token steps.
+    pub decode_every: i32,
+    /// > 0: compress when a head holds more than budget + slack tokens.
+    pub decode_slack: i32,
+    /// Storage format of K; None: `dtype`.
+    pub k_dtype: Option<DType>,
+    /// Storage format of V; None: `dtype`.
+    pub v_dtype: Option<DType>,
+}
+
+/// Builder methods `name(self, value) -> Self`, one per field.
+macro_rules! setters {
+    ($($field:ident: $type:ty),* $(,)?) => {$(
+        #[doc = concat!("Sets `", stringify!($field), "`.")]
+        pub fn $field(mut self, value: $type) -> CacheParams {
+            self.$field = value;
+            self
+        }
+    )*};
+}
+
+/// Builder methods for the optional fields: `name(self, value)` sets `Some(value)`.
+macro_rules! optional_setters {
+    ($($field:ident: $type:ty),* $(,)?) => {$(
+        #[doc = concat!("Sets `", stringify!($field), "` (None: the default).")]
+        pub fn $field(mut self, value: impl Into<$type>) -> CacheParams {
+            self.$field = Some(value.into());
+            self
+        }
+    )*};
 }
 
 impl Default for CacheParams {
@@ -108,11 +177,7 @@ impl Default for CacheParams {
             kv_heads: raw.kv_heads,
             q_heads: raw.q_heads,
             head_dim: raw.head_dim,
-            dtype: match raw.dtype {
-                sys::KVC_DTYPE_F32 => DType::F32,
-                sys::KVC_DTYPE_BF16 => DType::Bf16,
-                _ => DType::F16,
-            },
+            dtype: dtype_from_raw(raw.dtype).unwrap_or(DType::F16),
             layout: match raw.layout {
                 sys::KVC_LAYOUT_CONTIGUOUS => Layout::Contiguous,
                 _ => Layout::Paged,
@@ -123,17 +188,74 @@ impl Default for CacheParams {
             backend: None,
             policy: None,
             budget: raw.budget,
+            budget_ratio: raw.budget_ratio,
             sinks: None,
             recent: None,
+            policy_params: Vec::new(),
+            prefill: match raw.prefill {
+                sys::KVC_PREFILL_PER_CHUNK => Prefill::PerChunk,
+                sys::KVC_PREFILL_ONCE => Prefill::Once,
+                _ => Prefill::None,
+            },
+            decode_every: raw.decode_every,
+            decode_slack: raw.decode_slack,
+            k_dtype: dtype_from_raw(raw.k_dtype),
+            v_dtype: dtype_from_raw(raw.v_dtype),
         }
     }
 }
 
 impl CacheParams {
+    /// The library's defaults, as `Default`.
+    pub fn new() -> CacheParams {
+        CacheParams::default()
+    }
+
+    setters! {
+        layers: i32,
+        kv_heads: i32,
+        q_heads: i32,
+        head_dim: i32,
+        dtype: DType,
+        layout: Layout,
+        block_tokens: i32,
+        growth_factor: f64,
+        memory_limit: usize,
+        budget: i32,
+        budget_ratio: f64,
+        prefill: Prefill,
+        decode_every: i32,
+        decode_slack: i32,
+    }
+
+    optional_setters! {
+        backend: String,
+        policy: String,
+        sinks: i32,
+        recent: i32,
+        k_dtype: DType,
+        v_dtype: DType,
+    }
+
+    /// Adds a policy-specific parameter, as in YAML.
+    pub fn policy_param(mut self, key: impl Into<String>, value: impl Into<String>) -> CacheParams {
+        self.policy_params.push((key.into(), value.into()));
+        self
+    }
+
     /// Calls `f` with the C struct; its strings live until `f` returns.
     pub(crate) fn with_raw<T>(&self, f: impl FnOnce(&sys::kvc_cache_params) -> Result<T>) -> Result<T> {
         let backend = self.backend.as_deref().map(|name| c_string("backend", name)).transpose()?;
         let policy = self.policy.as_deref().map(|name| c_string("policy", name)).transpose()?;
+        let policy_params = self
+            .policy_params
+            .iter()
+            .map(|(key, value)| Ok((c_string("policy parameter key", key)?, c_string(key, value)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let entries: Vec<sys::kvc_key_value> = policy_params
+            .iter()
+            .map(|(key, value)| sys::kvc_key_value { key: key.as_ptr(), value: value.as_ptr() })
+            .collect();
         let mut raw = MaybeUninit::<sys::kvc_cache_params>::uninit();
         // SAFETY: kvc_cache_params_init writes every field.
         let mut raw = unsafe {
@@ -155,8 +277,16 @@ impl CacheParams {
         raw.backend = backend.as_ref().map_or(ptr::null(), |name| name.as_ptr());
         raw.policy = policy.as_ref().map_or(ptr::null(), |name| name.as_ptr());
         raw.budget = self.budget;
+        raw.budget_ratio = self.budget_ratio;
         raw.sinks = self.sinks.unwrap_or(-1);
         raw.recent = self.recent.unwrap_or(-1);
+        raw.policy_params = if entries.is_empty() { ptr::null() } else { entries.as_ptr() };
+        raw.n_policy_params = entries.len();
+        raw.prefill = self.prefill.raw();
+        raw.decode_every = self.decode_every;
+        raw.decode_slack = self.decode_slack;
+        raw.k_dtype = self.k_dtype.map_or(-1, DType::raw);
+        raw.v_dtype = self.v_dtype.map_or(-1, DType::raw);
         f(&raw)
     }
 }

@@ -2,7 +2,7 @@
 use std::marker::PhantomData;
 
 use crate::error::{Error, Result};
-use crate::seq_ops::sealed::{Access, Handle};
+use crate::seq_ops::{sequence_calls, Handle};
 
 /// The sequences of one group of `Cache::split`. `Send`, so each shard can move to its own
 /// thread; not `Sync`, like the cache. Every call names only the shard's sequences (others are
@@ -29,8 +29,9 @@ impl Shard<'_> {
     }
 }
 
-impl Access for Shard<'_> {
-    fn handle(&self, seq_ids: &[i32]) -> Result<Handle> {
+impl Shard<'_> {
+    /// The cache, once every id in `seq_ids` is one of this shard's.
+    fn access(&self, seq_ids: &[i32]) -> Result<Handle> {
         match seq_ids.iter().find(|id| !self.seq_ids.contains(id)) {
             Some(id) => Err(Error::invalid(format!(
                 "sequence {id} is not in this shard (its sequences: {:?})",
@@ -40,3 +41,5 @@ impl Access for Shard<'_> {
         }
     }
 }
+
+sequence_calls!(Shard<'_>);

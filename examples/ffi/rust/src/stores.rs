@@ -1,6 +1,6 @@
 //! Stores (kvcache.h "stores"): offloading a sequence to a store and restoring it, dropping a
 //! stored value, and sharing a prompt prefix's K/V in chunks. The stores are configured in the
-//! context's YAML (`stores:`) and named by the calls; `save_prefix` is in `Sequences`.
+//! context's YAML (`stores:`) and named by the calls; `save_prefix` is in seq_ops.rs.
 use std::mem::{size_of, MaybeUninit};
 use std::ptr;
 
@@ -42,6 +42,12 @@ impl Prefix {
         Prefix { model: model.into(), token_ids: token_ids.into(), chunk_tokens: defaults.chunk_tokens }
     }
 
+    /// Sets the tokens per chunk.
+    pub fn chunk_tokens(mut self, tokens: i32) -> Prefix {
+        self.chunk_tokens = tokens;
+        self
+    }
+
     /// Calls `f` with the C struct; its string and array live until `f` returns.
     pub(crate) fn with_raw<T>(&self, f: impl FnOnce(&sys::kvc_prefix) -> Result<T>) -> Result<T> {
         let model = c_string("prefix.model", &self.model)?;
@@ -75,7 +81,7 @@ impl Context {
     }
 }
 
-impl Cache<'_> {
+impl Cache {
     /// Writes the sequence's export image to `store` under `key` (replacing any value), then
     /// removes the sequence. On any error, the store's included, the sequence stays as it was.
     pub fn offload(&mut self, seq_id: i32, store: &str, key: &str) -> Result<()> {

@@ -2,7 +2,7 @@
 mod common;
 
 use common::*;
-use kvcache::{CacheParams, Code, DType, Layout, Shape};
+use kvcache::{Cache, CacheParams, Code, Context, DType, Layout, Prefill, Shape};
 
 #[test]
 fn from_params_with_defaults_filled_in() {
@@ -49,4 +49,105 @@ fn policy_from_params() {
         CacheParams { policy: Some("window".into()), budget: 32, sinks: Some(4), ..Default::default() };
     let info = context.cache(&params).unwrap().policy_info().unwrap();
     assert_eq!((info.name.as_str(), info.budget_tokens, info.sinks, info.recent), ("window", 32, 4, 0));
+}
+
+#[test]
+fn the_builder_sets_every_field() {
+    let params = CacheParams::new()
+        .layers(3)
+        .kv_heads(2)
+        .q_heads(4)
+        .head_dim(8)
+        .dtype(DType::F32)
+        .layout(Layout::Contiguous)
+        .block_tokens(32)
+        .growth_factor(1.5)
+        .memory_limit(1 << 20)
+        .backend("cpu")
+        .policy("window")
+        .budget(0)
+        .budget_ratio(0.5)
+        .sinks(2)
+        .recent(3)
+        .policy_param("unused", "1")
+        .prefill(Prefill::Once)
+        .decode_every(4)
+        .decode_slack(5)
+        .k_dtype(DType::Bf16)
+        .v_dtype(DType::F16);
+    let expected = CacheParams {
+        layers: 3,
+        kv_heads: 2,
+        q_heads: 4,
+        head_dim: 8,
+        dtype: DType::F32,
+        layout: Layout::Contiguous,
+        block_tokens: 32,
+        growth_factor: 1.5,
+        memory_limit: 1 << 20,
+        backend: Some("cpu".into()),
+        policy: Some("window".into()),
+        budget: 0,
+        budget_ratio: 0.5,
+        sinks: Some(2),
+        recent: Some(3),
+        policy_params: vec![("unused".into(), "1".into())],
+        prefill: Prefill::Once,
+        decode_every: 4,
+        decode_slack: 5,
+        k_dtype: Some(DType::Bf16),
+        v_dtype: Some(DType::F16),
+    };
+    assert_eq!(params, expected);
+}
+
+#[test]
+fn policy_and_trigger_fields_reach_the_library() {
+    let context = context();
+    let info = context
+        .cache(&CacheParams::new().policy("window").budget(0).budget_ratio(0.25).sinks(2).recent(3))
+        .unwrap()
+        .policy_info()
+        .unwrap();
+    assert_eq!((info.budget_tokens, info.budget_ratio, info.sinks, info.recent), (0, 0.25, 2, 3));
+
+    let err = context.cache(&CacheParams::new().policy("window").budget(8).decode_every(-1)).err().unwrap();
+    assert!(err.message().contains("decode_every and decode_slack must be >= 0"), "{err}");
+    let err = context
+        .cache(&CacheParams::new().policy("window").budget(8).policy_param("k", "a\0b"))
+        .err()
+        .unwrap();
+    assert_eq!((err.code(), err.message()), (Code::InvalidArgument, "k contains a NUL byte"));
+}
+
+#[test]
+fn k_and_v_formats_of_their_own() {
+    let context = context();
+    let f32_row = DType::F32.describe().unwrap().row_bytes(64);
+    let bf16_row = DType::Bf16.describe().unwrap().row_bytes(64);
+    let reserve = |params: CacheParams| {
+        let mut cache = context.cache(&params.head_dim(64).layout(Layout::Contiguous)).unwrap();
+        cache.create_seq(0).unwrap();
+        cache.reserve(0, 100).unwrap();
+        cache.stats().unwrap().bytes_used
+    };
+    let both_f32 = reserve(CacheParams::new().dtype(DType::F32));
+    let k_bf16 = reserve(CacheParams::new().dtype(DType::F32).k_dtype(DType::Bf16));
+    assert_eq!(both_f32 - k_bf16, 100 * (f32_row - bf16_row), "{both_f32} {k_bf16}");
+}
+
+/// The reason `Context` is shared: an engine owns its context and its caches in one struct.
+struct Engine {
+    context: Context,
+    cache: Cache,
+}
+
+#[test]
+fn a_struct_owns_a_context_and_its_cache_and_a_cache_outlives_the_handle() {
+    let context = context();
+    let engine = Engine { cache: context.cache(&CacheParams::new().layers(2)).unwrap(), context };
+    let Engine { context, cache } = engine;
+    drop(context);
+    assert_eq!(cache.shape().layers, 2);
+    assert!(!cache.context().plugins().unwrap().is_empty());
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use kvcache::{Batch, Cache, Code, EstimateRequest, Sequences, StatKind};
+use kvcache::{Batch, Cache, Code, EstimateRequest, StatKind};
 
 const WINDOW: &str = "policy: { name: window, budget: 6, sinks: 2, recent: 0 }\n";
 

@@ -2,7 +2,7 @@
 mod common;
 
 use common::*;
-use kvcache::{Attention, Code, Sequences};
+use kvcache::{Attention, Code};
 
 /// Prefill 5 and 3 tokens of two sequences, then two decode steps, comparing every output.
 fn prefill_and_decode(dtype: &str, tolerance: f32) {

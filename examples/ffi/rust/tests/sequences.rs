@@ -3,10 +3,10 @@
 mod common;
 
 use common::*;
-use kvcache::{Attention, Cache, Code, Sequences};
+use kvcache::{Attention, Cache, Code};
 
 /// A cache with sequence 0 holding 20 tokens (positions 0..20) on layer 0.
-fn filled(context: &kvcache::Context) -> (Cache<'_>, History) {
+fn filled(context: &kvcache::Context) -> (Cache, History) {
     let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();
     cache.create_seq(0).unwrap();
     let mut histories = vec![History::default()];
@@ -16,7 +16,7 @@ fn filled(context: &kvcache::Context) -> (Cache<'_>, History) {
 }
 
 /// Attention of one fixed query at position 100 over sequence `seq_id`, layer 0.
-fn probe(cache: &mut Cache<'_>, seq_id: i32) -> Vec<f32> {
+fn probe(cache: &mut Cache, seq_id: i32) -> Vec<f32> {
     let q = values(99, Q_HEADS * HEAD_DIM);
     let mut out = vec![0.0; q.len()];
     let batch = kvcache::Batch::new().seq(seq_id, [100]);

@@ -2,7 +2,6 @@
 mod common;
 
 use common::*;
-use kvcache::Sequences;
 
 #[test]
 fn counters_follow_the_cache() {

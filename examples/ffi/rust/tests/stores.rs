@@ -5,7 +5,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use kvcache::{Attention, Batch, Cache, Code, Context, PluginKind, Prefix, Sequences};
+use kvcache::{Attention, Batch, Cache, Code, Context, PluginKind, Prefix};
 
 const STORES: [&str; 2] = ["mem", "files"];
 const TOKENS: usize = 20;
@@ -23,12 +23,12 @@ fn context_with_stores(test: &str) -> (Context, PathBuf) {
     (Context::new(&yaml).unwrap(), folder)
 }
 
-fn new_cache(context: &Context) -> Cache<'_> {
+fn new_cache(context: &Context) -> Cache {
     context.cache_from_yaml(Some(&cache_yaml("f16", ""))).unwrap()
 }
 
 /// Creates `seq_id` holding positions 0..TOKENS on both layers, as a prefill does.
-fn fill(cache: &mut Cache<'_>, seq_id: i32) {
+fn fill(cache: &mut Cache, seq_id: i32) {
     cache.create_seq(seq_id).unwrap();
     let batch = Batch::new().seq(seq_id, 0..TOKENS as i32);
     for layer in 0..2 {
@@ -39,7 +39,7 @@ fn fill(cache: &mut Cache<'_>, seq_id: i32) {
 }
 
 /// The bits of the attention of fixed queries at position 100 over the sequence, both layers.
-fn probe(cache: &mut Cache<'_>, seq_id: i32) -> Vec<u32> {
+fn probe(cache: &mut Cache, seq_id: i32) -> Vec<u32> {
     let q = values(99, Q_HEADS * HEAD_DIM);
     let batch = Batch::new().seq(seq_id, [100]);
     let mut bits = Vec::new();

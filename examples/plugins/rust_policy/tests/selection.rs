@@ -1,7 +1,7 @@
 //! Loads the plugin from YAML and checks what it keeps against the rule, computed here.
 use std::path::PathBuf;
 
-use kvcache::{Batch, Code, Context, Sequences};
+use kvcache::{Batch, Code, Context};
 
 /// The plugin cargo built next to this test executable (target/<profile>/deps).
 fn plugin_path() -> PathBuf {

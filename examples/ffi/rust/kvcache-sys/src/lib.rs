@@ -1,4 +1,6 @@
-//! The C API of `kvcache/kvcache.h`, declared by hand, one item per C declaration.
+//! The C API of `kvcache/kvcache.h`, declared by hand, one item per C declaration, and the
+//! linking of libkvcache (build.rs: `KVCACHE_LIB_DIR`, else pkg-config). The safe API is the
+//! `kvcache` crate.
 //!
 //! C enums are passed as `c_int` with their values as constants: a Rust `enum` would be
 //! undefined behaviour for a value a newer library adds. Opaque handles follow the
