@@ -471,7 +471,11 @@ TEST_CASE("attention: quantized K and V match the reference over their dequantiz
     CHECK(raw == nullptr);
     return;
   }
-  for (const Scenario& s : kQuantized) run_schedule(s);
+  // A backend built against plugin ABI 1.0 has one format for K and V (see above).
+  for (const Scenario& s : kQuantized) {
+    if (backend == "counting_1_0" && s.v_storage >= 0) continue;
+    run_schedule(s);
+  }
 }
 
 TEST_CASE("attention: row strides larger than a row") {

@@ -193,8 +193,9 @@ TEST_CASE("formats: which tensors each format takes as input") {
   }
   for (kvc_dtype storage : {KVC_DTYPE_Q8_0, KVC_DTYPE_Q4_0}) {
     for (kvc_dtype input : plain) CHECK(kvc_format_takes_input(storage, input));
-    CHECK_FALSE(kvc_format_takes_input(storage, KVC_DTYPE_Q8_0));
-    CHECK_FALSE(kvc_format_takes_input(storage, KVC_DTYPE_Q4_0));
+    CHECK(kvc_format_takes_input(storage, storage));  // stored rows, as an import passes them
+    CHECK_FALSE(kvc_format_takes_input(storage, storage == KVC_DTYPE_Q8_0 ? KVC_DTYPE_Q4_0
+                                                                           : KVC_DTYPE_Q8_0));
   }
   CHECK_FALSE(kvc_format_takes_input(KVC_FORMAT_CODE_END, KVC_DTYPE_F32));
   CHECK_FALSE(kvc_format_takes_input(KVC_DTYPE_Q8_0, -1));
@@ -383,6 +384,98 @@ TEST_CASE("formats: a sequence of two formats exports and imports, converting on
   CHECK(kvt::contains(st.message(), "cannot store f16 data in a bf16 cache"));
   int32_t length = -1;
   CHECK(kvt::Status{kvc_seq_length(narrow.get(), 0, 0, 0, &length)}.code() == KVC_ERR_NOT_FOUND);
+}
+
+TEST_CASE("formats: a quantized sequence exports and imports bit for bit, widens exactly, and "
+          "nothing quantizes on import") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params quantized = mixed_params(KVC_DTYPE_Q8_0, KVC_DTYPE_Q4_0);
+  quantized.head_dim = 64;
+  kvt::CachePtr source = kvt::make_cache(ctx.get(), quantized);
+  KVT_REQUIRE_OK(kvc_seq_create(source.get(), 0));
+  ref::Rng rng(9);
+  const int32_t n = 7;
+  const std::vector<float> k = rng.vec(64 * n), v = rng.vec(64 * n);
+  append_tokens(source.get(), k, v, n);
+  const std::vector<uint8_t> bytes = exported(source.get());
+
+  // The viewed rows are the table's encoding of the appended ones.
+  std::vector<float> stored_k, stored_v;
+  viewed_rows(source.get(), stored_k, stored_v);
+  auto through = [](const std::vector<float>& x, kvc_dtype format) {
+    std::vector<unsigned char> row(kvc_format_row_bytes(format, x.size()));
+    std::vector<float> back(x.size());
+    REQUIRE(kvc_format_row_from_f32(format, x.data(), row.data(), x.size()));
+    REQUIRE(kvc_format_row_to_f32(format, row.data(), back.data(), x.size()));
+    return back;
+  };
+  CHECK(stored_k == through(k, KVC_DTYPE_Q8_0));
+  CHECK(stored_v == through(v, KVC_DTYPE_Q4_0));
+
+  quantized.layout = KVC_LAYOUT_CONTIGUOUS;
+  kvt::CachePtr twin = kvt::make_cache(ctx.get(), quantized);
+  KVT_REQUIRE_OK(kvc_seq_import(twin.get(), 0, bytes.data(), bytes.size()));
+  std::vector<uint8_t> again = exported(twin.get());
+  again[32] = bytes[32];  // the layout it came from
+  std::memcpy(again.data() + again.size() - 4, bytes.data() + bytes.size() - 4, 4);
+  CHECK(again == bytes);
+
+  kvc_cache_params f32 = mixed_params(KVC_DTYPE_F32, KVC_DTYPE_F32);
+  f32.head_dim = 64;
+  kvt::CachePtr wide = kvt::make_cache(ctx.get(), f32);
+  KVT_REQUIRE_OK(kvc_seq_import(wide.get(), 0, bytes.data(), bytes.size()));
+  std::vector<float> wide_k, wide_v;
+  viewed_rows(wide.get(), wide_k, wide_v);
+  CHECK(wide_k == stored_k);
+  CHECK(wide_v == stored_v);
+
+  // The f32 export into a q8_0 cache, and the q4_0 V into f16: both refused, nothing created.
+  const std::vector<uint8_t> f32_bytes = exported(wide.get());
+  kvt::Status st{kvc_seq_import(twin.get(), 1, f32_bytes.data(), f32_bytes.size())};
+  CHECK(st.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(st.message(), "quantizing to q8_0 would lose bits"));
+  kvc_cache_params f16 = mixed_params(KVC_DTYPE_Q8_0, KVC_DTYPE_F16);
+  f16.head_dim = 64;
+  kvt::CachePtr half = kvt::make_cache(ctx.get(), f16);
+  kvt::Status sv{kvc_seq_import(half.get(), 0, bytes.data(), bytes.size())};
+  CHECK(sv.code() == KVC_ERR_UNSUPPORTED);
+  CHECK(kvt::contains(sv.message(), "q4_0's values"));
+  int32_t length = -1;
+  CHECK(kvt::Status{kvc_seq_length(half.get(), 0, 0, 0, &length)}.code() == KVC_ERR_NOT_FOUND);
+
+  // Fewer bytes per token than f16, from the table.
+  kvc_cache_params plain = mixed_params(KVC_DTYPE_F16, KVC_DTYPE_F16);
+  plain.head_dim = 64;
+  quantized.layout = plain.layout = KVC_LAYOUT_CONTIGUOUS;
+  kvt::CachePtr q = kvt::make_cache(ctx.get(), quantized), h = kvt::make_cache(ctx.get(), plain);
+  for (kvc_cache* c : {q.get(), h.get()}) {
+    KVT_REQUIRE_OK(kvc_seq_create(c, 0));
+    KVT_REQUIRE_OK(kvc_seq_reserve(c, 0, 96));
+  }
+  CHECK(kvt::get_stats(h.get()).bytes_used - kvt::get_stats(q.get()).bytes_used ==
+        96 * (2 * kvc_format_row_bytes(KVC_DTYPE_F16, 64) -
+              kvc_format_row_bytes(KVC_DTYPE_Q8_0, 64) - kvc_format_row_bytes(KVC_DTYPE_Q4_0, 64)));
+
+  // head_dim not a multiple of the group is refused, naming the format.
+  kvc_cache* raw = nullptr;
+  quantized.head_dim = 40;
+  kvt::Status sh{kvc_cache_create(ctx.get(), &quantized, &raw)};
+  CHECK(sh.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(sh.message(), "q8_0"));
+  CHECK(raw == nullptr);
+}
+
+TEST_CASE("formats: a quantized cache of the YAML key dtype") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache* raw = nullptr;
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(
+      ctx.get(), "cache: { head_dim: 64, dtype: q4_0, k_dtype: q8_0 }", &raw));
+  kvt::CachePtr cache(raw);
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  KVT_REQUIRE_OK(kvc_cache_get_params(cache.get(), &p));
+  CHECK(p.k_dtype == KVC_DTYPE_Q8_0);
+  CHECK(p.v_dtype == KVC_DTYPE_Q4_0);
 }
 
 TEST_CASE("formats: a mixed-format cache of the YAML keys k_dtype and v_dtype") {

@@ -161,7 +161,7 @@ ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
 void Cache::check_input(const kvc_tensor& t, kvc_dtype storage, int32_t heads, int32_t tokens,
                         const char* what) const {
   if (!t.data) throw invalid(std::string(what) + ": data is NULL");
-  if (!kvc_format_takes_input(storage, t.dtype)) {
+  if (kvc_format_has_scales(t.dtype) || !kvc_format_takes_input(storage, t.dtype)) {
     throw invalid(std::string(what) + ": dtype must be f32 or the storage dtype " +
                   kvc_format_name(storage) +
                   (kvc_format_has_scales(storage) ? " (or f16 or bf16, which it quantizes)" : "") +

@@ -445,7 +445,9 @@ typedef enum kvc_device {
  */
 typedef struct kvc_tensor {
   const void *data;    /**< the first element; read during the call only */
-  kvc_dtype dtype;     /**< f32, or the cache's storage format (K's for k and q, V's for v) */
+  kvc_dtype dtype;     /**< f32, or the cache's storage format (K's for k and q, V's for v);
+                            for a quantized storage format, f16 or bf16 too, never a format
+                            with scales (kvc_format_takes_input()) */
   kvc_device device;   /**< where data lives */
   size_t row_stride;   /**< elements between consecutive tokens; 0 means heads * head_dim */
 } kvc_tensor;

@@ -17,8 +17,7 @@
  * - q8_0 (34 bytes a group): the scale d, then 32 int8 values q; value i is q[i] * d.
  * - q4_0 (18 bytes a group): the scale d, then 16 bytes; byte j holds value j in its low four
  *   bits and value j + 16 in its high four bits, each an unsigned u; the value is (u - 8) * d.
- * They are storage formats only: the tensors an engine passes are f32, f16 or bf16
- * (kvc_format_takes_input()).
+ * They are storage formats only: the tensors an engine passes are f32, f16 or bf16.
  * The reference encoding rounds the scale to f16 first (saturating at 65504), then each value
  * times the scale's inverse to the nearest integer (halves away from zero), clamped to the
  * format's range. q8_0's d is the group's largest magnitude / 127, so each value comes back
@@ -110,13 +109,16 @@ KVC_FORMAT_FN int kvc_format_has_scales(int format) {
 }
 
 /**
- * @brief Nonzero when a tensor of format @p input may be stored as @p storage: f32 or the
- * storage format itself, and for a format with scales f16 and bf16 too (which it quantizes).
+ * @brief Nonzero when rows of format @p input may be stored as @p storage: the storage format
+ * itself, f32, and for a format with scales f16 and bf16 too (which it quantizes). An
+ * engine's tensors are never of a format with scales (kvc_tensor); the library itself passes
+ * such rows to a backend, as stored ones, when it imports a sequence.
  */
 KVC_FORMAT_FN int kvc_format_takes_input(int storage, int input) {
   if (!kvc_format_is_valid(storage) || !kvc_format_is_valid(input)) return 0;
-  if (kvc_format_has_scales(input)) return 0;
-  return input == KVC_DTYPE_F32 || input == storage || kvc_format_has_scales(storage);
+  if (input == storage) return 1;
+  return !kvc_format_has_scales(input) &&
+         (input == KVC_DTYPE_F32 || kvc_format_has_scales(storage));
 }
 
 /**
