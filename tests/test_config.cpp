@@ -155,7 +155,7 @@ TEST_CASE("config: dtype sets the formats of K and V, k_dtype and v_dtype each o
     CHECK(config.cache.v_dtype == c.v);
   }
   CHECK(config_error("cache:\n  v_dtype: q4\n") ==
-        "cfg:2: cache.v_dtype: expected one of f32, f16, bf16, got 'q4'");
+        "cfg:2: cache.v_dtype: expected one of f32, f16, bf16, q8_0, q4_0, got 'q4'");
 }
 
 TEST_CASE("config: the other enum values") {
@@ -385,7 +385,7 @@ TEST_CASE("config: an empty value is reported on its key's line") {
 
 TEST_CASE("config: choices name the allowed values") {
   CHECK(config_error("cache:\n  dtype: f64\n") ==
-        "cfg:2: cache.dtype: expected one of f32, f16, bf16, got 'f64'");
+        "cfg:2: cache.dtype: expected one of f32, f16, bf16, q8_0, q4_0, got 'f64'");
   CHECK(config_error("cache:\n  layout: F16\n") ==
         "cfg:2: cache.layout: expected one of paged, contiguous, got 'F16'");
   CHECK(config_error("policy:\n  name: x\n  compress:\n    prefill: always\n") ==

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 #include "reference_attention.hpp"
 #include "test_support.hpp"
 
@@ -194,7 +195,7 @@ TEST_CASE("context: dtype sizes and names") {
   CHECK(std::string(kvc_dtype_name(KVC_DTYPE_F32)) == "f32");
   CHECK(std::string(kvc_dtype_name(KVC_DTYPE_F16)) == "f16");
   CHECK(std::string(kvc_dtype_name(KVC_DTYPE_BF16)) == "bf16");
-  for (int raw : {-1, 3, 999}) {
+  for (int raw : {-1, KVC_FORMAT_CODE_END, 999}) {
     CAPTURE(raw);
     kvc_dtype unknown;
     set_raw(&unknown, raw);

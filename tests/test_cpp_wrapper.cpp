@@ -53,7 +53,7 @@ TEST_CASE("cpp wrapper: the format table's descriptions") {
   CHECK(f16.group_size == 1);
   CHECK(f16.group_bytes == 2);
   CHECK(kvcache::describe_format(KVC_DTYPE_F32).group_bytes == 4);
-  const auto unknown = static_cast<kvc_dtype>(3);  // within the enum's range, not a format
+  const auto unknown = static_cast<kvc_dtype>(KVC_FORMAT_CODE_END);  // not a format
   CHECK(code_of([&] { kvcache::describe_format(unknown); }) == KVC_ERR_INVALID_ARGUMENT);
 }
 

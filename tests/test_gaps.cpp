@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 #include "host_reads.hpp"
 #include "raw_enum_calls.h"
 #include "test_support.hpp"
@@ -422,7 +423,7 @@ TEST_CASE("gaps: enum values no enumerator has are refused where they come in") 
   }
   SUBCASE("names and sizes") {
     for (int raw : {-1, 11, 999}) CHECK(std::string(kvt_status_code_name_raw(raw)) == "UNKNOWN");
-    for (int raw : {-1, 3, 999}) {
+    for (int raw : {-1, KVC_FORMAT_CODE_END, 999}) {
       CHECK(kvt_dtype_size_raw(raw) == 0);
       CHECK(std::string(kvt_dtype_name_raw(raw)) == "unknown");
     }

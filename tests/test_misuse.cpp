@@ -391,7 +391,7 @@ TEST_CASE("misuse: version and status functions") {
 }
 
 TEST_CASE("misuse: dtype functions") {
-  for (int raw : {-1, 3, 255, INT32_MAX, INT32_MIN}) {
+  for (int raw : {-1, KVC_FORMAT_CODE_END, 255, INT32_MAX, INT32_MIN}) {
     CAPTURE(raw);
     CHECK(kvc_dtype_size(raw_enum<kvc_dtype>(raw)) == 0);
     CHECK(std::string(kvc_dtype_name(raw_enum<kvc_dtype>(raw))) == "unknown");
@@ -400,7 +400,7 @@ TEST_CASE("misuse: dtype functions") {
   std::memset(&info, 0x5A, sizeof info);
   info.struct_size = sizeof info;
   const kvc_format_info before = info;
-  for (int raw : {-1, 3, KVC_FORMAT_CODE_END, INT32_MAX, INT32_MIN}) {
+  for (int raw : {-1, KVC_FORMAT_CODE_END, INT32_MAX, INT32_MIN}) {
     CAPTURE(raw);
     KVT_REFUSED(KVT_NONE, kvc_format_describe(raw_enum<kvc_dtype>(raw), &info),
                 KVC_ERR_INVALID_ARGUMENT, "format");
@@ -698,12 +698,13 @@ TEST_CASE("misuse: kvc_cache_create") {
   const Bad cases[] = {
       {"struct_size 0", [](kvc_cache_params& p, const void*) { p.struct_size = 0; }, nullptr,
        KVC_ERR_INVALID_ARGUMENT, "params->struct_size"},
-      {"dtype 3", [](kvc_cache_params& p, const void*) { p.dtype = raw_enum<kvc_dtype>(3); },
+      {"dtype 5",
+       [](kvc_cache_params& p, const void*) { p.dtype = raw_enum<kvc_dtype>(KVC_FORMAT_CODE_END); },
        nullptr, KVC_ERR_INVALID_ARGUMENT, "dtype"},
       {"dtype -1", [](kvc_cache_params& p, const void*) { p.dtype = raw_enum<kvc_dtype>(-1); },
        nullptr, KVC_ERR_INVALID_ARGUMENT, "dtype"},
-      {"k_dtype 3", [](kvc_cache_params& p, const void*) { p.k_dtype = 3; }, nullptr,
-       KVC_ERR_INVALID_ARGUMENT, "k_dtype"},
+      {"k_dtype 5", [](kvc_cache_params& p, const void*) { p.k_dtype = KVC_FORMAT_CODE_END; },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "k_dtype"},
       {"v_dtype -2", [](kvc_cache_params& p, const void*) { p.v_dtype = -2; }, nullptr,
        KVC_ERR_INVALID_ARGUMENT, "v_dtype"},
       {"v_dtype INT32_MIN", [](kvc_cache_params& p, const void*) { p.v_dtype = INT32_MIN; },
@@ -1235,7 +1236,8 @@ TEST_CASE("misuse: data path") {
 
   add("NULL k data", KVC_ERR_INVALID_ARGUMENT, "k: data", KV).k.data = nullptr;
   add("NULL v data", KVC_ERR_INVALID_ARGUMENT, "v: data", KV).v.data = nullptr;
-  add("k dtype 3", KVC_ERR_INVALID_ARGUMENT, "dtype", KV).k.dtype = raw_enum<kvc_dtype>(3);
+  add("k dtype 5", KVC_ERR_INVALID_ARGUMENT, "dtype", KV).k.dtype =
+      raw_enum<kvc_dtype>(KVC_FORMAT_CODE_END);
   add("v dtype -1", KVC_ERR_INVALID_ARGUMENT, "dtype", KV).v.dtype = raw_enum<kvc_dtype>(-1);
   add("k bf16 (storage f16)", KVC_ERR_INVALID_ARGUMENT, "k: dtype", KV).k.dtype = KVC_DTYPE_BF16;
   add("k device 2", KVC_ERR_INVALID_ARGUMENT, "device", KV).k.device = raw_enum<kvc_device>(2);

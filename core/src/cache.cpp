@@ -161,9 +161,11 @@ ResolvedBatch Cache::resolve(int32_t layer, const kvc_batch& batch) const {
 void Cache::check_input(const kvc_tensor& t, kvc_dtype storage, int32_t heads, int32_t tokens,
                         const char* what) const {
   if (!t.data) throw invalid(std::string(what) + ": data is NULL");
-  if (t.dtype != KVC_DTYPE_F32 && t.dtype != storage) {
+  if (kvc_format_has_scales(t.dtype) || !kvc_format_takes_input(storage, t.dtype)) {
     throw invalid(std::string(what) + ": dtype must be f32 or the storage dtype " +
-                  kvc_format_name(storage) + ", got " + std::to_string(static_cast<int>(t.dtype)));
+                  kvc_format_name(storage) +
+                  (kvc_format_has_scales(storage) ? " (or f16 or bf16, which it quantizes)" : "") +
+                  ", got " + kvc_format_name(t.dtype));
   }
   if (t.device != KVC_DEVICE_HOST && t.device != KVC_DEVICE_BACKEND) {
     throw invalid(std::string(what) + ": unknown device " + std::to_string(static_cast<int>(t.device)));

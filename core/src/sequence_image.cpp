@@ -447,6 +447,13 @@ std::vector<uint8_t> widen_to_f32(const uint8_t* rows, size_t n, int32_t head_di
 }
 
 std::string lossy_reason(kvc_dtype from, kvc_dtype to) {
+  if (kvc_format_has_scales(to)) {
+    return std::string("quantizing to ") + kvc_format_name(to) + " would lose bits";
+  }
+  if (kvc_format_has_scales(from)) {
+    return std::string(kvc_format_name(from)) + "'s values (integers times an f16 scale) need " +
+           "more bits than " + kvc_format_name(to) + " holds";
+  }
   if (from == KVC_DTYPE_F32) {
     return std::string("rounding f32 to ") + kvc_format_name(to) + " would lose bits";
   }
@@ -610,7 +617,7 @@ void convert_storage(SequenceImage& image, kvc_dtype k_target, kvc_dtype v_targe
       fail(KVC_ERR_UNSUPPORTED, std::string("cannot store ") + kvc_format_name(from) +
                                     " data in a " + kvc_format_name(to) + " cache without loss: " +
                                     lossy_reason(from, to) +
-                                    " (only f16 or bf16 into f32 converts exactly)");
+                                    " (only a conversion into f32 is exact)");
     }
   }
   const bool widen_k = image.k_dtype != k_target, widen_v = image.v_dtype != v_target;

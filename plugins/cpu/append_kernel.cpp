@@ -30,14 +30,12 @@ void validate(const kvc_append_job* jobs, size_t n_jobs, int32_t head_dim,
   check_storage(head_dim, formats);
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_append_job& job = jobs[j];
-    if (job.src_dtype != formats.k && job.src_dtype != KVC_DTYPE_F32)
-      fail(KVC_ERR_INVALID_ARGUMENT,
-           "append job %zu: source dtype %d is neither f32 nor the storage dtype of K", j,
-           int(job.src_dtype));
-    if (job.src_v_dtype != formats.v && job.src_v_dtype != KVC_DTYPE_F32)
-      fail(KVC_ERR_INVALID_ARGUMENT,
-           "append job %zu: source dtype %d of V is neither f32 nor the storage dtype of V", j,
-           int(job.src_v_dtype));
+    if (!kvc_format_takes_input(formats.k, job.src_dtype))
+      fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: K's format %s cannot take source dtype %d",
+           j, kvc_format_name(formats.k), int(job.src_dtype));
+    if (!kvc_format_takes_input(formats.v, job.src_v_dtype))
+      fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: V's format %s cannot take source dtype %d",
+           j, kvc_format_name(formats.v), int(job.src_v_dtype));
     if (job.n_tokens < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "append job %zu: negative n_tokens %d", j, job.n_tokens);
   }
@@ -71,13 +69,14 @@ void end_streaming() {
 #endif
 }
 
-// One head row of a token (`row_bytes` stored), converted from f32 where the source is f32.
+// One head row of a token (`row_bytes` stored), converted where the source's format is not
+// the storage's.
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
               size_t head_dim, size_t row_bytes, bool stream) {
   if (src_dtype == storage_dtype)
     copy_bytes(dst, src, row_bytes, stream);
   else
-    store_row_f32(static_cast<const float*>(src), dst, storage_dtype, head_dim);
+    store_row(src, src_dtype, dst, storage_dtype, head_dim);
 }
 
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,

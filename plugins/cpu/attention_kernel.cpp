@@ -57,10 +57,9 @@ void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& 
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", config.group_size);
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
-    if (job.q_dtype != config.storage_dtype && job.q_dtype != KVC_DTYPE_F32)
-      fail(KVC_ERR_INVALID_ARGUMENT,
-           "attend job %zu: query dtype %d is neither f32 nor the storage dtype of K", j,
-           int(job.q_dtype));
+    if (!kvc_format_takes_input(config.storage_dtype, job.q_dtype))
+      fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: K's format %s cannot take query dtype %d",
+           j, kvc_format_name(config.storage_dtype), int(job.q_dtype));
     if (job.n_queries < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: negative n_queries %d", j, job.n_queries);
     count_tokens(job.segments, job.n_segments, "attend", j);

@@ -12,6 +12,7 @@
 #include "kernels.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
+#include "row_convert.hpp"
 
 namespace kvc::cpu {
 
@@ -81,12 +82,12 @@ struct TileRows {
 inline TileRows tile_rows(const void* const* stored, kvc_dtype dtype, const Tile& tile,
                           size_t block_rows, const AttentionShape& s, float* buffer,
                           const void** converted) {
-  if (s.head_dim == s.padded_dim &&
+  if (s.head_dim == s.padded_dim && !kvc_format_has_scales(dtype) &&
       (dtype == KVC_DTYPE_F32 || block_rows <= s.kernels->max_rows_in_place))
     return {stored, dtype};
   for (size_t t = 0; t < tile.n; ++t) {
     float* row = buffer + t * s.padded_dim;
-    s.kernels->convert(stored[t], dtype, row, s.head_dim);
+    load_row_f32(*s.kernels, stored[t], dtype, row, s.head_dim);
     converted[t] = row;
   }
   return {converted, KVC_DTYPE_F32};

@@ -23,11 +23,11 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-// The kernels run f32, f16 and bf16 K and V, each in its own format, in host memory, and take
-// no parameters.
+// The kernels run every format of the table for K and V, each in its own, in host memory, and
+// take no parameters.
 void check_config(const kvc_backend_config& config) {
   for (const kvc_dtype format : {config.k_dtype, config.v_dtype}) {
-    if (!kvc_format_is_valid(format) || kvc_format_group_size(format) != 1)
+    if (!kvc_format_is_valid(format))
       fail(KVC_ERR_UNSUPPORTED, "the cpu backend has no kernels for storage format %d",
            int(format));
   }

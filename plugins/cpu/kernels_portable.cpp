@@ -6,6 +6,7 @@
 
 #include "kernels.hpp"
 #include "dtype.hpp"
+#include "kvcache/kvcache_format.h"
 
 namespace kvc::cpu {
 namespace {
@@ -21,6 +22,10 @@ void convert(const void* src, kvc_dtype dtype, float* __restrict dst, size_t n) 
       return;
     case KVC_DTYPE_BF16:
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+      return;
+    case KVC_DTYPE_Q8_0:
+    case KVC_DTYPE_Q4_0:
+      kvc_format_row_to_f32(dtype, src, dst, n);
       return;
   }
 }

@@ -2,6 +2,7 @@
 
 #include "kernels.hpp"
 #include "parallel.hpp"
+#include "row_convert.hpp"
 #include "validation.hpp"
 
 namespace kvc::cpu {
@@ -21,7 +22,7 @@ void read_keys_job(const kvc_read_keys_job& job, size_t head_dim, kvc_dtype stor
   float* out = job.out;
   for (int32_t s = 0; s < job.n_segments; ++s) {
     const size_t n = size_t(job.segments[s].count) * head_dim;
-    tile_kernels().convert(job.segments[s].k, storage_dtype, out, n);
+    load_row_f32(tile_kernels(), job.segments[s].k, storage_dtype, out, n);
     out += n;
   }
 }

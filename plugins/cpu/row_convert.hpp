@@ -1,11 +1,16 @@
-// Conversion of one row of head_dim f32 values to a storage dtype.
+// Conversion of one row of head_dim values between formats: stored from an engine's tensor,
+// and read back as f32. The formats with scales go through the format table's reference
+// conversion (kvcache_format.h), the one definition of their layout.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "kernels.hpp"
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 
 namespace kvc::cpu {
@@ -25,7 +30,33 @@ inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtyp
       for (size_t i = 0; i < n; ++i) b[i] = kvc_f32_to_bf16(src[i]);
       return;
     }
+    default:
+      kvc_format_row_from_f32(dtype, src, dst, n);
+      return;
   }
+}
+
+// The n values of a row of `dtype` as f32 into dst.
+inline void load_row_f32(const TileKernels& kernels, const void* src, kvc_dtype dtype,
+                         float* dst, size_t n) {
+  if (kvc_format_has_scales(dtype))
+    kvc_format_row_to_f32(dtype, src, dst, n);
+  else
+    kernels.convert(src, dtype, dst, n);
+}
+
+// A row of n values of src_dtype stored as `storage` (kvc_format_takes_input(storage,
+// src_dtype)), through f32 where the source is not f32.
+inline void store_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage,
+                      size_t n) {
+  if (src_dtype == KVC_DTYPE_F32) {
+    store_row_f32(static_cast<const float*>(src), dst, storage, n);
+    return;
+  }
+  thread_local std::vector<float> row;
+  row.resize(n);
+  kvc_format_row_to_f32(src_dtype, src, row.data(), n);
+  store_row_f32(row.data(), dst, storage, n);
 }
 
 }  // namespace kvc::cpu

@@ -21,9 +21,9 @@ inline void check_storage(int32_t head_dim, kvc_dtype storage_dtype) {
   if (head_dim <= 0) fail(KVC_ERR_INVALID_ARGUMENT, "head_dim must be > 0, got %d", head_dim);
   if (!kvc_format_is_valid(storage_dtype))
     fail(KVC_ERR_INVALID_ARGUMENT, "unknown storage dtype %d", int(storage_dtype));
-  if (kvc_format_group_size(storage_dtype) != 1)
-    fail(KVC_ERR_UNSUPPORTED, "the cpu backend has no kernels for storage format %s",
-         kvc_format_name(storage_dtype));
+  if (size_t(head_dim) % kvc_format_group_size(storage_dtype) != 0)
+    fail(KVC_ERR_INVALID_ARGUMENT, "head_dim %d is not a multiple of %s's group of %u values",
+         head_dim, kvc_format_name(storage_dtype), kvc_format_group_size(storage_dtype));
 }
 
 inline void check_storage(int32_t head_dim, const StorageFormats& formats) {

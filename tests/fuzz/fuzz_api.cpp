@@ -27,7 +27,7 @@ constexpr const char* kPolicies[] = {"full", "window",    "streaming", "h2o",
                                      "tova", "snapkv",    "pyramidkv", "adakv",
                                      "knorm", "keydiff", "random"};
 constexpr size_t kMemoryLimits[] = {1024, 4096, 16384, 65536};
-constexpr int32_t kHeadDims[] = {1, 4, 8, 16};
+constexpr int32_t kHeadDims[] = {1, 4, 16, 32};
 constexpr double kGrowthFactors[] = {2.0, 1.01, 1.5, 16.0};
 // The sequence ids calls name; the snapshots cover those that can exist.
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
@@ -134,9 +134,9 @@ class Program {
     p.kv_heads = kv_heads_ = 1 + (shape >> 1) % 2;
     p.q_heads = q_heads_ = kv_heads_ * (1 + (shape >> 2) % 2);
     p.head_dim = head_dim_ = kHeadDims[(shape >> 3) % 4];
-    p.dtype = dtype_ = static_cast<kvc_dtype>(storage % 3);
+    p.dtype = dtype_ = static_cast<kvc_dtype>(storage % KVC_FORMAT_CODE_END);
     // V in the format of K (the default), or in any of the table's.
-    const int v_choice = (shape >> 5) % 4;
+    const int v_choice = (shape >> 5) % (KVC_FORMAT_CODE_END + 1);
     p.v_dtype = v_choice == 0 ? -1 : v_choice - 1;
     v_dtype_ = v_choice == 0 ? dtype_ : static_cast<kvc_dtype>(v_choice - 1);
     p.layout = static_cast<kvc_layout>((storage >> 2) % 2);
@@ -199,22 +199,24 @@ class Program {
   }
 
   // [rows, heads, head_dim] of a dtype the byte chooses (f32, the storage format `storage`,
-  // another, or not a dtype at all), any row stride, sized exactly as the header defines the
-  // layout.
+  // one of the formats without scales, or not a dtype at all), any row stride, sized exactly
+  // as the header defines the layout (a format with scales, which no tensor may have, or a
+  // value outside the table as f32).
   Tensor tensor(size_t rows, int32_t heads, kvc_dtype storage) {
     const uint8_t b = in_.u8();
     kvc_dtype dtype = (b % 8 < 3) ? KVC_DTYPE_F32 : storage;
     if (b % 8 == 6) dtype = static_cast<kvc_dtype>((storage + 1) % 3);
-    if (b % 8 == 7) dtype = static_cast<kvc_dtype>(3);
+    if (b % 8 == 7) dtype = static_cast<kvc_dtype>(KVC_FORMAT_CODE_END);
     const size_t row = static_cast<size_t>(heads) * head_dim_;
     const size_t strides[] = {0, row, row + 3, row > 1 ? row - 1 : 0};
     const size_t stride = strides[(b >> 3) % 4];
     const size_t step = stride == 0 ? row : stride;
     const size_t elements = rows == 0 ? 0 : (rows - 1) * step + row;
-    const size_t element_size = dtype == 3 ? 4 : kvc_format_row_bytes(dtype, 1);
+    const bool plain = kvc_format_is_valid(dtype) && !kvc_format_has_scales(dtype);
+    const size_t element_size = plain ? kvc_format_row_bytes(dtype, 1) : 4;
     Tensor t;
     t.bytes.resize(elements * element_size);
-    Filler(in_.u8()).fill(t.bytes.data(), dtype == 3 ? KVC_DTYPE_F32 : dtype, elements,
+    Filler(in_.u8()).fill(t.bytes.data(), plain ? dtype : KVC_DTYPE_F32, elements,
                           (b >> 5) == 6);
     const bool null = (b >> 5) == 7;
     t.view = kvc_tensor{null ? nullptr : t.bytes.data(), dtype, KVC_DEVICE_HOST, stride};

@@ -178,7 +178,13 @@ typedef struct kvc_cache kvc_cache;
  * @brief Storage formats of K and V rows, and element types of passed tensors. Each format's
  * layout (group size, bytes per row) is in the table of kvcache/kvcache_format.h.
  */
-typedef enum kvc_dtype { KVC_DTYPE_F32 = 0, KVC_DTYPE_F16 = 1, KVC_DTYPE_BF16 = 2 } kvc_dtype;
+typedef enum kvc_dtype {
+  KVC_DTYPE_F32 = 0,
+  KVC_DTYPE_F16 = 1,
+  KVC_DTYPE_BF16 = 2,
+  KVC_DTYPE_Q8_0 = 3, /**< storage only: groups of 32 int8 values with an f16 scale */
+  KVC_DTYPE_Q4_0 = 4  /**< storage only: groups of 32 4-bit values with an f16 scale */
+} kvc_dtype;
 
 /**
  * @brief Bytes per element of @p dtype, a format without scales (kvc_format_row_bytes() of
@@ -439,7 +445,9 @@ typedef enum kvc_device {
  */
 typedef struct kvc_tensor {
   const void *data;    /**< the first element; read during the call only */
-  kvc_dtype dtype;     /**< f32, or the cache's storage format (K's for k and q, V's for v) */
+  kvc_dtype dtype;     /**< f32, or the cache's storage format (K's for k and q, V's for v);
+                            for a quantized storage format, f16 or bf16 too, never a format
+                            with scales (kvc_format_takes_input()) */
   kvc_device device;   /**< where data lives */
   size_t row_stride;   /**< elements between consecutive tokens; 0 means heads * head_dim */
 } kvc_tensor;

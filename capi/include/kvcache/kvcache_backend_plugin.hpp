@@ -47,6 +47,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache/kvcache_plugin_support.hpp"
 
@@ -124,12 +125,12 @@ inline void check_append_tensors(const kvc_append_tensors_call& call,
   if (call.head_dim <= 0 || call.n_kv_heads <= 0 || call.n_tokens < 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: bad shape (head_dim %d, %d KV heads, "
          "%d tokens)", call.head_dim, call.n_kv_heads, call.n_tokens);
-  if (call.src_k_dtype != KVC_DTYPE_F32 && call.src_k_dtype != call.k_dtype)
-    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: K source dtype %d is neither f32 nor "
-         "the storage dtype of K", int(call.src_k_dtype));
-  if (call.src_v_dtype != KVC_DTYPE_F32 && call.src_v_dtype != call.v_dtype)
-    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: V source dtype %d is neither f32 nor "
-         "the storage dtype of V", int(call.src_v_dtype));
+  if (!kvc_format_takes_input(call.k_dtype, call.src_k_dtype))
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: K's format %s cannot take source "
+         "dtype %d", kvc_format_name(call.k_dtype), int(call.src_k_dtype));
+  if (!kvc_format_takes_input(call.v_dtype, call.src_v_dtype))
+    fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: V's format %s cannot take source "
+         "dtype %d", kvc_format_name(call.v_dtype), int(call.src_v_dtype));
   if (call.n_slots > 0 && (!call.src_k || !call.src_v || !call.src_pos))
     fail(KVC_ERR_INVALID_ARGUMENT, "append_tensors call: a NULL source");
   for (size_t i = 0; i < call.n_slots; ++i) {

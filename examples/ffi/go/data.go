@@ -65,10 +65,10 @@ type Tensor struct {
 // F32Tensor wraps float32 elements.
 func F32Tensor(data []float32) Tensor { return Tensor{f32: data, dtype: F32} }
 
-// F16Tensor wraps IEEE half-precision bit patterns; the cache's storage dtype must be F16.
+// F16Tensor wraps IEEE half-precision bit patterns; the cache stores F16 or a quantized format.
 func F16Tensor(bits []uint16) Tensor { return Tensor{bits: bits, dtype: F16} }
 
-// BF16Tensor wraps bfloat16 bit patterns; the cache's storage dtype must be BF16.
+// BF16Tensor wraps bfloat16 bit patterns; the cache stores BF16 or a quantized format.
 func BF16Tensor(bits []uint16) Tensor { return Tensor{bits: bits, dtype: BF16} }
 
 func (t Tensor) len() int {

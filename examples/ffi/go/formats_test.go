@@ -22,6 +22,38 @@ func TestFormatsComeFromTheLibraryTable(t *testing.T) {
 	mustFail(t, err, kvcache.ErrInvalidArgument, "format")
 }
 
+func TestQuantizedFormats(t *testing.T) {
+	q8, err := kvcache.Q8_0.Describe()
+	must(t, err)
+	q4, err := kvcache.Q4_0.Describe()
+	must(t, err)
+	if q8 != (kvcache.FormatInfo{Name: "q8_0", GroupSize: 32, GroupBytes: 34}) ||
+		q4 != (kvcache.FormatInfo{Name: "q4_0", GroupSize: 32, GroupBytes: 18}) {
+		t.Fatalf("Describe() = %+v, %+v", q8, q4)
+	}
+	ctx, _ := open(t, "", "")
+	p := gqaParams()
+	p.HeadDim = 64
+	p.DType, p.VDType = kvcache.Q8_0, kvcache.Q4_0
+	cache := newCache(t, ctx, p)
+	shape, err := cache.Shape()
+	must(t, err)
+	if shape.KDType != kvcache.Q8_0 || shape.VDType != kvcache.Q4_0 {
+		t.Fatalf("Shape = %+v", shape)
+	}
+	must(t, cache.CreateSeq(1))
+	must(t, cache.Reserve(1, 100))
+	stats, err := cache.Stats()
+	must(t, err)
+	heads := int(p.Layers * p.KVHeads)
+	if rows := heads * 100 * (q8.RowBytes(64) + q4.RowBytes(64)); int(stats.BytesUsed) < rows {
+		t.Fatalf("100 reserved tokens take %d bytes, less than their %d bytes of rows", stats.BytesUsed, rows)
+	}
+	p.HeadDim = 40
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "q8_0")
+}
+
 func TestKAndVFormatsApart(t *testing.T) {
 	ctx, _ := open(t, "", "")
 	p := gqaParams()

@@ -6,14 +6,17 @@ import "C"
 
 import "unsafe"
 
-// DType is an element type of stored and passed tensors.
+// DType is a storage format of K and V, and an element type of passed tensors.
 type DType int32
 
-// The element types.
+// The formats. Q8_0 and Q4_0 (groups of 32 values with an f16 scale, kvcache_format.h) are
+// storage formats only: tensors passed to a cache of them are F32, F16 or BF16.
 const (
 	F32  DType = C.KVC_DTYPE_F32
 	F16  DType = C.KVC_DTYPE_F16
 	BF16 DType = C.KVC_DTYPE_BF16
+	Q8_0 DType = C.KVC_DTYPE_Q8_0
+	Q4_0 DType = C.KVC_DTYPE_Q4_0
 )
 
 func (d DType) String() string { return C.GoString(C.kvc_dtype_name(C.kvc_dtype(d))) }

@@ -22,8 +22,10 @@ namespace Kvcache
     /// <summary>kvc_plugin_kind; Store: offload and sharing tiers (host, disk, redis).</summary>
     public enum PluginKind { Policy = 1, Backend = 2, Store = 3 }
 
-    /// <summary>kvc_dtype: element types of stored and passed tensors.</summary>
-    public enum DType { F32 = 0, F16 = 1, BF16 = 2 }
+    /// <summary>kvc_dtype: storage formats of K and V, and element types of passed tensors.
+    /// Q8_0 and Q4_0 (groups of 32 values with an f16 scale, kvcache_format.h) are storage
+    /// formats only: tensors passed to a cache of them are F32, F16 or BF16.</summary>
+    public enum DType { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3, Q4_0 = 4 }
 
     /// <summary>kvc_layout: storage layouts.</summary>
     public enum Layout { Paged = 0, Contiguous = 1 }

@@ -75,6 +75,34 @@ namespace Kvcache.Tests
             Assert.Fails(StatusCode.InvalidArgument, () => Library.DescribeFormat((DType)7), "format 7");
         }
 
+        [Test]
+        public static void QuantizedFormatsStoreTheirTableSizes()
+        {
+            FormatInfo q8 = Library.DescribeFormat(DType.Q8_0);
+            FormatInfo q4 = Library.DescribeFormat(DType.Q4_0);
+            Assert.Equal("q8_0", q8.Name, "q8_0 name");
+            Assert.Equal(32u, q8.GroupSize, "q8_0 group size");
+            Assert.Equal(34u, q8.GroupBytes, "q8_0 group bytes");
+            Assert.Equal("q4_0", q4.Name, "q4_0 name");
+            Assert.Equal(18u, q4.GroupBytes, "q4_0 group bytes");
+            using (var context = new Context()) {
+                var parameters = new CacheParams {
+                    HeadDim = 64, KDType = DType.Q8_0, VDType = DType.Q4_0, Layout = Layout.Contiguous,
+                };
+                using (Cache cache = context.CreateCache(parameters)) {
+                    Assert.Equal(DType.Q8_0, cache.Params.KDType, "K's format read back");
+                    Assert.Equal(DType.Q4_0, cache.Params.VDType, "V's format read back");
+                    cache.CreateSequence(0);
+                    cache.Reserve(0, 100);
+                    long rows = 100 * (q8.RowBytes(64) + q4.RowBytes(64));
+                    Assert.True((long)cache.GetStats().BytesUsed >= rows, "100 reserved tokens hold their rows");
+                }
+                parameters.HeadDim = 40;
+                KvcacheException e = Assert.Fails(StatusCode.InvalidArgument, () => context.CreateCache(parameters), "head_dim 40");
+                Assert.Contains("q8_0", e.Message, "the refusal names the format");
+            }
+        }
+
         // A contiguous segment reserved up to the limit and then truncated cannot move into a
         // smaller one, which the library logs at debug level.
         [Test]

@@ -6,12 +6,18 @@ use crate::error::{check, Result};
 use crate::strings::{c_string, owned};
 use crate::sys;
 
-/// Storage element type of K and V (inputs and outputs of this crate are always f32).
+/// Storage format of K and V (inputs and outputs of this crate are always f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
     F32,
     F16,
     Bf16,
+    /// Groups of 32 int8 values with an f16 scale (`kvcache_format.h`).
+    #[allow(non_camel_case_types)]
+    Q8_0,
+    /// Groups of 32 4-bit values with an f16 scale (`kvcache_format.h`).
+    #[allow(non_camel_case_types)]
+    Q4_0,
 }
 
 /// A storage format as the library's format table (`kvcache_format.h`) describes it.
@@ -38,6 +44,8 @@ impl DType {
             DType::F32 => sys::KVC_DTYPE_F32,
             DType::F16 => sys::KVC_DTYPE_F16,
             DType::Bf16 => sys::KVC_DTYPE_BF16,
+            DType::Q8_0 => sys::KVC_DTYPE_Q8_0,
+            DType::Q4_0 => sys::KVC_DTYPE_Q4_0,
         }
     }
 
@@ -93,6 +101,8 @@ fn dtype_from_raw(raw: sys::kvc_dtype) -> Option<DType> {
         sys::KVC_DTYPE_F32 => Some(DType::F32),
         sys::KVC_DTYPE_F16 => Some(DType::F16),
         sys::KVC_DTYPE_BF16 => Some(DType::Bf16),
+        sys::KVC_DTYPE_Q8_0 => Some(DType::Q8_0),
+        sys::KVC_DTYPE_Q4_0 => Some(DType::Q4_0),
         _ => None,
     }
 }

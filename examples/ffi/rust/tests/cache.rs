@@ -136,6 +136,28 @@ fn k_and_v_formats_of_their_own() {
     assert_eq!(both_f32 - k_bf16, 100 * (f32_row - bf16_row), "{both_f32} {k_bf16}");
 }
 
+#[test]
+fn quantized_formats_store_their_table_sizes() {
+    let q8 = DType::Q8_0.describe().unwrap();
+    assert_eq!(q8, kvcache::FormatInfo { name: "q8_0".into(), group_size: 32, group_bytes: 34 });
+    let q4 = DType::Q4_0.describe().unwrap();
+    assert_eq!(q4, kvcache::FormatInfo { name: "q4_0".into(), group_size: 32, group_bytes: 18 });
+    let context = context();
+    let reserve = |params: CacheParams| {
+        let mut cache = context.cache(&params.head_dim(64).layout(Layout::Contiguous)).unwrap();
+        cache.create_seq(0).unwrap();
+        cache.reserve(0, 100).unwrap();
+        cache.stats().unwrap().bytes_used
+    };
+    let both_f16 = reserve(CacheParams::new().dtype(DType::F16));
+    let quantized = reserve(CacheParams::new().k_dtype(DType::Q8_0).v_dtype(DType::Q4_0));
+    let f16_row = DType::F16.describe().unwrap().row_bytes(64);
+    assert_eq!(both_f16 - quantized, 100 * (2 * f16_row - q8.row_bytes(64) - q4.row_bytes(64)));
+    let err = context.cache(&CacheParams::new().dtype(DType::Q8_0).head_dim(40)).err().unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("q8_0"), "{err}");
+}
+
 /// The reason `Context` is shared: an engine owns its context and its caches in one struct.
 struct Engine {
     context: Context,

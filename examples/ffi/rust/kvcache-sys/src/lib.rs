@@ -73,6 +73,8 @@ pub type kvc_dtype = c_int;
 pub const KVC_DTYPE_F32: kvc_dtype = 0;
 pub const KVC_DTYPE_F16: kvc_dtype = 1;
 pub const KVC_DTYPE_BF16: kvc_dtype = 2;
+pub const KVC_DTYPE_Q8_0: kvc_dtype = 3;
+pub const KVC_DTYPE_Q4_0: kvc_dtype = 4;
 
 pub type kvc_layout = c_int;
 pub const KVC_LAYOUT_PAGED: kvc_layout = 0;
