@@ -6,10 +6,11 @@
 # Usage: check_ffi_coverage.sh <source dir>           prints the markdown table
 #        check_ffi_coverage.sh --check <source dir>   fails naming each C function a language
 #                                                     misses, and when docs/ffi.md's table differs
+#        check_ffi_coverage.sh --update <source dir>  writes the table into docs/ffi.md
 set -eu
-check=0
-if [ "${1-}" = --check ]; then check=1; shift; fi
-[ $# -eq 1 ] || { echo "usage: $0 [--check] <source dir>" >&2; exit 2; }
+mode=print
+case "${1-}" in --check | --update) mode=${1#--}; shift ;; esac
+[ $# -eq 1 ] || { echo "usage: $0 [--check | --update] <source dir>" >&2; exit 2; }
 root=$1
 ffi=$root/examples/ffi
 
@@ -193,18 +194,27 @@ table() {
   done
 }
 
-if [ "$check" -eq 0 ]; then
+doc=$root/docs/ffi.md
+if [ "$mode" = print ]; then
   table
+  exit 0
+fi
+if [ "$mode" = update ]; then
+  table >"$tmp/table"
+  awk -v table="$tmp/table" '
+    /<!-- ffi-table:end -->/ { skip = 0 }
+    !skip { print }
+    /<!-- ffi-table:begin -->/ { skip = 1; while ((getline line <table) > 0) print line }
+  ' "$doc" >"$tmp/doc" && cat "$tmp/doc" >"$doc"
   exit 0
 fi
 status=0
 table >"$tmp/table" 2>"$tmp/failures"
 if [ -s "$tmp/failures" ]; then cat "$tmp/failures"; status=1; fi
-doc=$root/docs/ffi.md
 sed -n '/<!-- ffi-table:begin -->/,/<!-- ffi-table:end -->/p' "$doc" | sed '1d;$d' >"$tmp/documented"
 if ! diff -u "$tmp/documented" "$tmp/table" >"$tmp/diff"; then
   echo "FAIL: the table in docs/ffi.md differs from the bindings (- docs, + generated);"
-  echo "      regenerate it with: sh tests/check_ffi_coverage.sh . (between the ffi-table markers)"
+  echo "      regenerate it with: sh tests/check_ffi_coverage.sh --update ."
   cat "$tmp/diff"
   status=1
 fi
