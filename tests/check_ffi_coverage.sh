@@ -26,7 +26,7 @@ rust|kvc_dtype_name|not wrapped yet
 rust|kvc_context_destroy|internal, when the last `Context` or `Cache` of a context drops
 rust|kvc_context_plugin_info|internal, by `Context::plugins`
 rust|kvc_context_set_logger|internal, by `Context::set_logger`, `Context::reset_logger`
-rust|kvc_cache_get_params|internal, by `Context::cache` (`Cache::shape` reads it back)
+rust|kvc_cache_get_params|internal, by `Context::cache`, `Context::cache_from_yaml` (`Cache::shape` returns it)
 rust|kvc_cache_get_stats|internal, by `Cache::stats`
 rust|kvc_cache_stats_init_sized|internal, by `Cache::stats`
 rust|kvc_cache_policy_info|internal, by `Cache::policy_info`
