@@ -42,20 +42,21 @@ csharp|kvc_status_message|internal: every `KvcacheException` is read from a stat
 csharp|kvc_status_free|internal: `StatusHandle` frees statuses
 csharp|kvc_context_destroy|internal, by `Context.Dispose` (`ContextHandle`)
 csharp|kvc_cache_destroy|internal, by `Cache.Dispose` (`CacheHandle`)
-csharp|kvc_cache_params_init_sized|none: `CacheParams` fills its struct in C#; the tests compare it
-csharp|kvc_cache_stats_init_sized|none: `CacheStats` fills its struct in C#; the tests compare it
-csharp|kvc_policy_info_init_sized|none: `PolicyInfo` fills its struct in C#; the tests compare it
-csharp|kvc_attention_params_init_sized|none: `AttentionParams` fills its struct in C#; the tests compare it
-csharp|kvc_batch_init_sized|none: `Batch` fills its struct in C#; the tests compare it
-csharp|kvc_prefix_init_sized|none: `Prefix` fills its struct in C#; the tests compare it
-csharp|kvc_estimate_request_init_sized|none: `EstimateRequest` fills its struct in C#; the tests compare it
+csharp|kvc_cache_params_init_sized|none: `CacheParams` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_cache_stats_init_sized|none: `CacheStats` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_policy_info_init_sized|none: `PolicyInfo` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_attention_params_init_sized|none: `AttentionParams` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_batch_init_sized|none: `Batch` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_prefix_init_sized|none: `Prefix` fills its struct in C#; Tests/CacheTests.cs compares it
+csharp|kvc_estimate_request_init_sized|none: `EstimateRequest` fills its struct in C#; Tests/CacheTests.cs compares it
 '
 
-# The C functions, in the header's order, each kvc_X_init under its kvc_X_init_sized.
+# The C functions, in the header's order, each kvc_X_init under its kvc_X_init_sized (an _init
+# without one would be a function of its own).
 functions=$(grep -E '^KVC_API' "$root/capi/include/kvcache/kvcache.h" |
   sed -E 's/^[^(]*[^A-Za-z0-9_](kvc_[A-Za-z0-9_]+)[[:space:]]*\(.*/\1/' |
   awk '{ if (sub(/_init$/, "_init_sized")) legacy[$0] = 1; else if (!seen[$0]++) print }
-       END { for (f in legacy) if (!seen[f]) print "kvc_header_legacy_without_sized:" f }')
+       END { for (f in legacy) if (!seen[f]) { sub(/_sized$/, "", f); print f } }')
 
 # Each language prints "C function<TAB>public wrapper" for each call it finds, a call to
 # kvc_X_init (C's macro) named kvc_X_init_sized.
