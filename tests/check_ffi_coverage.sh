@@ -19,10 +19,6 @@ exceptions='
 rust|kvc_status_get_code|internal: every `Error` is read from a status
 rust|kvc_status_message|internal: every `Error` is read from a status
 rust|kvc_status_free|internal: every `Error` is read from a status
-rust|kvc_status_code_name|not wrapped yet
-rust|kvc_version|not wrapped yet
-rust|kvc_dtype_size|not wrapped yet
-rust|kvc_dtype_name|not wrapped yet
 rust|kvc_context_destroy|internal, when the last `Context` or `Cache` of a context drops
 rust|kvc_context_plugin_info|internal, by `Context::plugins`
 rust|kvc_context_set_logger|internal, by `Context::set_logger`, `Context::reset_logger`

@@ -38,6 +38,28 @@ impl Code {
             other => Code::Other(other),
         }
     }
+
+    fn raw(self) -> sys::kvc_status_code {
+        match self {
+            Code::InvalidArgument => sys::KVC_ERR_INVALID_ARGUMENT,
+            Code::OutOfMemory => sys::KVC_ERR_OUT_OF_MEMORY,
+            Code::NotFound => sys::KVC_ERR_NOT_FOUND,
+            Code::AlreadyExists => sys::KVC_ERR_ALREADY_EXISTS,
+            Code::Config => sys::KVC_ERR_CONFIG,
+            Code::Plugin => sys::KVC_ERR_PLUGIN,
+            Code::Unsupported => sys::KVC_ERR_UNSUPPORTED,
+            Code::NoDevice => sys::KVC_ERR_NO_DEVICE,
+            Code::Internal => sys::KVC_ERR_INTERNAL,
+            Code::Io => sys::KVC_ERR_IO,
+            Code::Other(other) => other,
+        }
+    }
+
+    /// The library's name of the code, such as "NOT_FOUND" ("UNKNOWN" for one it lacks).
+    pub fn name(self) -> &'static str {
+        // SAFETY: static storage, for any value.
+        unsafe { CStr::from_ptr(sys::kvc_status_code_name(self.raw())) }.to_str().unwrap_or("")
+    }
 }
 
 /// A failed call: its code and message. Errors the library reports carry its message as is;

@@ -61,6 +61,12 @@ pub use shard::Shard;
 pub use stats::Stats;
 pub use stores::Prefix;
 
+/// The library's version as MAJOR * 10000 + MINOR * 100 + PATCH.
+pub fn version_number() -> u32 {
+    // SAFETY: no arguments, no state.
+    unsafe { sys::kvc_version() }
+}
+
 /// The library's version, "MAJOR.MINOR.PATCH".
 pub fn version() -> &'static str {
     // SAFETY: static storage.

@@ -49,6 +49,18 @@ impl DType {
         }
     }
 
+    /// Bytes per element of a format without scales; 0 for `Q8_0` and `Q4_0`.
+    pub fn size(self) -> usize {
+        // SAFETY: any value is accepted.
+        unsafe { sys::kvc_dtype_size(self.raw()) }
+    }
+
+    /// The format's name, as in YAML.
+    pub fn name(self) -> &'static str {
+        // SAFETY: static storage, for any value.
+        unsafe { std::ffi::CStr::from_ptr(sys::kvc_dtype_name(self.raw())) }.to_str().unwrap_or("")
+    }
+
     /// This format's entry of the library's format table (`kvc_format_describe`).
     pub fn describe(self) -> Result<FormatInfo> {
         describe_raw(self.raw())

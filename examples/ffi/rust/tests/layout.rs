@@ -93,6 +93,19 @@ fn version_and_names_agree() {
 }
 
 #[test]
+fn names_sizes_and_version_from_the_library() {
+    assert_eq!(kvcache::Code::NotFound.name(), "NOT_FOUND");
+    assert_eq!(kvcache::Code::Io.name(), "IO");
+    assert_eq!(kvcache::Code::Other(99).name(), "UNKNOWN");
+    assert_eq!(kvcache::DType::Bf16.size(), 2);
+    assert_eq!(kvcache::DType::Q8_0.size(), 0);
+    assert_eq!(kvcache::DType::Q4_0.name(), "q4_0");
+    let number = kvcache::version_number();
+    let text: Vec<u32> = kvcache::version().split('.').map(|part| part.parse().unwrap()).collect();
+    assert_eq!(number, text[0] * 10000 + text[1] * 100 + text[2]);
+}
+
+#[test]
 fn formats_come_from_the_library_table() {
     let f16 = kvcache::DType::F16.describe().unwrap();
     assert_eq!(f16, kvcache::FormatInfo { name: "f16".into(), group_size: 1, group_bytes: 2 });
