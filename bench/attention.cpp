@@ -68,17 +68,19 @@ double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int re
   kvc_cache* cache = nullptr;
   check(kvc_cache_create(context, &p, &cache), "kvc_cache_create");
 
-  // Source rows in the storage dtype, so that append is a pure scatter of bytes.
+  // Source rows in the storage dtype, so that append is a pure scatter of bytes (in f16 for a
+  // quantized format, which the append quantizes).
+  const kvc_dtype input = input_dtype_for(shape.dtype);
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(chunk);
   const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
-  std::vector<unsigned char> k(kvc_format_row_bytes(shape.dtype, rows * row)), v(k.size());
+  std::vector<unsigned char> k(kvc_format_row_bytes(input, rows * row)), v(k.size());
   std::mt19937 rng(static_cast<uint32_t>(shape.seed));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> values(rows * row);
   for (float& x : values) x = u(rng);
-  convert_from_f32(values.data(), k.data(), values.size(), shape.dtype);
+  convert_from_f32(values.data(), k.data(), values.size(), input);
   for (float& x : values) x = u(rng);
-  convert_from_f32(values.data(), v.data(), values.size(), shape.dtype);
+  convert_from_f32(values.data(), v.data(), values.size(), input);
 
   std::vector<int32_t> seq_ids(static_cast<size_t>(batch));
   std::iota(seq_ids.begin(), seq_ids.end(), 0);
@@ -88,8 +90,8 @@ double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int re
     positions[i] = static_cast<int32_t>(i % static_cast<size_t>(chunk));
   kvc_batch b;
   kvc_batch_init(&b, batch, seq_ids.data(), n_tokens.data(), positions.data());
-  const kvc_tensor tk{k.data(), shape.dtype, KVC_DEVICE_HOST, 0};
-  const kvc_tensor tv{v.data(), shape.dtype, KVC_DEVICE_HOST, 0};
+  const kvc_tensor tk{k.data(), input, KVC_DEVICE_HOST, 0};
+  const kvc_tensor tv{v.data(), input, KVC_DEVICE_HOST, 0};
 
   double best = kInfinity;
   for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 touches the pages

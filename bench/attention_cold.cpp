@@ -49,7 +49,9 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
 
 double decode_macs_per_kv_byte(const CacheShape& shape) {
   const double group = static_cast<double>(shape.q_heads) / shape.kv_heads;
-  return group / static_cast<double>(kvc_format_row_bytes(shape.dtype, 1));
+  const double row_bytes = static_cast<double>(
+      kvc_format_row_bytes(shape.dtype, static_cast<size_t>(shape.head_dim)));
+  return group * shape.head_dim / row_bytes;
 }
 
 DecodeRoofline decode_roofline(const CacheShape& shape, double read_bytes_per_s, double fma_per_s) {

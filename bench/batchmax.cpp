@@ -71,7 +71,7 @@ const char* const kBatchmaxHelp =
     "  --limit_seqs=X        default limit as a number of full-cache sequences, each the\n"
     "                        library's estimate plus the activations of one chunk\n"
     "                        (default 2.25: two, plus a margin)\n"
-    "  --dtype=D             KV storage dtype: f16, bf16 or f32 (default f16)\n"
+    "  --dtype=D             KV storage format: f16, bf16, f32, q8_0 or q4_0 (default f16)\n"
     "  --block_tokens=N      paged block size (default 16)\n"
     "  --threads=N           kvcache context threads, 0 = all cores (default 0)\n"
     "  --dim=N --hidden_dim=N --layers=N --heads=N --kv_heads=N --vocab=N\n"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
 
 namespace kvc_bench {
@@ -33,12 +34,23 @@ inline void check(kvc_status* status, const char* what) {
 
 inline const char* dtype_name(kvc_dtype dtype) { return kvc_dtype_name(dtype); }
 
-/// Parses "f32", "f16" or "bf16"; throws UsageError naming @p option otherwise.
+/// Parses a format name of the table (kvcache_format.h); throws UsageError naming @p option
+/// and the names otherwise.
 inline kvc_dtype parse_dtype(const std::string& text, const char* option) {
-  if (text == "f32") return KVC_DTYPE_F32;
-  if (text == "f16") return KVC_DTYPE_F16;
-  if (text == "bf16") return KVC_DTYPE_BF16;
-  throw UsageError(std::string("--") + option + ": expected f32, f16 or bf16, got '" + text + "'");
+  std::string names;
+  for (int code = 0; code < KVC_FORMAT_CODE_END; ++code) {
+    if (!kvc_format_is_valid(code)) continue;
+    if (text == kvc_format_name(code)) return static_cast<kvc_dtype>(code);
+    names += std::string(names.empty() ? "" : ", ") + kvc_format_name(code);
+  }
+  throw UsageError(std::string("--") + option + ": expected one of " + names + ", got '" + text +
+                   "'");
+}
+
+/// The dtype a benchmark passes its K/V in for storage `dtype`: the storage format itself, or
+/// f16 for a quantized one (which tensors cannot have).
+inline kvc_dtype input_dtype_for(kvc_dtype dtype) {
+  return kvc_format_has_scales(dtype) ? KVC_DTYPE_F16 : dtype;
 }
 
 /// Converts @p n floats to @p dtype at @p dst.

@@ -41,7 +41,7 @@ struct CacheShape {
   "  --kv_heads=N    KV heads (default 8)\n"                                        \
   "  --q_heads=N     query heads, a multiple of kv_heads (default 32)\n"            \
   "  --head_dim=N    head dimension (default 128)\n"                                \
-  "  --dtype=D       storage dtype: f16, bf16 or f32 (default f16)\n"               \
+  "  --dtype=D       format: f16, bf16, f32, q8_0 or q4_0 (default f16)\n"        \
   "  --seed=N        seed of the random data (default 1)\n"                         \
   "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"  \
   "  --block_tokens=N  tokens per paged block (default 16)\n"

@@ -291,6 +291,10 @@ Config read_config(Options& opts) {
   cfg.q_heads = static_cast<int32_t>(opts.get_int("q_heads", cfg.kv_heads, 1, 8192));
   cfg.head_dim = static_cast<int32_t>(opts.get_int("head_dim", 128, 1, 1 << 16));
   cfg.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
+  if (kvc_format_has_scales(cfg.dtype)) {
+    throw UsageError("--dtype: the realloc baseline stores f32, f16 or bf16 rows, not " +
+                     std::string(kvc_dtype_name(cfg.dtype)));
+  }
   cfg.input_dtype =
       parse_dtype(opts.get_string("input_dtype", kvc_dtype_name(cfg.dtype)), "input_dtype");
   cfg.growth_factor = opts.get_double("growth_factor", 2.0, 1.0 + 1e-9, 1e6);

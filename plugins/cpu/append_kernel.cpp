@@ -76,7 +76,7 @@ void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage
   if (src_dtype == storage_dtype)
     copy_bytes(dst, src, row_bytes, stream);
   else
-    store_row(src, src_dtype, dst, storage_dtype, head_dim);
+    store_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim);
 }
 
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,

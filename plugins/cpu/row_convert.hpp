@@ -1,6 +1,6 @@
 // Conversion of one row of head_dim values between formats: stored from an engine's tensor,
-// and read back as f32. The formats with scales go through the format table's reference
-// conversion (kvcache_format.h), the one definition of their layout.
+// and read back as f32 (the quantized formats by quantized_rows.hpp, which matches the format
+// table's reference conversion).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,7 @@
 #include "kvcache/kvcache.h"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
+#include "quantized_rows.hpp"
 
 namespace kvc::cpu {
 
@@ -30,8 +31,11 @@ inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtyp
       for (size_t i = 0; i < n; ++i) b[i] = kvc_f32_to_bf16(src[i]);
       return;
     }
-    default:
-      kvc_format_row_from_f32(dtype, src, dst, n);
+    case KVC_DTYPE_Q8_0:
+      q8_0_from_f32(src, static_cast<unsigned char*>(dst), n);
+      return;
+    case KVC_DTYPE_Q4_0:
+      q4_0_from_f32(src, static_cast<unsigned char*>(dst), n);
       return;
   }
 }
@@ -39,23 +43,25 @@ inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtyp
 // The n values of a row of `dtype` as f32 into dst.
 inline void load_row_f32(const TileKernels& kernels, const void* src, kvc_dtype dtype,
                          float* dst, size_t n) {
-  if (kvc_format_has_scales(dtype))
-    kvc_format_row_to_f32(dtype, src, dst, n);
+  if (dtype == KVC_DTYPE_Q8_0)
+    q8_0_to_f32(static_cast<const unsigned char*>(src), dst, n);
+  else if (dtype == KVC_DTYPE_Q4_0)
+    q4_0_to_f32(static_cast<const unsigned char*>(src), dst, n);
   else
     kernels.convert(src, dtype, dst, n);
 }
 
 // A row of n values of src_dtype stored as `storage` (kvc_format_takes_input(storage,
 // src_dtype)), through f32 where the source is not f32.
-inline void store_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage,
-                      size_t n) {
+inline void store_row(const TileKernels& kernels, const void* src, kvc_dtype src_dtype,
+                      void* dst, kvc_dtype storage, size_t n) {
   if (src_dtype == KVC_DTYPE_F32) {
     store_row_f32(static_cast<const float*>(src), dst, storage, n);
     return;
   }
   thread_local std::vector<float> row;
   row.resize(n);
-  kvc_format_row_to_f32(src_dtype, src, row.data(), n);
+  load_row_f32(kernels, src, src_dtype, row.data(), n);
   store_row_f32(row.data(), dst, storage, n);
 }
 
