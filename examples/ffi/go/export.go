@@ -41,14 +41,14 @@ func (cache *Cache) ExportCtx(ctx context.Context, id int32) ([]byte, error) {
 				data = data[:written]
 				return nil
 			}
-			// A concurrent call on the sequence may have grown it past the buffer: try again
-			// with its new size.
+			// A concurrent call on the sequence may have grown it past the buffer (and another
+			// shrunk it again since): while its size keeps changing, try again with the new one.
 			err := statusError("kvc_seq_export", st)
-			var grown C.size_t
-			if statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &grown)) != nil || grown <= size {
+			var now C.size_t
+			if statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &now)) != nil || now == size {
 				return err
 			}
-			size = grown
+			size = now
 			if err := ctx.Err(); err != nil {
 				return err
 			}

@@ -67,13 +67,14 @@ namespace Kvcache
                         if (written.ToUInt64() != size.ToUInt64()) Array.Resize(ref buffer, (int)written.ToUInt64());
                         return buffer;
                     }
-                    // A concurrent call on the sequence may have grown it past the buffer: try
-                    // again with its new size.
-                    UIntPtr grown;
-                    using (StatusHandle sizing = NativeMethods.kvc_seq_export_size(handle, seqId, out grown)) {
-                        if (sizing.IsInvalid && grown.ToUInt64() > size.ToUInt64()) {
+                    // A concurrent call on the sequence may have grown it past the buffer (and
+                    // another shrunk it again since): while its size keeps changing, try again
+                    // with the new one.
+                    UIntPtr now;
+                    using (StatusHandle sizing = NativeMethods.kvc_seq_export_size(handle, seqId, out now)) {
+                        if (sizing.IsInvalid && now.ToUInt64() != size.ToUInt64()) {
                             status.Dispose();
-                            size = grown;
+                            size = now;
                             continue;
                         }
                     }
