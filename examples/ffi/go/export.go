@@ -9,6 +9,9 @@ import (
 	"unsafe"
 )
 
+// exportAttempts bounds Export's attempts on a sequence other goroutines keep changing.
+const exportAttempts = 64
+
 // ExportSize is the size in bytes of Export's output for the sequence as it is now.
 func (cache *Cache) ExportSize(id int32) (int, error) {
 	var n C.size_t
@@ -33,6 +36,7 @@ func (cache *Cache) ExportCtx(ctx context.Context, id int32) ([]byte, error) {
 		if err := statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &size)); err != nil {
 			return err
 		}
+		attempts := 0
 		for {
 			data = make([]byte, size)
 			var written C.size_t
@@ -41,11 +45,13 @@ func (cache *Cache) ExportCtx(ctx context.Context, id int32) ([]byte, error) {
 				data = data[:written]
 				return nil
 			}
-			// A concurrent call on the sequence may have grown it past the buffer (and another
-			// shrunk it again since): while its size keeps changing, try again with the new one.
+			// A concurrent call on the sequence may have grown it past the buffer (and others
+			// may have changed it again since): try again with its size now, a bounded number
+			// of times.
 			err := statusError("kvc_seq_export", st)
+			attempts++
 			var now C.size_t
-			if statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &now)) != nil || now == size {
+			if statusError("kvc_seq_export_size", C.kvc_seq_export_size(cache.c, C.int32_t(id), &now)) != nil || attempts == exportAttempts {
 				return err
 			}
 			size = now

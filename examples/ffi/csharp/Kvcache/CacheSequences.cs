@@ -5,6 +5,9 @@ namespace Kvcache
 {
     public sealed unsafe partial class Cache
     {
+        // Bounds Export's attempts on a sequence other threads keep changing.
+        const int ExportAttempts = 64;
+
         /// <summary>Creates an empty sequence; ids are chosen by the caller and must be &gt;= 0. Exclusive.</summary>
         public void CreateSequence(int seqId)
         {
@@ -57,7 +60,7 @@ namespace Kvcache
             return Shared(() => {
                 UIntPtr size;
                 KvcacheException.Check(NativeMethods.kvc_seq_export_size(handle, seqId, out size));
-                for (;;) {
+                for (int attempt = 1; ; ++attempt) {
                     var buffer = new byte[size.ToUInt64()];
                     UIntPtr written;
                     StatusHandle status;
@@ -68,11 +71,11 @@ namespace Kvcache
                         return buffer;
                     }
                     // A concurrent call on the sequence may have grown it past the buffer (and
-                    // another shrunk it again since): while its size keeps changing, try again
-                    // with the new one.
+                    // others may have changed it again since): try again with its size now, a
+                    // bounded number of times.
                     UIntPtr now;
                     using (StatusHandle sizing = NativeMethods.kvc_seq_export_size(handle, seqId, out now)) {
-                        if (sizing.IsInvalid && now.ToUInt64() != size.ToUInt64()) {
+                        if (sizing.IsInvalid && attempt < ExportAttempts) {
                             status.Dispose();
                             size = now;
                             continue;
