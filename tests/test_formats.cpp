@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -242,6 +243,16 @@ TEST_CASE("formats: q8_0 and q4_0 groups, byte for byte") {
   CHECK(q8[0] == 0xff);  // 65504 = f16 0x7bff
   CHECK(q8[1] == 0x7b);
   CHECK(q8[2] == 0x7f);
+  // Beyond the range of int, and NaN (which does not count towards the scale): defined too.
+  float beyond[32] = {1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  REQUIRE(kvc_format_row_from_f32(KVC_DTYPE_Q8_0, beyond, q8, 32));
+  CHECK(q8[2] == 0x7f);
+  CHECK(q8[3] == 0x81);  // -127
+  CHECK(q8[4] == 0);
+  REQUIRE(kvc_format_row_from_f32(KVC_DTYPE_Q4_0, beyond, q4, 32));
+  CHECK((q4[2] & 0x0f) == 0);  // the extreme 1e30 is -8 steps
+  CHECK((q4[3] & 0x0f) == 15);  // -1e30: +7 steps, clamped
+  CHECK((q4[4] & 0x0f) == 8);   // NaN: 0
 }
 
 TEST_CASE("formats: q8_0 and q4_0 round trips stay within their bounds") {

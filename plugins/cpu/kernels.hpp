@@ -105,6 +105,9 @@ struct QuantizedKernels {
   // As TileKernels::accumulate, for value rows of v_dtype, dequantized in registers.
   void (*accumulate)(float* acc, size_t rows, const float* weights, const void* const* v,
                      kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead);
+  // The n values at x (n a multiple of 32) stored as a row of `dtype`: the same bytes as the
+  // format table's reference encoding.
+  void (*quantize)(const float* x, kvc_dtype dtype, unsigned char* row, size_t n);
 };
 
 struct TileKernels {
@@ -132,8 +135,9 @@ struct TileKernels {
   // sum. max >= every logit; both arrays are kTileKeys long, and weights past n may be
   // overwritten.
   float (*softmax_weights)(const float* logits, size_t n, float max, float* weights);
-  // For blocks of up to max_rows_in_place rows over keys or values of a format with scales;
-  // null: such rows are converted to f32 a tile at a time and go through the kernels above.
+  // For blocks of up to max_rows_in_place rows over keys or values of a format with scales,
+  // and for quantizing rows; null: such rows are converted to f32 a tile at a time and go
+  // through the kernels above, and quantized by quantized_rows.hpp.
   const QuantizedKernels* quantized;
 };
 

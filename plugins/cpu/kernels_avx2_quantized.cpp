@@ -1,11 +1,13 @@
 // The AVX2 kernels over rows of the formats with scales (q8_0, q4_0) where they are stored:
 // logits as integer dot products of the rounded queries with each group of a key row
 // (vpmaddubsw, vpmaddwd), scaled by the two groups' scales and summed in f32; value rows
-// dequantized in registers on their way into the weighted sum.
+// dequantized in registers on their way into the weighted sum; and rows quantized eight
+// values at a time with the reference encoding's arithmetic (the same bytes).
 #include "kernels.hpp"
 
 #ifdef KVC_CPU_HAVE_AVX2_KERNELS
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -138,9 +140,92 @@ KVC_AVX2 void accumulate(float* acc, size_t rows, const float* weights, const vo
       acc, rows, weights, v, n_keys, dim, ahead);
 }
 
+// The group's largest magnitude, NaNs left out as the reference leaves them (vmaxps returns
+// its second operand when either is NaN, and the running maximum never is).
+KVC_AVX2_INLINE float largest_magnitude(const __m256* x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 largest = _mm256_setzero_ps();
+  for (size_t i = 0; i < kGroup / 8; ++i) largest = _mm256_max_ps(_mm256_andnot_ps(sign, x[i]), largest);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(largest), _mm256_extractf128_ps(largest, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// x times inverse rounded to the nearest integer, halves away from zero, clamped to [low,
+// high]: round_clamped (quantized_rows.hpp) eight lanes at a time.
+KVC_AVX2_INLINE __m256i round_clamped8(__m256 x, __m256 inverse, int low, int high) {
+  __m256 v = _mm256_mul_ps(x, inverse);
+  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN: 0
+  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-256.0f)), _mm256_set1_ps(256.0f));
+  __m256i t = _mm256_cvttps_epi32(v);
+  const __m256 rest = _mm256_sub_ps(v, _mm256_cvtepi32_ps(t));
+  t = _mm256_sub_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(rest, _mm256_set1_ps(0.5f), _CMP_GE_OQ)));
+  t = _mm256_add_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(rest, _mm256_set1_ps(-0.5f), _CMP_LE_OQ)));
+  return _mm256_min_epi32(_mm256_max_epi32(t, _mm256_set1_epi32(low)), _mm256_set1_epi32(high));
+}
+
+// Four registers of eight 32-bit integers in [-128, 127] as 32 bytes, in order.
+KVC_AVX2_INLINE __m256i narrow_to_bytes(const __m256i* t) {
+  const __m256i bytes =
+      _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]), _mm256_packs_epi32(t[2], t[3]));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// put_scale (quantized_rows.hpp) by F16C's conversion, which rounds to nearest even as the
+// reference's does; the inverse of the scale stored, as the values are quantized against it.
+KVC_AVX2_INLINE float inverse_of_scale(float d, unsigned char* group) {
+  const uint16_t bits = _cvtss_sh(std::clamp(d, -65504.0f, 65504.0f), _MM_FROUND_TO_NEAREST_INT);
+  std::memcpy(group, &bits, sizeof bits);
+  const float stored = _cvtsh_ss(bits);
+  return stored != 0.0f ? 1.0f / stored : 0.0f;
+}
+
+KVC_AVX2_INLINE void q8_0_group(const float* x, unsigned char* group) {
+  __m256 values[kGroup / 8];
+  for (size_t i = 0; i < kGroup / 8; ++i) values[i] = _mm256_loadu_ps(x + 8 * i);
+  const __m256 inverse = _mm256_set1_ps(inverse_of_scale(largest_magnitude(values) / 127.0f, group));
+  __m256i q[kGroup / 8];
+  for (size_t i = 0; i < kGroup / 8; ++i) q[i] = round_clamped8(values[i], inverse, -127, 127);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(group + 2), narrow_to_bytes(q));
+}
+
+KVC_AVX2_INLINE void q4_0_group(const float* x, unsigned char* group) {
+  __m256 values[kGroup / 8];
+  for (size_t i = 0; i < kGroup / 8; ++i) values[i] = _mm256_loadu_ps(x + 8 * i);
+  // The first value of the largest magnitude, with its sign (0 when all are zero).
+  const float largest = largest_magnitude(values);
+  float extreme = 0.0f;
+  if (largest != 0.0f) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), target = _mm256_set1_ps(largest);
+    uint32_t hits = 0;
+    for (size_t i = 0; i < kGroup / 8; ++i) {
+      const __m256 equal = _mm256_cmp_ps(_mm256_andnot_ps(sign, values[i]), target, _CMP_EQ_OQ);
+      hits |= uint32_t(_mm256_movemask_ps(equal)) << (8 * i);
+    }
+    extreme = x[__builtin_ctz(hits)];
+  }
+  const __m256 inverse = _mm256_set1_ps(inverse_of_scale(extreme / -8.0f, group));
+  __m256i q[kGroup / 8];
+  for (size_t i = 0; i < kGroup / 8; ++i)
+    q[i] = _mm256_add_epi32(round_clamped8(values[i], inverse, -8, 7), _mm256_set1_epi32(8));
+  const __m256i bytes = narrow_to_bytes(q);  // values 0-15 below, 16-31 above
+  const __m128i packed = _mm_or_si128(_mm256_castsi256_si128(bytes),
+                                      _mm_slli_epi16(_mm256_extracti128_si256(bytes, 1), 4));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(group + 2), packed);
+}
+
+KVC_AVX2 void quantize(const float* x, kvc_dtype dtype, unsigned char* row, size_t n) {
+  if (dtype == KVC_DTYPE_Q4_0) {
+    for (size_t g = 0; g < n / kGroup; ++g) q4_0_group(x + g * kGroup, row + g * kQ4GroupBytes);
+  } else {
+    for (size_t g = 0; g < n / kGroup; ++g) q8_0_group(x + g * kGroup, row + g * kQ8GroupBytes);
+  }
+}
+
 }  // namespace
 
-const QuantizedKernels avx2_quantized_kernels = {logits, accumulate};
+const QuantizedKernels avx2_quantized_kernels = {logits, accumulate, quantize};
 
 }  // namespace kvc::cpu
 

@@ -31,8 +31,9 @@ inline float scale_of(const unsigned char* group) {
 }
 
 // v rounded to the nearest integer, halves away from zero, then clamped to [low, high]: the
-// reference's steps without branches.
+// reference's steps (a NaN as 0, magnitudes beyond 256 as 256) without branches.
 inline int32_t round_clamped(float v, int32_t low, int32_t high) {
+  v = std::clamp(v == v ? v : 0.0f, -256.0f, 256.0f);
   int32_t t = static_cast<int32_t>(v);
   const float rest = v - static_cast<float>(t);
   t += int32_t(rest >= 0.5f) - int32_t(rest <= -0.5f);

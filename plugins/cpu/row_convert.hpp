@@ -16,7 +16,12 @@
 
 namespace kvc::cpu {
 
-inline void store_row_f32(const float* __restrict src, void* dst, kvc_dtype dtype, size_t n) {
+inline void store_row_f32(const TileKernels& kernels, const float* __restrict src, void* dst,
+                          kvc_dtype dtype, size_t n) {
+  if (kvc_format_has_scales(dtype) && kernels.quantized) {
+    kernels.quantized->quantize(src, dtype, static_cast<unsigned char*>(dst), n);
+    return;
+  }
   switch (dtype) {
     case KVC_DTYPE_F32:
       std::memcpy(dst, src, n * sizeof(float));
@@ -56,13 +61,13 @@ inline void load_row_f32(const TileKernels& kernels, const void* src, kvc_dtype 
 inline void store_row(const TileKernels& kernels, const void* src, kvc_dtype src_dtype,
                       void* dst, kvc_dtype storage, size_t n) {
   if (src_dtype == KVC_DTYPE_F32) {
-    store_row_f32(static_cast<const float*>(src), dst, storage, n);
+    store_row_f32(kernels, static_cast<const float*>(src), dst, storage, n);
     return;
   }
   thread_local std::vector<float> row;
   row.resize(n);
   load_row_f32(kernels, src, src_dtype, row.data(), n);
-  store_row_f32(row.data(), dst, storage, n);
+  store_row_f32(kernels, row.data(), dst, storage, n);
 }
 
 }  // namespace kvc::cpu

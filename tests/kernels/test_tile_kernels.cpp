@@ -381,6 +381,57 @@ void check_quantized_accumulate(const TileKernels& set, std::mt19937& rng) {
   }
 }
 
+// Groups of 32 values of one kind each: random at a random scale, all zero (some -0), tiny
+// (the scale rounds to f16 zero), huge (the scale saturates, the values clamp), halves of a
+// step (ties of the rounding), a largest magnitude that comes twice with either sign, and
+// NaNs.
+std::vector<float> quantizer_inputs(size_t groups, size_t first_kind, std::mt19937& rng) {
+  std::vector<float> x;
+  for (size_t g = 0; g < groups; ++g) {
+    const float scale = std::ldexp(1.0f, int(rng() % 20) - 10);
+    std::vector<float> group = random_floats(32, -scale, scale, rng);
+    switch ((first_kind + g) % 7) {
+      case 1:
+        for (size_t i = 0; i < 32; ++i) group[i] = i % 3 == 0 ? -0.0f : 0.0f;
+        break;
+      case 2:
+        for (float& v : group) v *= 1e-30f;
+        break;
+      case 3:
+        for (float& v : group) v *= 1e30f;
+        break;
+      case 4:
+        for (size_t i = 0; i < 32; ++i) group[i] = (float(i) - 15.5f) * 0.5f * scale;
+        break;
+      case 5:
+        group[3] = -2 * scale;
+        group[20] = 2 * scale;
+        break;
+      case 6:
+        group[0] = group[17] = std::numeric_limits<float>::quiet_NaN();
+        break;
+    }
+    x.insert(x.end(), group.begin(), group.end());
+  }
+  return x;
+}
+
+void check_quantize(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kQuantized) {
+    for (size_t dim : kQuantizedDims) {
+      for (int round = 0; round < 12; ++round) {
+        const std::vector<float> x = quantizer_inputs(dim / 32, size_t(round), rng);
+        const size_t bytes = kvc_format_row_bytes(dtype, dim);
+        std::vector<unsigned char> expected(bytes), got(bytes);
+        REQUIRE(kvc_format_row_from_f32(dtype, x.data(), expected.data(), dim));
+        set.quantized->quantize(x.data(), dtype, got.data(), dim);
+        CHECK_MESSAGE(got == expected, std::string(set.name) << " quantize " << kvc_format_name(dtype)
+                                                << " dim " << dim << " round " << round);
+      }
+    }
+  }
+}
+
 void check_set(const TileKernels& set) {
   std::mt19937 rng(12);
   check_convert(set, rng);
@@ -390,6 +441,7 @@ void check_set(const TileKernels& set) {
   if (set.quantized) {
     check_quantized_logits(set, rng);
     check_quantized_accumulate(set, rng);
+    check_quantize(set, rng);
   }
 }
 

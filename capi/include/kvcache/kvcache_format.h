@@ -23,7 +23,8 @@
  * format's range. q8_0's d is the group's largest magnitude / 127, so each value comes back
  * within |d| / 2. q4_0's d is the group's value of largest magnitude / -8, which comes back
  * exactly; the others within |d| / 2, but for values of the other sign beyond 7.5 |d|, which
- * clamp to 7 d.
+ * clamp to 7 d. A value too large for the group's f16 scale clamps to the format's range, and
+ * a NaN value is stored as 0 (it does not count towards the scale).
  * Language wrappers that cannot use these inline functions read the same table through
  * kvc_format_describe() (kvcache.h).
  *
@@ -153,9 +154,15 @@ static inline const char *kvc_format_name(int format) { return kvc_format_entry_
 
 KVC_FORMAT_FN float kvc_quant_abs_(float x) { return x < 0 ? -x : x; }
 
-/* x rounded to the nearest integer, halves away from zero, for |x| < 2^23 (exact: x - t). */
+/* x rounded to the nearest integer, halves away from zero (exact: x - t). Every format's
+ * range is within [-128, 127], so magnitudes beyond 256 round as 256 and a NaN as 0: the
+ * conversion to int is defined for every input. */
 KVC_FORMAT_FN int kvc_quant_round_(float x) {
-  int t = (int)x;
+  int t;
+  if (x != x) x = 0;
+  if (x > 256) x = 256;
+  if (x < -256) x = -256;
+  t = (int)x;
   const float rest = x - (float)t;
   if (rest >= 0.5f) ++t;
   if (rest <= -0.5f) --t;
