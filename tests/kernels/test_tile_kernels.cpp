@@ -126,6 +126,36 @@ struct KernelRows {
   Prefetch prefetch() const { return {lines.data(), lines.size()}; }
 };
 
+// Weights of `rows` rows of kTileKeys, random in [0, 1) for t < n_keys and NaN past them: a
+// kernel that reads those spoils its rows.
+std::vector<float> random_weights(size_t rows, size_t n_keys, std::mt19937& rng) {
+  std::vector<float> weights(rows * kTileKeys, kNaN);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t t = 0; t < n_keys; ++t) weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
+  return weights;
+}
+
+// The largest error of acc (before plus the weighted value rows) over its bound, relative to
+// the magnitudes summed.
+double accumulate_error(const std::vector<float>& before, const std::vector<float>& acc,
+                        const std::vector<float>& weights, const std::vector<double>& value,
+                        size_t rows, size_t n_keys, size_t dim) {
+  double worst = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < dim; ++i) {
+      double sum = before[r * dim + i], magnitude = std::fabs(sum);
+      for (size_t t = 0; t < n_keys; ++t) {
+        const double term = double(weights[r * kTileKeys + t]) * value[t * dim + i];
+        sum += term;
+        magnitude += std::fabs(term);
+      }
+      const double error = std::fabs(acc[r * dim + i] - sum);
+      worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
+    }
+  }
+  return worst;
+}
+
 void check_convert(const TileKernels& set, std::mt19937& rng) {
   for (kvc_dtype dtype : kDtypes) {
     for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 100, 257}) {
@@ -185,30 +215,14 @@ void check_accumulate(const TileKernels& set, std::mt19937& rng) {
         for (size_t n_keys = 1; n_keys <= kTileKeys; ++n_keys) {
           const Elements v(dtype, n_keys * dim, rng);
           const KernelRows given(set, v, rows, n_keys);
-          // Weights past n_keys are NaN: a kernel that reads them spoils its rows.
-          std::vector<float> weights(rows * kTileKeys, kNaN);
-          for (size_t r = 0; r < rows; ++r)
-            for (size_t t = 0; t < n_keys; ++t)
-              weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
+          const std::vector<float> weights = random_weights(rows, n_keys, rng);
           const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
           std::vector<float> acc = before;
           Prefetch ahead = given.prefetch();
           set.accumulate(acc.data(), rows, weights.data(), given.rows.data(), given.dtype, n_keys,
                          dim, ahead);
           CHECK_MESSAGE(ahead.done(), set.name << " accumulate left lines unrequested");
-          double worst = 0;
-          for (size_t r = 0; r < rows; ++r) {
-            for (size_t i = 0; i < dim; ++i) {
-              double sum = before[r * dim + i], magnitude = std::fabs(sum);
-              for (size_t t = 0; t < n_keys; ++t) {
-                const double term = double(weights[r * kTileKeys + t]) * v.value[t * dim + i];
-                sum += term;
-                magnitude += std::fabs(term);
-              }
-              const double error = std::fabs(acc[r * dim + i] - sum);
-              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
-            }
-          }
+          const double worst = accumulate_error(before, acc, weights, v.value, rows, n_keys, dim);
           CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " accumulate dtype " << dtype << " dim "
                                                << dim << " rows " << rows << " keys " << n_keys);
         }
@@ -349,29 +363,14 @@ void check_quantized_accumulate(const TileKernels& set, std::mt19937& rng) {
       for (size_t rows = 1; rows <= set.max_rows_in_place; ++rows) {
         for (size_t n_keys = 1; n_keys <= kTileKeys; n_keys += 1 + n_keys / 4) {
           const QuantizedRows v(dtype, n_keys, dim, rng);
-          std::vector<float> weights(rows * kTileKeys, kNaN);
-          for (size_t r = 0; r < rows; ++r)
-            for (size_t t = 0; t < n_keys; ++t)
-              weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
+          const std::vector<float> weights = random_weights(rows, n_keys, rng);
           const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
           std::vector<float> acc = before;
           Prefetch ahead = v.prefetch();
           set.quantized->accumulate(acc.data(), rows, weights.data(), v.rows.data(), dtype,
                                     n_keys, dim, ahead);
           CHECK_MESSAGE(ahead.done(), set.name << " quantized accumulate left lines unrequested");
-          double worst = 0;
-          for (size_t r = 0; r < rows; ++r) {
-            for (size_t i = 0; i < dim; ++i) {
-              double sum = before[r * dim + i], magnitude = std::fabs(sum);
-              for (size_t t = 0; t < n_keys; ++t) {
-                const double term = double(weights[r * kTileKeys + t]) * v.value[t * dim + i];
-                sum += term;
-                magnitude += std::fabs(term);
-              }
-              const double error = std::fabs(acc[r * dim + i] - sum);
-              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
-            }
-          }
+          const double worst = accumulate_error(before, acc, weights, v.value, rows, n_keys, dim);
           CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " quantized accumulate "
                                                << kvc_format_name(dtype) << " dim " << dim
                                                << " rows " << rows << " keys " << n_keys);
