@@ -16,17 +16,20 @@ namespace {
 
 // Loads eight consecutive elements of a row, from element i on, as f32.
 struct F32 {
+  static constexpr bool kGroupScaled = false;
   KVC_AVX2_INLINE static __m256 load(const void* rows, size_t i) {
     return _mm256_loadu_ps(static_cast<const float*>(rows) + i);
   }
 };
 struct F16 {
+  static constexpr bool kGroupScaled = false;
   KVC_AVX2_INLINE static __m256 load(const void* rows, size_t i) {
     const auto* h = static_cast<const uint16_t*>(rows) + i;
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
   }
 };
 struct BF16 {
+  static constexpr bool kGroupScaled = false;
   KVC_AVX2_INLINE static __m256 load(const void* rows, size_t i) {
     const auto* b = static_cast<const uint16_t*>(rows) + i;
     const __m256i wide =

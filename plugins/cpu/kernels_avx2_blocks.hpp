@@ -1,6 +1,7 @@
 // What the AVX2 kernel files share: their target attributes, horizontal sums, and the
 // accumulation of weighted value rows over any row format that loads eight values as f32
-// (`Element::load(row, i)`: values i to i + 7 of the row). Included by kernels_avx2*.cpp only.
+// (`Element::load(row, i)`: values i to i + 7 of the row; see load_chunks for formats with
+// scales). Included by kernels_avx2*.cpp only.
 #pragma once
 
 #include <immintrin.h>
@@ -48,6 +49,20 @@ KVC_AVX2_INLINE void store_dots(const __m256* acc, float* out) {
   }
 }
 
+// Values [c, c + 8 C) of a row as f32. A format with a scale per group of 32 values
+// (Element::kGroupScaled) gives its values unscaled and the group's scale apart, which the
+// chunks share: accumulate_block's blocks of 16 from a multiple of 16 lie in one group.
+template <class Element, size_t C>
+KVC_AVX2_INLINE void load_chunks(const void* row, size_t c, __m256* values) {
+  if constexpr (Element::kGroupScaled) {
+    const __m256 scale = Element::scale(row, c);
+    for (size_t i = 0; i < C; ++i)
+      values[i] = _mm256_mul_ps(Element::unscaled(row, c + i * kDimAlign), scale);
+  } else {
+    for (size_t i = 0; i < C; ++i) values[i] = Element::load(row, c + i * kDimAlign);
+  }
+}
+
 // Adds the weighted V rows to R rows of acc, over C chunks of 8 from element c: R * C
 // accumulators, each V chunk loaded (and converted) once for R rows.
 template <size_t R, size_t C, class Element>
@@ -58,7 +73,7 @@ KVC_AVX2_INLINE void accumulate_block(float* acc, const float* weights, const vo
   for (size_t t = 0; t < n_keys; ++t) {
     ahead.step();
     __m256 values[C];
-    for (size_t i = 0; i < C; ++i) values[i] = Element::load(v[t], c + i * kDimAlign);
+    load_chunks<Element, C>(v[t], c, values);
     for (size_t r = 0; r < R; ++r) {
       const __m256 w = _mm256_set1_ps(weights[r * kTileKeys + t]);
       for (size_t i = 0; i < C; ++i)

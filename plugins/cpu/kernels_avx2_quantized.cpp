@@ -110,27 +110,38 @@ KVC_AVX2 void logits(const QuantizedQueries& q, size_t rows, const void* const* 
   max_of_rows(out, rows, n_keys, row_max);
 }
 
-// Values i to i + 7 of a value row (i a multiple of 8), dequantized.
+// Values i to i + 7 of a value row (i a multiple of 8) as integers in f32, and the scale of
+// their group (load_chunks, kernels_avx2_blocks.hpp).
 struct Q8Values {
-  KVC_AVX2_INLINE static __m256 load(const void* row, size_t i) {
-    const auto* group = static_cast<const unsigned char*>(row) + i / kGroup * kQ8GroupBytes;
+  static constexpr bool kGroupScaled = true;
+  KVC_AVX2_INLINE static const unsigned char* group_of(const void* row, size_t i) {
+    return static_cast<const unsigned char*>(row) + i / kGroup * kQ8GroupBytes;
+  }
+  KVC_AVX2_INLINE static __m256 scale(const void* row, size_t i) {
+    return _mm256_set1_ps(group_scale(group_of(row, i)));
+  }
+  KVC_AVX2_INLINE static __m256 unscaled(const void* row, size_t i) {
     const __m128i bytes =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 2 + i % kGroup));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)),
-                         _mm256_set1_ps(group_scale(group)));
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group_of(row, i) + 2 + i % kGroup));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
   }
 };
 struct Q4Values {
-  KVC_AVX2_INLINE static __m256 load(const void* row, size_t i) {
-    const auto* group = static_cast<const unsigned char*>(row) + i / kGroup * kQ4GroupBytes;
+  static constexpr bool kGroupScaled = true;
+  KVC_AVX2_INLINE static const unsigned char* group_of(const void* row, size_t i) {
+    return static_cast<const unsigned char*>(row) + i / kGroup * kQ4GroupBytes;
+  }
+  KVC_AVX2_INLINE static __m256 scale(const void* row, size_t i) {
+    return _mm256_set1_ps(group_scale(group_of(row, i)));
+  }
+  KVC_AVX2_INLINE static __m256 unscaled(const void* row, size_t i) {
     const size_t j = i % kGroup;  // value j is in byte j % 16, low nibble for j < 16
     const __m128i bytes =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 2 + j % (kGroup / 2)));
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group_of(row, i) + 2 + j % (kGroup / 2)));
     __m256i wide = _mm256_cvtepu8_epi32(bytes);
     wide = j < kGroup / 2 ? _mm256_and_si256(wide, _mm256_set1_epi32(0x0F))
                           : _mm256_srli_epi32(wide, 4);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(wide, _mm256_set1_epi32(8))),
-                         _mm256_set1_ps(group_scale(group)));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(wide, _mm256_set1_epi32(8)));
   }
 };
 
