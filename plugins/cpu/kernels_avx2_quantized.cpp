@@ -27,78 +27,97 @@ KVC_AVX2_INLINE float group_scale(const unsigned char* group) {
   return _cvtsh_ss(bits);
 }
 
-// The 32 values of a key group as signed bytes.
+// The 32 values of group g of a key row as signed bytes: where they are stored (q8_0), or
+// widened into `scratch` (q4_0).
 struct Q8Keys {
   static constexpr size_t kGroupBytes = kQ8GroupBytes;
-  KVC_AVX2_INLINE static __m256i values(const unsigned char* group) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 2));
+  KVC_AVX2_INLINE static const int8_t* values(const unsigned char* group, int8_t*) {
+    return reinterpret_cast<const int8_t*>(group + 2);
   }
 };
 struct Q4Keys {
   static constexpr size_t kGroupBytes = kQ4GroupBytes;
-  KVC_AVX2_INLINE static __m256i values(const unsigned char* group) {
+  KVC_AVX2_INLINE static const int8_t* values(const unsigned char* group, int8_t* scratch) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2));
     const __m128i nibble = _mm_set1_epi8(0x0F);
-    const __m128i low = _mm_and_si128(packed, nibble);                        // values 0-15
-    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);    // values 16-31
-    return _mm256_sub_epi8(_mm256_set_m128i(high, low), _mm256_set1_epi8(8));
+    const __m128i low = _mm_and_si128(packed, nibble);                      // values 0-15
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);  // values 16-31
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch),
+                        _mm256_sub_epi8(_mm256_set_m128i(high, low), _mm256_set1_epi8(8)));
+    return scratch;
   }
 };
 
-// Dots of rounded query rows [row, row + R) with key rows [key, key + T): per group, the
-// byte products summed exactly in 32-bit lanes, then scaled by both scales into R * T f32
-// accumulators.
-template <size_t R, size_t T, class Keys>
-KVC_AVX2_INLINE void dot_block(const QuantizedQueries& q, size_t row, const void* const* k,
-                               size_t key, float* out, Prefetch& ahead) {
-  const size_t groups = q.dim / kGroup;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R * T];
-  for (size_t i = 0; i < R * T; ++i) acc[i] = _mm256_setzero_ps();
-  for (size_t g = 0; g < groups; ++g) {
-    ahead.step();
-    __m256i keys[T];
-    __m256 key_scale[T];
-    for (size_t t = 0; t < T; ++t) {
-      const auto* group = static_cast<const unsigned char*>(k[key + t]) + g * Keys::kGroupBytes;
-      keys[t] = Keys::values(group);
-      key_scale[t] = _mm256_set1_ps(group_scale(group));
+// Keys scored together: the eight dot products of a query row's group with eight keys' are
+// summed across lanes into one register, and scaled there.
+constexpr size_t kKeyBlock = 8;
+alignas(32) constexpr int8_t kZeroGroup[kGroup] = {};
+
+// Group g of every key of a tile: its 32 values as signed bytes, and the keys' scales side
+// by side. Keys from n_keys up to the next whole block read zeros.
+struct KeyGroup {
+  const int8_t* values[kTileKeys];
+  alignas(32) float scales[kTileKeys];
+  alignas(32) int8_t widened[kTileKeys][kGroup];
+
+  template <class Keys>
+  KVC_AVX2_INLINE void load(const void* const* k, size_t n_keys, size_t padded, size_t g) {
+    for (size_t t = 0; t < n_keys; ++t) {
+      const auto* group = static_cast<const unsigned char*>(k[t]) + g * Keys::kGroupBytes;
+      scales[t] = group_scale(group);
+      values[t] = Keys::values(group, widened[t]);
     }
-    for (size_t r = 0; r < R; ++r) {
-      const size_t at = (row + r) * q.dim + g * kGroup;
-      const __m256i values = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.values + at));
-      const __m256i magnitudes =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.magnitudes + at));
-      const __m256 query_scale = _mm256_broadcast_ss(q.scales + (row + r) * groups + g);
-      for (size_t t = 0; t < T; ++t) {
-        // |q| times k with q's sign is q * k; both are within [-127, 127] (the reference
-        // encoding's range), so a pair of products fits vpmaddubsw's 16 bits.
-        const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(keys[t], values));
-        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-        acc[r * T + t] =
-            _mm256_fmadd_ps(sums, _mm256_mul_ps(query_scale, key_scale[t]), acc[r * T + t]);
-      }
+    for (size_t t = n_keys; t < padded; ++t) {
+      scales[t] = 0.0f;
+      values[t] = kZeroGroup;
     }
   }
-  store_dots<R, T>(acc, out + key);
+};
+
+// The lane sums of a[0..8) as the lanes of one register, in order.
+KVC_AVX2_INLINE __m256i sum_lanes8_epi32(const __m256i* a) {
+  const __m256i low = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+  const __m256i high = _mm256_hadd_epi32(_mm256_hadd_epi32(a[4], a[5]), _mm256_hadd_epi32(a[6], a[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(low, high, 0x20),
+                          _mm256_permute2x128_si256(low, high, 0x31));
 }
 
-template <size_t R, class Keys>
-KVC_AVX2_INLINE void dot_rows(const QuantizedQueries& q, size_t row, const void* const* k,
-                              size_t n_keys, float* out, Prefetch& ahead) {
-  size_t t = 0;
-  for (; t + 2 <= n_keys; t += 2) dot_block<R, 2, Keys>(q, row, k, t, out, ahead);
-  if (t < n_keys) dot_block<R, 1, Keys>(q, row, k, t, out, ahead);
-}
-
+// Group by group, each query row against eight keys at a time: per key, the 32 byte products
+// summed exactly into 32-bit lanes, the eight keys' sums gathered into one register, then
+// scaled by both scales and added to the row's logits in f32 (in group order).
 template <class Keys>
 KVC_AVX2 void logits_as(const QuantizedQueries& q, size_t rows, const void* const* k,
                         size_t n_keys, float* out, Prefetch& ahead) {
-  const size_t row_blocks = rows / 4 + rows % 4;
-  ahead.spread_over(row_blocks * ((n_keys + 1) / 2) * (q.dim / kGroup));
-  size_t r = 0;
-  for (; r + 4 <= rows; r += 4) dot_rows<4, Keys>(q, r, k, n_keys, out + r * kTileKeys, ahead);
-  for (; r < rows; ++r) dot_rows<1, Keys>(q, r, k, n_keys, out + r * kTileKeys, ahead);
+  const size_t groups = q.dim / kGroup;
+  const size_t padded = (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  ahead.spread_over(groups * rows);
+  for (size_t r = 0; r < rows; ++r) std::fill_n(out + r * kTileKeys, padded, 0.0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  KeyGroup keys;
+  for (size_t g = 0; g < groups; ++g) {
+    keys.load<Keys>(k, n_keys, padded, g);
+    for (size_t r = 0; r < rows; ++r) {
+      ahead.step();
+      const size_t at = r * q.dim + g * kGroup;
+      const __m256i values = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.values + at));
+      const __m256i magnitudes =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.magnitudes + at));
+      const __m256 query_scale = _mm256_broadcast_ss(q.scales + r * groups + g);
+      float* row = out + r * kTileKeys;
+      for (size_t b = 0; b < padded; b += kKeyBlock) {
+        __m256i sums[kKeyBlock];
+        for (size_t t = 0; t < kKeyBlock; ++t) {
+          const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys.values[b + t]));
+          // |q| times k with q's sign is q * k; both are within [-127, 127] (the reference
+          // encoding's range), so a pair of products fits vpmaddubsw's 16 bits.
+          sums[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(key, values)), ones);
+        }
+        const __m256 dots = _mm256_cvtepi32_ps(sum_lanes8_epi32(sums));
+        const __m256 scales = _mm256_mul_ps(_mm256_load_ps(keys.scales + b), query_scale);
+        _mm256_storeu_ps(row + b, _mm256_fmadd_ps(dots, scales, _mm256_loadu_ps(row + b)));
+      }
+    }
+  }
   ahead.rest();
 }
 
