@@ -67,17 +67,18 @@ typedef struct window_sums {
   double nll_base, nll_config, kl, agree;
 } window_sums;
 
+/* An engine for steps of up to `rows` tokens, with logits for as many. */
 static int side_open(compare_side *side, const char *option, const kvl_model *model,
-                     const char *config_path, int32_t chunk, int32_t vocab) {
+                     const char *config_path, int32_t rows, int32_t vocab) {
   char error[1024];
   side->option = option;
   if (kvl_cli_create_cache(model, config_path, option, &side->context, &side->cache, error,
                            sizeof error) != 0 ||
-      kvl_engine_create(model, side->cache, chunk, &side->engine, error, sizeof error) != 0) {
+      kvl_engine_create(model, side->cache, rows, &side->engine, error, sizeof error) != 0) {
     kvl_cli_error("%s", error);
     return -1;
   }
-  side->logits = (float *)malloc((size_t)chunk * (size_t)vocab * sizeof(float));
+  side->logits = (float *)malloc((size_t)rows * (size_t)vocab * sizeof(float));
   if (side->logits == NULL) {
     kvl_cli_error("out of host memory");
     return -1;
@@ -93,8 +94,9 @@ static void side_close(compare_side *side) {
   memset(side, 0, sizeof *side);
 }
 
-static int side_seq(compare_side *side, int create) {
-  kvc_status *status = create ? kvc_seq_create(side->cache, 0) : kvc_seq_remove(side->cache, 0);
+static int side_seq(compare_side *side, int32_t seq, int create) {
+  kvc_status *status =
+      create ? kvc_seq_create(side->cache, seq) : kvc_seq_remove(side->cache, seq);
   if (status == NULL) return 0;
   kvl_cli_error("%s: %s: %s", side->option, create ? "kvc_seq_create" : "kvc_seq_remove",
                 kvc_status_message(status));
@@ -102,13 +104,13 @@ static int side_seq(compare_side *side, int create) {
   return -1;
 }
 
-/* n tokens of sequence 0; logits of every one of them (all_logits) or of the last. */
-static int side_forward(compare_side *side, int32_t n, const int32_t *tokens,
-                        const int32_t *positions, int all_logits) {
+/* One step (kvl_engine_forward) into side->logits. */
+static int side_forward(compare_side *side, int32_t n_seqs, const int32_t *seq_ids,
+                        const int32_t *n_tokens, const int32_t *tokens, const int32_t *positions,
+                        int all_logits) {
   char error[1024];
-  int32_t seq = 0;
-  if (kvl_engine_forward(side->engine, 1, &seq, &n, tokens, positions, all_logits, side->logits,
-                         error, sizeof error) != 0) {
+  if (kvl_engine_forward(side->engine, n_seqs, seq_ids, n_tokens, tokens, positions, all_logits,
+                         side->logits, error, sizeof error) != 0) {
     kvl_cli_error("%s: %s", side->option, error);
     return -1;
   }
@@ -185,8 +187,10 @@ typedef struct compare_run {
   compare_side base, config;
   int32_t vocab, bos, window, chunk, n_score, generate, prompt;
   const int32_t *text;
-  int32_t *input, *positions;
-  double *prob; /* [vocab] */
+  int32_t *input, *positions;               /* [window]: one window's input */
+  int32_t *seq_ids, *step_tokens, *step_positions, *ones; /* [n_generations]: a decode step */
+  int32_t *next_base, *next_config;          /* [n_generations]: each side's argmax */
+  double *prob;                              /* [vocab] */
   window_sums *windows, *generations;
   int32_t n_windows, n_generations;
   double kl_sq; /* sum of the squared per-token KL, for its SE over tokens */
@@ -207,65 +211,99 @@ static void window_input(const compare_run *r, int32_t start, int32_t n, const i
   *target = r->bos >= 0 ? x : x + 1;
 }
 
-static int both_seq(compare_run *r, int create) {
-  return side_seq(&r->base, create) != 0 || side_seq(&r->config, create) != 0 ? -1 : 0;
+static int both_seq(compare_run *r, int32_t seq, int create) {
+  return side_seq(&r->base, seq, create) != 0 || side_seq(&r->config, seq, create) != 0 ? -1 : 0;
+}
+
+/* n positions of r->input (from r->positions[0]) as sequence seq of both sides, in chunks;
+ * each chunk's logits (all of them with all_logits) are then in side->logits. on_chunk, when
+ * not NULL, is called after each chunk with its first position and length. */
+static int both_prefill(compare_run *r, int32_t seq, int32_t n, int all_logits,
+                        void (*on_chunk)(compare_run *, int32_t at, int32_t m, void *),
+                        void *arg) {
+  int32_t at;
+  for (at = 0; at < n; at += r->chunk) {
+    const int32_t m = n - at < r->chunk ? n - at : r->chunk;
+    if (side_forward(&r->base, 1, &seq, &m, r->input + at, r->positions + at, all_logits) != 0 ||
+        side_forward(&r->config, 1, &seq, &m, r->input + at, r->positions + at, all_logits) !=
+            0) {
+      return -1;
+    }
+    if (on_chunk != NULL) on_chunk(r, at, m, arg);
+  }
+  return 0;
+}
+
+typedef struct score_target {
+  const int32_t *target;
+  window_sums *sums;
+} score_target;
+
+static void score_chunk(compare_run *r, int32_t at, int32_t m, void *arg) {
+  const score_target *t = (const score_target *)arg;
+  int32_t i;
+  for (i = 0; i < m; ++i) {
+    const size_t row = (size_t)i * r->vocab;
+    const double kl_before = t->sums->kl;
+    score_position(r->base.logits + row, r->config.logits + row, r->vocab, t->target[at + i],
+                   r->prob, t->sums);
+    r->kl_sq += (t->sums->kl - kl_before) * (t->sums->kl - kl_before);
+  }
 }
 
 /* Scores one window of n positions starting at text[start] into *sums. */
 static int score_window(compare_run *r, int32_t start, int32_t n, window_sums *sums) {
-  const int32_t *target;
-  int32_t at, i;
-  window_input(r, start, n, &target);
-  if (both_seq(r, 1) != 0) return -1;
-  for (at = 0; at < n; at += r->chunk) {
-    const int32_t m = n - at < r->chunk ? n - at : r->chunk;
-    if (side_forward(&r->base, m, r->input + at, r->positions + at, 1) != 0 ||
-        side_forward(&r->config, m, r->input + at, r->positions + at, 1) != 0) {
-      return -1;
-    }
-    for (i = 0; i < m; ++i) {
-      const size_t row = (size_t)i * r->vocab;
-      const double kl_before = sums->kl;
-      score_position(r->base.logits + row, r->config.logits + row, r->vocab, target[at + i],
-                     r->prob, sums);
-      r->kl_sq += (sums->kl - kl_before) * (sums->kl - kl_before);
-    }
-  }
-  return both_seq(r, 0);
+  score_target t;
+  t.sums = sums;
+  window_input(r, start, n, &t.target);
+  if (both_seq(r, 0, 1) != 0 || both_prefill(r, 0, n, 1, score_chunk, &t) != 0) return -1;
+  return both_seq(r, 0, 0);
 }
 
-/* From the first P positions of the window at text[start]: the baseline generates greedily,
- * the config is fed its tokens; counts agreements into *sums and sets *prefix. */
-static int generate_from(compare_run *r, int32_t start, window_sums *sums, int32_t *prefix) {
-  const int32_t *target;
-  int32_t at, step, token;
-  window_input(r, start, r->prompt, &target);
-  if (both_seq(r, 1) != 0) return -1;
-  for (at = 0; at < r->prompt; at += r->chunk) {
-    const int32_t m = r->prompt - at < r->chunk ? r->prompt - at : r->chunk;
-    if (side_forward(&r->base, m, r->input + at, r->positions + at, 0) != 0 ||
-        side_forward(&r->config, m, r->input + at, r->positions + at, 0) != 0) {
-      return -1;
-    }
+/* Generations g < n_generations, each from the first P positions of the window at
+ * text[starts[g]], as sequence g of both sides, decoded in one batch: the baseline generates
+ * greedily, the config is fed its tokens; counts agreements and sets the identical prefixes. */
+static int generate_all(compare_run *r, const int32_t *starts) {
+  const int32_t n = r->n_generations;
+  int32_t g, step;
+  for (g = 0; g < n; ++g) {
+    const int32_t *target;
+    window_input(r, starts[g], r->prompt, &target);
+    if (both_seq(r, g, 1) != 0 || both_prefill(r, g, r->prompt, 0, NULL, NULL) != 0) return -1;
+    r->next_base[g] = kvl_cli_argmax(r->base.logits, r->vocab);
+    r->next_config[g] = kvl_cli_argmax(r->config.logits, r->vocab);
+    r->prefix[g] = -1;
+    r->seq_ids[g] = g;
+    r->ones[g] = 1;
   }
-  *prefix = -1;
   for (step = 0; step < r->generate; ++step) {
-    const int32_t position = r->prompt + step;
-    token = kvl_cli_argmax(r->base.logits, r->vocab);
-    if (kvl_cli_argmax(r->config.logits, r->vocab) == token) {
-      sums->agree += 1;
-    } else if (*prefix < 0) {
-      *prefix = step;
+    for (g = 0; g < n; ++g) {
+      if (r->next_config[g] == r->next_base[g]) {
+        r->generations[g].agree += 1;
+      } else if (r->prefix[g] < 0) {
+        r->prefix[g] = step;
+      }
+      r->generations[g].n += 1;
+      r->step_tokens[g] = r->next_base[g];
+      r->step_positions[g] = r->prompt + step;
     }
-    sums->n += 1;
-    if (step + 1 < r->generate &&
-        (side_forward(&r->base, 1, &token, &position, 0) != 0 ||
-         side_forward(&r->config, 1, &token, &position, 0) != 0)) {
+    if (step + 1 == r->generate) break;
+    if (side_forward(&r->base, n, r->seq_ids, r->ones, r->step_tokens, r->step_positions, 0) !=
+            0 ||
+        side_forward(&r->config, n, r->seq_ids, r->ones, r->step_tokens, r->step_positions, 0) !=
+            0) {
       return -1;
     }
+    for (g = 0; g < n; ++g) {
+      r->next_base[g] = kvl_cli_argmax(r->base.logits + (size_t)g * r->vocab, r->vocab);
+      r->next_config[g] = kvl_cli_argmax(r->config.logits + (size_t)g * r->vocab, r->vocab);
+    }
   }
-  if (*prefix < 0) *prefix = r->generate;
-  return both_seq(r, 0);
+  for (g = 0; g < n; ++g) {
+    if (r->prefix[g] < 0) r->prefix[g] = r->generate;
+    if (both_seq(r, g, 0) != 0) return -1;
+  }
+  return 0;
 }
 
 static void print_se(const char *format, double se) {
@@ -315,6 +353,13 @@ static void report(const compare_run *r, const char *base_name, const char *conf
   printf("kl=%.6f\nkl_se=%.6f\nkl_se_tokens=%.6f\n", kl, se_kl, se_kl_tokens);
   printf("top1_agreement=%.6f\ntop1_agreement_se=%.6f\n", top1, se_top1);
   printf("scored_tokens=%d\nwindows=%d\n", (int)tokens, (int)r->n_windows);
+  for (i = 0; i < r->n_windows; ++i) {
+    const window_sums *w = &r->windows[i];
+    printf("window.%d.baseline_nll=%.6f\nwindow.%d.config_nll=%.6f\nwindow.%d.kl=%.6f\n"
+           "window.%d.top1_agreement=%.6f\n",
+           (int)i, w->nll_base / w->n, (int)i, w->nll_config / w->n, (int)i, w->kl / w->n,
+           (int)i, w->agree / w->n);
+  }
 
   if (r->n_generations > 0) {
     double agree, se_agree, prefix_mean = 0.0, prefix_var = 0.0, prefix_se;
@@ -348,6 +393,10 @@ static void report(const compare_run *r, const char *base_name, const char *conf
     printf("generate.prefix_mean=%.2f\ngenerate.prefix_se=%.2f\ngenerate.prefix_min=%d\n",
            prefix_mean, prefix_se, (int)prefix_min);
     printf("generate.identical_runs=%d\n", (int)identical);
+    for (i = 0; i < r->n_generations; ++i) {
+      printf("window.%d.generate_agreement=%.6f\nwindow.%d.generate_prefix=%d\n", (int)i,
+             r->generations[i].agree / r->generations[i].n, (int)i, (int)r->prefix[i]);
+    }
   }
 }
 
@@ -363,7 +412,7 @@ int kvl_cmd_compare(int argc, char **argv) {
       {"--baseline-config", &baseline, NULL}, {"--generate", &generate_text, NULL},
       {"--prompt", &prompt_text, NULL},
   };
-  int32_t n_text = 0, scored = 0, consumed = 0, i, n_starts = 0;
+  int32_t n_text = 0, scored = 0, consumed = 0, n_starts = 0;
   int32_t *text_tokens = NULL, *starts = NULL;
   char *text = NULL;
   size_t text_size = 0;
@@ -424,11 +473,6 @@ int kvl_cmd_compare(int argc, char **argv) {
   }
   r.vocab = kvl_model_config(s.model)->vocab_size;
   r.bos = kvl_model_bos(s.model);
-  if (side_open(&r.base, "--baseline-config", s.model, baseline, r.chunk, r.vocab) != 0 ||
-      side_open(&r.config, "--config", s.model, config, r.chunk, r.vocab) != 0) {
-    rc = KVL_EXIT_FAILURE;
-    goto done;
-  }
   if (r.window > kvl_model_config(s.model)->seq_len) {
     fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's context %d\n",
             (int)r.window, (int)kvl_model_config(s.model)->seq_len);
@@ -462,6 +506,14 @@ int kvl_cmd_compare(int argc, char **argv) {
     if (r.n_score == 0 || r.n_score > most) r.n_score = most;
   }
   n_starts = (r.n_score + r.window - 2) / (r.window - 1);
+  /* Steps of a chunk of one window, or of one token of every generation. */
+  if (side_open(&r.base, "--baseline-config", s.model, baseline,
+                r.chunk > n_starts ? r.chunk : n_starts, r.vocab) != 0 ||
+      side_open(&r.config, "--config", s.model, config, r.chunk > n_starts ? r.chunk : n_starts,
+                r.vocab) != 0) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
+  }
   r.text = text_tokens;
   r.input = (int32_t *)malloc((size_t)r.window * sizeof(int32_t));
   r.positions = (int32_t *)malloc((size_t)r.window * sizeof(int32_t));
@@ -470,8 +522,16 @@ int kvl_cmd_compare(int argc, char **argv) {
   r.generations = (window_sums *)calloc((size_t)n_starts, sizeof(window_sums));
   r.prefix = (int32_t *)calloc((size_t)n_starts, sizeof(int32_t));
   starts = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.seq_ids = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.ones = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.step_tokens = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.step_positions = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.next_base = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
+  r.next_config = (int32_t *)malloc((size_t)n_starts * sizeof(int32_t));
   if (r.input == NULL || r.positions == NULL || r.prob == NULL || r.windows == NULL ||
-      r.generations == NULL || r.prefix == NULL || starts == NULL) {
+      r.generations == NULL || r.prefix == NULL || starts == NULL || r.seq_ids == NULL ||
+      r.ones == NULL || r.step_tokens == NULL || r.step_positions == NULL ||
+      r.next_base == NULL || r.next_config == NULL) {
     kvl_cli_error("out of host memory");
     rc = KVL_EXIT_FAILURE;
     goto done;
@@ -496,14 +556,14 @@ int kvl_cmd_compare(int argc, char **argv) {
   fprintf(stderr, "%d tokens scored in %.2f s\n", (int)scored, kvl_cli_now() - t_start);
   if (r.generate > 0) {
     t_start = kvl_cli_now();
-    for (i = 0; i < r.n_windows; ++i) {
-      /* A last window shorter than the prompt may end with the text. */
-      if ((int64_t)starts[i] + (r.bos >= 0 ? r.prompt - 1 : r.prompt) > n_text) break;
-      if (generate_from(&r, starts[i], &r.generations[i], &r.prefix[i]) != 0) {
-        rc = KVL_EXIT_FAILURE;
-        goto done;
-      }
+    /* A last window shorter than the prompt may end with the text. */
+    while (r.n_generations < r.n_windows &&
+           (int64_t)starts[r.n_generations] + (r.bos >= 0 ? r.prompt - 1 : r.prompt) <= n_text) {
       ++r.n_generations;
+    }
+    if (generate_all(&r, starts) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
     }
     fprintf(stderr, "%d x %d tokens generated in %.2f s\n", (int)r.n_generations,
             (int)r.generate, kvl_cli_now() - t_start);
@@ -512,6 +572,12 @@ int kvl_cmd_compare(int argc, char **argv) {
   rc = KVL_EXIT_OK;
 
 done:
+  free(r.next_config);
+  free(r.next_base);
+  free(r.step_positions);
+  free(r.step_tokens);
+  free(r.ones);
+  free(r.seq_ids);
   free(starts);
   free(r.prefix);
   free(r.generations);
