@@ -350,12 +350,13 @@ static void report(const compare_run *r, const char *base_name, const char *conf
   printf("config.ppl=%.4f\nconfig.ppl_se=%.4f\nconfig.nll=%.6f\n", exp(nll_c), exp(nll_c) * se_c,
          nll_c);
   printf("nll_delta=%.6f\nnll_delta_se=%.6f\n", delta, se_delta);
-  printf("kl=%.6f\nkl_se=%.6f\nkl_se_tokens=%.6f\n", kl, se_kl, se_kl_tokens);
+  /* %g: a KL of exactly 0 prints as 0, a small one keeps its digits. */
+  printf("kl=%.6g\nkl_se=%.6g\nkl_se_tokens=%.6g\n", kl, se_kl, se_kl_tokens);
   printf("top1_agreement=%.6f\ntop1_agreement_se=%.6f\n", top1, se_top1);
   printf("scored_tokens=%d\nwindows=%d\n", (int)tokens, (int)r->n_windows);
   for (i = 0; i < r->n_windows; ++i) {
     const window_sums *w = &r->windows[i];
-    printf("window.%d.baseline_nll=%.6f\nwindow.%d.config_nll=%.6f\nwindow.%d.kl=%.6f\n"
+    printf("window.%d.baseline_nll=%.6f\nwindow.%d.config_nll=%.6f\nwindow.%d.kl=%.6g\n"
            "window.%d.top1_agreement=%.6f\n",
            (int)i, w->nll_base / w->n, (int)i, w->nll_config / w->n, (int)i, w->kl / w->n,
            (int)i, w->agree / w->n);
