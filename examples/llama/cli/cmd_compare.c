@@ -338,9 +338,9 @@ static void report(const compare_run *r, const char *base_name, const char *conf
   printf("config - baseline: NLL %+.6f", delta);
   print_se(" +- %.6f", se_delta);
   printf(" nats (perplexity %+.2f%%)\n", 100.0 * (exp(delta) - 1.0));
-  printf("KL(baseline || config): %.6f", kl);
-  print_se(" +- %.6f", se_kl);
-  printf(" nats per token (SE over tokens as if independent: %.6f)\n", se_kl_tokens);
+  printf("KL(baseline || config): %.6g", kl);
+  print_se(" +- %.3g", se_kl);
+  printf(" nats per token (SE over tokens as if independent: %.3g)\n", se_kl_tokens);
   printf("top-1 agreement: %.4f", top1);
   print_se(" +- %.4f", se_top1);
   printf("\n");
