@@ -36,6 +36,8 @@ static const char usage[] =
     "                       baseline's token\n"
     "  identical prefix     tokens before the first disagreement: what the config's own\n"
     "                       free-running greedy generation shares with the baseline's\n"
+    "Prints the comparison, then name=value lines (window.K.* for window K alone) on stdout,\n"
+    "the two caches and timings on stderr.\n"
     "\n"
     "  --model FILE            llama2.c version 0 checkpoint or GGUF file (llama architecture)\n"
     "  --tokenizer FILE        llama2.c tokenizer file (default for GGUF: the model's vocabulary)\n"
