@@ -11,10 +11,12 @@ END {
   w0 = exp(v["window.0.config_nll"])
   w0_vs = 100 * (exp(v["window.0.config_nll"] - v["window.0.baseline_nll"]) - 1)
   vs = 100 * (exp(v["nll_delta"]) - 1)
-  printf "| %s | %.2f (%+.2f%%) | %.5f | %.3f | %.3f | %.2f +- %.2f | %+.2f%% +- %.2f%% | %.5f +- %.5f | %.3f +- %.3f | %.3f +- %.3f | %.1f +- %.1f (%d of %d whole) |\n", \
+  printf "| %s | %.2f (%+.2f%%) | %.5f | %.3f | %.3f | %.2f +- %.2f | %+.2f%% +- %.2f%% " \
+         "| %.5f +- %.5f | %.3f +- %.3f | %.3f +- %.3f | %.1f +- %.1f (%d of %d whole) |\n", \
     label, w0, w0_vs, v["window.0.kl"], v["window.0.top1_agreement"],
     v["window.0.generate_agreement"], v["config.ppl"], v["config.ppl_se"], vs,
-    100 * exp(v["nll_delta"]) * v["nll_delta_se"], v["kl"], v["kl_se"], v["top1_agreement"], v["top1_agreement_se"],
+    100 * exp(v["nll_delta"]) * v["nll_delta_se"], v["kl"], v["kl_se"], v["top1_agreement"],
+    v["top1_agreement_se"],
     v["generate.agreement"], v["generate.agreement_se"], v["generate.prefix_mean"],
     v["generate.prefix_se"], v["generate.identical_runs"], v["generate.runs"]
 }

@@ -17,8 +17,8 @@ holds() { awk -v a="$1" -v b="$3" "BEGIN { exit !(a $2 b) }"; }
 
 printf 'cache: { dtype: f32 }\n' > "$out/f32.yaml"
 printf 'cache: { dtype: bf16 }\n' > "$out/bf16.yaml"
-printf 'cache: { dtype: f32 }\npolicy: { name: snapkv, budget: 0.25, compress: { prefill: per_chunk } }\n' \
-  > "$out/snapkv.yaml"
+snapkv='policy: { name: snapkv, budget: 0.25, compress: { prefill: per_chunk } }'
+printf 'cache: { dtype: f32 }\n%s\n' "$snapkv" > "$out/snapkv.yaml"
 printf 'cache: { dtype: f64 }\n' > "$out/bad.yaml"
 common="--model $model --tokenizer $tokenizer --text $text --window 128 --tokens 254 --chunk 32"
 
@@ -27,14 +27,15 @@ common="--model $model --tokenizer $tokenizer --text $text --window 128 --tokens
   > "$out/self.out" 2> "$out/self.err" || fail "compare against itself exited with $?"
 for pair in kl=0 nll_delta=0.000000 top1_agreement=1.000000 generate.agreement=1.000000 \
             generate.identical_runs=2 windows=2 scored_tokens=254; do
-  grep -qx "$pair" "$out/self.out" || fail "against itself: no line '$pair' in $(cat "$out/self.out")"
+  grep -qx "$pair" "$out/self.out" ||
+    fail "against itself: no line '$pair' in $(cat "$out/self.out")"
 done
 "$kvl" ppl $common --config "$out/snapkv.yaml" > "$out/ppl.out" 2> "$out/ppl.err" ||
   fail "ppl exited with $?"
 "$kvl" compare $common --config "$out/snapkv.yaml" > "$out/snapkv.out" 2> "$out/snapkv.err" ||
   fail "compare with snapkv exited with $?"
-[ "$(value "$out/snapkv.out" config.ppl)" = "$(value "$out/ppl.out" ppl)" ] ||
-  fail "compare's config.ppl $(value "$out/snapkv.out" config.ppl) is not ppl's $(value "$out/ppl.out" ppl)"
+compare_ppl=$(value "$out/snapkv.out" config.ppl) ppl=$(value "$out/ppl.out" ppl)
+[ "$compare_ppl" = "$ppl" ] || fail "compare's config.ppl $compare_ppl is not ppl's $ppl"
 holds "$(value "$out/snapkv.out" kl)" '>' 0 || fail "snapkv against the full cache: KL is not > 0"
 
 "$kvl" compare $common --config "$out/bf16.yaml" --baseline-config "$out/f32.yaml" \
@@ -60,10 +61,12 @@ if [ $# -ge 7 ] && [ -f "$6" ] && [ -f "$7" ]; then
   printf 'cache: { dtype: f16 }\n' > "$out/f16.yaml"
   printf 'cache: { dtype: q4_0 }\n' > "$out/q4_0.yaml"
   "$kvl" compare --model "$6" --token-ids "$7" --window 64 --tokens 126 --generate 16 \
-    --config "$out/q4_0.yaml" --baseline-config "$out/f16.yaml" > "$out/q4_0.out" 2> "$out/q4_0.err" ||
+    --config "$out/q4_0.yaml" --baseline-config "$out/f16.yaml" \
+    > "$out/q4_0.out" 2> "$out/q4_0.err" ||
     fail "compare q4_0 on $6 exited with $?"
   holds "$(value "$out/q4_0.out" kl)" '>' 0 || fail "q4_0 against f16: KL is not > 0"
-  holds "$(value "$out/q4_0.out" top1_agreement)" '<' 1 || fail "q4_0 against f16: top-1 agreement 1"
+  holds "$(value "$out/q4_0.out" top1_agreement)" '<' 1 ||
+    fail "q4_0 against f16: top-1 agreement 1"
 else
   echo "SmolLM2-135M not found: the q4_0 case did not run"
 fi

@@ -1,4 +1,5 @@
-// kvc-llama --config (and compare --baseline-config): a kvcache context and a cache shaped for the model (see cli.h).
+// kvc-llama --config (and compare --baseline-config): a kvcache context and a cache shaped
+// for the model (see cli.h).
 //
 // Why the YAML is rewritten rather than read back from a probe cache: kvc_cache_get_params()
 // returns the policy's name, budget and triggers but not its `params:` (window, kernel, ...),
