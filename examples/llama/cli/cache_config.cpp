@@ -1,4 +1,5 @@
-// kvc-llama --config: a kvcache context and a cache shaped for the model (see cli.h).
+// kvc-llama --config (and compare --baseline-config): a kvcache context and a cache shaped
+// for the model (see cli.h).
 //
 // Why the YAML is rewritten rather than read back from a probe cache: kvc_cache_get_params()
 // returns the policy's name, budget and triggers but not its `params:` (window, kernel, ...),
@@ -66,8 +67,8 @@ std::string cache_document(const YAML::Node& root, const char* path,
 }  // namespace
 
 extern "C" int kvl_cli_create_cache(const kvl_model* model, const char* config_path,
-                                    kvc_context** out_context, kvc_cache** out_cache, char* error,
-                                    size_t error_size) {
+                                    const char* option, kvc_context** out_context,
+                                    kvc_cache** out_cache, char* error, size_t error_size) {
   kvc_context* context = nullptr;
   kvc_cache* cache = nullptr;
   kvc_cache_params params;
@@ -84,19 +85,19 @@ extern "C" int kvl_cli_create_cache(const kvl_model* model, const char* config_p
     }
   } else {
     if (kvc_status* s = kvc_context_create_from_file(config_path, &context)) {
-      return fail_status(s, error, error_size, "--config");
+      return fail_status(s, error, error_size, option);
     }
     std::string text;
     try {
       text = cache_document(YAML::LoadFile(config_path), config_path, params);
     } catch (const std::exception& e) {
       kvc_context_destroy(context);
-      return fail(error, error_size, std::string(config_path) + ": " + e.what());
+      return fail(error, error_size, std::string(option) + " " + config_path + ": " + e.what());
     }
     if (kvc_status* s = kvc_cache_create_from_yaml(context, text.c_str(), &cache)) {
       kvc_context_destroy(context);
       return fail_status(s, error, error_size,
-                         std::string("--config ") + config_path + ": the cache for this model");
+                         std::string(option) + " " + config_path + ": the cache for this model");
     }
   }
   *out_context = context;

@@ -27,6 +27,7 @@ enum { KVL_EXIT_OK = 0, KVL_EXIT_FAILURE = 1, KVL_EXIT_USAGE = 2 };
 int kvl_cmd_generate(int argc, char **argv);
 int kvl_cmd_ppl(int argc, char **argv);
 int kvl_cmd_eval(int argc, char **argv);
+int kvl_cmd_compare(int argc, char **argv);
 /* kvc-llama eval --retrieval (eval_retrieval.c). */
 int kvl_eval_retrieval(int argc, char **argv);
 
@@ -91,10 +92,12 @@ void kvl_cli_close(kvl_cli_session *session);
  * library's own parser), and the cache from the file's `cache`, `backend` and `policy`
  * sections, except that the model dictates the shape: `layers`, `kv_heads`, `q_heads` and
  * `head_dim` are replaced by the model's (with a note on stderr when the file said otherwise),
- * and `dtype` is f32 when the file does not name one. Implemented in cache_config.cpp.
+ * and `dtype` is f32 when the file does not name one. Error messages start with `option`, the
+ * command-line option that named the file. Implemented in cache_config.cpp.
  */
-int kvl_cli_create_cache(const kvl_model *model, const char *config_path, kvc_context **out_context,
-                         kvc_cache **out_cache, char *error, size_t error_size);
+int kvl_cli_create_cache(const kvl_model *model, const char *config_path, const char *option,
+                         kvc_context **out_context, kvc_cache **out_cache, char *error,
+                         size_t error_size);
 
 /** One line describing the cache (dtype, layout, limit, policy) to `out`. */
 void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache);

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <kvcache/kvcache_format.h>
+
 #include "cli.h"
 
 void kvl_cli_error(const char *format, ...) {
@@ -119,8 +121,8 @@ int kvl_cli_open(kvl_cli_session *s, const char *model_path, const char *tokeniz
   if (kvl_model_load(model_path, &s->model, error, sizeof error) != 0 ||
       kvl_tokenizer_load(tokenizer_path, kvl_model_config(s->model)->vocab_size, &s->tokenizer,
                          error, sizeof error) != 0 ||
-      kvl_cli_create_cache(s->model, config_path, &s->context, &s->cache, error, sizeof error) !=
-          0) {
+      kvl_cli_create_cache(s->model, config_path, "--config", &s->context, &s->cache, error,
+                           sizeof error) != 0) {
     kvl_cli_error("%s", error);
     kvl_cli_close(s);
     return KVL_EXIT_FAILURE;
@@ -158,7 +160,6 @@ static void print_bytes(FILE *out, double bytes) {
 }
 
 void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache) {
-  static const char *const dtypes[] = {"f32", "f16", "bf16"};
   static const char *const prefill[] = {"none", "per_chunk", "once"};
   kvc_cache_params p;
   kvc_status *status;
@@ -169,8 +170,9 @@ void kvl_cli_print_cache_config(FILE *out, const kvc_cache *cache) {
     kvc_status_free(status);
     return;
   }
-  fprintf(out, "cache: %s %s", (unsigned)p.dtype < 3 ? dtypes[p.dtype] : "?",
-          p.layout == KVC_LAYOUT_PAGED ? "paged" : "contiguous");
+  fprintf(out, "cache: %s", kvc_format_name(p.k_dtype));
+  if (p.v_dtype != p.k_dtype) fprintf(out, " K, %s V", kvc_format_name(p.v_dtype));
+  fprintf(out, " %s", p.layout == KVC_LAYOUT_PAGED ? "paged" : "contiguous");
   if (p.layout == KVC_LAYOUT_PAGED) fprintf(out, " (blocks of %d)", (int)p.block_tokens);
   fprintf(out, ", limit ");
   print_bytes(out, (double)p.memory_limit);

@@ -3,6 +3,7 @@
  *
  *   kvc-llama generate --model stories260K.bin --tokenizer tok512.bin --prompt "Once upon"
  *   kvc-llama ppl --model stories260K.bin --tokenizer tok512.bin --text tom_sawyer.txt
+ *   kvc-llama compare --model m.gguf --token-ids t.ids --config q8_0.yaml --baseline-config f16.yaml
  *
  * Each subcommand lives in its own file (cli/cmd_<name>.c); this file only dispatches.
  */
@@ -21,6 +22,7 @@ static const command commands[] = {
     {"generate", kvl_cmd_generate, "generate text from a prompt (greedy by default)"},
     {"ppl", kvl_cmd_ppl, "teacher-forced perplexity of a text file"},
     {"eval", kvl_cmd_eval, "perplexity and continuation NLL per eviction policy and budget"},
+    {"compare", kvl_cmd_compare, "a cache config against a baseline config: KL, agreement"},
 };
 
 static void usage(FILE *out) {
