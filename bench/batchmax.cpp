@@ -909,7 +909,9 @@ int run_batchmax(Options& opts) {
 
   // ---- report
   std::string formats_text;
-  for (const KvFormats& f : cfg.formats) formats_text += (formats_text.empty() ? "" : ",") + f.name();
+  for (const KvFormats& f : cfg.formats) {
+    formats_text += (formats_text.empty() ? "" : ",") + f.name();
+  }
   const int32_t head_dim = mc.dim / mc.n_heads;
   std::printf("kvc-bench batchmax: %s model dim %d, hidden %d, %d layers, %d heads (%d KV), "
               "head_dim %d, vocab %d; matrix products by %s\n",

@@ -82,9 +82,9 @@ void print_table(const std::vector<ModeResult>& results, size_t memory_limit) {
     std::printf("%-14s %-9s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f "
                 "%10.2f",
                 r.mode.c_str(), r.formats.name().c_str(), r.policy.c_str(), r.prefill.c_str(),
-                r.chunk_tokens, r.max_batch, r.waves, mib(r.estimate_bytes), mib(r.bytes_peak), mib(r.activation_bytes),
-                mib(r.peak_bytes()), r.prefill_s, r.decode_s, r.decode_tokens_per_s(),
-                r.end_to_end_tokens_per_s());
+                r.chunk_tokens, r.max_batch, r.waves, mib(r.estimate_bytes), mib(r.bytes_peak),
+                mib(r.activation_bytes), mib(r.peak_bytes()), r.prefill_s, r.decode_s,
+                r.decode_tokens_per_s(), r.end_to_end_tokens_per_s());
     if (nll) {
       if (r.has_nll) {
         std::printf(" %9.4f", r.nll);
