@@ -124,6 +124,9 @@ struct Options {
   double scale = 0.0;       // 0: 1/sqrt(head_dim)
   int32_t window = 0;       // > 0: keys at positions (p - window, p]
   double softcap = 0.0;     // > 0: c * tanh(x / c)
+  // The format each head's query row, times the scale (in f32), is rounded to before the dot
+  // products (kvc_format_query_format of K's format): f32 leaves it as given.
+  int query_format = KVC_DTYPE_F32;
 };
 
 // The K/V history of one (sequence, layer): every stored token, all KV heads.
@@ -159,9 +162,19 @@ inline void attend(const History& hist, int q_heads, const float* q, int32_t p,
   const size_t n = hist.tokens();
   std::vector<double> logits(n);
   std::vector<char> visible(n);
+  const bool rounded_query = opt.query_format != KVC_DTYPE_F32;
+  std::vector<float> scaled(d), query(d);
+  std::vector<unsigned char> query_row(kvc_format_row_bytes(opt.query_format, d));
   for (int h = 0; h < q_heads; ++h) {
     const int g = h / group;
     const float* qh = q + static_cast<size_t>(h) * d;
+    if (rounded_query) {
+      for (int i = 0; i < d; ++i) scaled[i] = qh[i] * static_cast<float>(scale);
+      if (!kvc_format_row_from_f32(opt.query_format, scaled.data(), query_row.data(), d) ||
+          !kvc_format_row_to_f32(opt.query_format, query_row.data(), query.data(), d))
+        throw std::invalid_argument("query format");
+      qh = query.data();
+    }
     double* oh = out + static_cast<size_t>(h) * d;
     double max_logit = -INFINITY;
     bool any = false;
@@ -172,7 +185,7 @@ inline void attend(const History& hist, int q_heads, const float* q, int32_t p,
       const double* kr = &hist.k[(t * hist.kv_heads + g) * d];
       double dot = 0.0;
       for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * kr[i];
-      double logit = dot * scale;
+      double logit = rounded_query ? dot : dot * scale;
       if (opt.softcap > 0.0) logit = opt.softcap * std::tanh(logit / opt.softcap);
       logits[t] = logit;
       if (logit > max_logit) max_logit = logit;

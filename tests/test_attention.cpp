@@ -255,6 +255,7 @@ class Harness {
     opt.scale = sc_.scale;
     opt.window = sc_.window;
     opt.softcap = sc_.softcap;
+    opt.query_format = kvc_format_query_format(sc_.dtype);
     std::vector<double> expect(q_w);
     Worst worst;
     bool padding_ok = true;

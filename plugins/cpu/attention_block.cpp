@@ -5,6 +5,8 @@
 #include <limits>
 #include <memory>
 
+#include "quantized_rows.hpp"
+
 namespace kvc::cpu {
 namespace {
 
@@ -13,7 +15,34 @@ constexpr float kNoLogit = -std::numeric_limits<float>::infinity();
 // a 64-row prefill block's over 8k.
 constexpr size_t kMaxKeptLogits = size_t{1} << 20;
 
+// Rounds the scaled query row q to q8_0 (kvc_format_query_format), into the workspace's
+// arrays for the integer kernels at `row` and back into q as f32 for the others.
+void round_query(float* q, size_t row, AttentionWorkspace& w) {
+  const size_t d = w.head_dim;
+  q8_0_from_f32(q, w.q_row.data(), d);
+  const unsigned char* group = w.q_row.data();
+  for (size_t g = 0; g < d / kQuantGroup; ++g, group += 2 + kQuantGroup) {
+    const float scale = scale_of(group);
+    w.q_scales[row * (d / kQuantGroup) + g] = scale;
+    for (size_t i = 0; i < kQuantGroup; ++i) {
+      const size_t e = g * kQuantGroup + i;
+      const auto value = static_cast<int8_t>(group[2 + i]);
+      w.q_values[row * d + e] = value;
+      w.q_magnitudes[row * d + e] = static_cast<uint8_t>(value < 0 ? -value : value);
+      q[e] = static_cast<float>(value) * scale;
+    }
+  }
+}
+
+// Which quantized kernels read a block of `rows` rows of `dtype` where they are stored; null
+// when the rows go through tile_rows instead.
+const QuantizedKernels* quantized_in_place(kvc_dtype dtype, size_t rows, const AttentionShape& s) {
+  if (!kvc_format_has_scales(dtype) || rows > s.kernels->max_rows_in_place) return nullptr;
+  return s.kernels->quantized;
+}
+
 // Queries as f32 rows, scaled: the kernels' dot products are then the logits before soft-cap.
+// Rounded as well where the keys are of a format with scales.
 void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionWorkspace& w) {
   const size_t d = s.head_dim;
   const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
@@ -29,6 +58,7 @@ void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionW
       float* q = w.q.data() + (i * s.group_size + g) * s.padded_dim;
       s.kernels->convert(q_token + g * d * q_elem, job.q_dtype, q, d);
       for (size_t e = 0; e < d; ++e) q[e] *= s.scale;
+      if (kvc_format_has_scales(s.k_dtype)) round_query(q, i * s.group_size + g, w);
     }
   }
 }
@@ -70,12 +100,17 @@ AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
       logits(row_max.size() * kTileKeys),
       tile_max(row_max.size()),
       weights(logits.size()),
+      q_values(kvc_format_has_scales(s.k_dtype) ? q.size() : 0),
+      q_magnitudes(q_values.size()),
+      q_scales(q_values.size() / kQuantGroup),
+      q_row(kvc_format_row_bytes(KVC_DTYPE_Q8_0, s.head_dim)),
       k(kTileKeys * s.padded_dim),
       v(k.size()) {}
 
 bool AttentionWorkspace::fits(const AttentionShape& s) const {
   return head_dim == s.head_dim && padded_dim == s.padded_dim && group_size == s.group_size &&
-         visible.size() == s.queries_per_block;
+         visible.size() == s.queries_per_block &&
+         q_values.empty() == !kvc_format_has_scales(s.k_dtype);
 }
 
 AttentionWorkspace& thread_workspace(const AttentionShape& s) {
@@ -86,9 +121,14 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s) {
 
 void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
                 Prefetch& ahead) {
-  const TileRows k = tile_rows(tile.k, s.k_dtype, tile, w.rows(), s, w.k.data(), w.k_rows);
-  s.kernels->logits(w.q.data(), w.rows(), k.rows, k.dtype, tile.n, s.padded_dim, w.logits.data(),
-                    w.tile_max.data(), ahead);
+  if (const QuantizedKernels* quantized = quantized_in_place(s.k_dtype, w.rows(), s)) {
+    quantized->logits(w.quantized_queries(), w.rows(), tile.k, s.k_dtype, tile.n,
+                      w.logits.data(), w.tile_max.data(), ahead);
+  } else {
+    const TileRows k = tile_rows(tile.k, s.k_dtype, tile, w.rows(), s, w.k.data(), w.k_rows);
+    s.kernels->logits(w.q.data(), w.rows(), k.rows, k.dtype, tile.n, s.padded_dim,
+                      w.logits.data(), w.tile_max.data(), ahead);
+  }
   for (size_t row = 0; row < w.rows(); ++row) {
     float* logits = w.logits.data() + row * kTileKeys;
     const VisibleRange visible = w.visible[row / s.group_size];
@@ -135,6 +175,11 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
     }
     update_softmax(tile.n, s, w);
     Prefetch next_values = next ? prefetch_rows(next->v_runs, *next) : Prefetch{};
+    if (const QuantizedKernels* quantized = quantized_in_place(s.v_dtype, w.rows(), s)) {
+      quantized->accumulate(w.acc.data(), w.rows(), w.weights.data(), tile.v, s.v_dtype, tile.n,
+                            s.padded_dim, next_values);
+      return;
+    }
     const TileRows v = tile_rows(tile.v, s.v_dtype, tile, w.rows(), s, w.v.data(), w.v_rows);
     s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.rows, v.dtype, tile.n,
                           s.padded_dim, next_values);

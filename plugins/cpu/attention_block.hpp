@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -52,6 +53,15 @@ struct AttentionWorkspace {
   Rows logits;                        // [rows, kTileKeys], of the current tile
   Rows tile_max;                      // [rows], the largest of each row's logits
   Rows weights;                       // [rows, kTileKeys], exp(logit - row_max)
+  // With keys of a format with scales, the block's queries rounded to q8_0 (q then holds
+  // their values as f32): QuantizedQueries' arrays.
+  std::vector<int8_t> q_values;       // [rows, head_dim]
+  std::vector<uint8_t> q_magnitudes;  // [rows, head_dim]
+  Rows q_scales;                      // [rows, head_dim / 32]
+  std::vector<unsigned char> q_row;   // one query row in q8_0
+  QuantizedQueries quantized_queries() const {
+    return {q_values.data(), q_magnitudes.data(), q_scales.data(), head_dim};
+  }
   Rows k;                             // [kTileKeys, padded_dim], a tile converted to f32
   Rows v;
   const void* k_rows[kTileKeys];      // where tile_rows left the rows of k and v

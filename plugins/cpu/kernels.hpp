@@ -85,6 +85,28 @@ class Prefetch {
   size_t per_step_ = 0;
 };
 
+// Query rows rounded to q8_0 (kvc_format_query_format) for scoring against quantized keys, as
+// the integer kernels read them: row r's values at values + r * dim, their magnitudes (|value|,
+// for the unsigned side of the byte products) likewise, and the scale of its group g at
+// scales[r * (dim / 32) + g].
+struct QuantizedQueries {
+  const int8_t* values;
+  const uint8_t* magnitudes;
+  const float* scales;
+  size_t dim;  // the head dimension, a multiple of 32
+};
+
+// Kernels that read rows of the formats with scales (q8_0, q4_0) where they are stored.
+struct QuantizedKernels {
+  // As TileKernels::logits, for key rows of k_dtype against the rounded queries: integer dot
+  // products per group, scaled and summed in f32.
+  void (*logits)(const QuantizedQueries& q, size_t rows, const void* const* k, kvc_dtype k_dtype,
+                 size_t n_keys, float* logits, float* row_max, Prefetch& ahead);
+  // As TileKernels::accumulate, for value rows of v_dtype, dequantized in registers.
+  void (*accumulate)(float* acc, size_t rows, const float* weights, const void* const* v,
+                     kvc_dtype v_dtype, size_t n_keys, size_t dim, Prefetch& ahead);
+};
+
 struct TileKernels {
   const char* name;
   // Blocks of up to this many query rows read f16/bf16 K and V rows where they are stored
@@ -110,6 +132,9 @@ struct TileKernels {
   // sum. max >= every logit; both arrays are kTileKeys long, and weights past n may be
   // overwritten.
   float (*softmax_weights)(const float* logits, size_t n, float max, float* weights);
+  // For blocks of up to max_rows_in_place rows over keys or values of a format with scales;
+  // null: such rows are converted to f32 a tile at a time and go through the kernels above.
+  const QuantizedKernels* quantized;
 };
 
 // row_max[r] = the largest of logits[r * kTileKeys + t], t < n_keys, for r < rows: for the
@@ -120,6 +145,8 @@ extern const TileKernels portable_kernels;
 #if defined(__x86_64__)
 #define KVC_CPU_HAVE_AVX2_KERNELS 1
 extern const TileKernels avx2_kernels;  // run only where the CPU has AVX2, FMA and F16C
+// Also the AVX-512 set's: every CPU with AVX-512 has AVX2.
+extern const QuantizedKernels avx2_quantized_kernels;
 #define KVC_CPU_HAVE_AVX512_KERNELS 1
 extern const TileKernels avx512_kernels;  // run only where the CPU has AVX-512 F, BW and VL
 #endif

@@ -23,7 +23,8 @@ namespace kvc::cpu {
 
 const TileKernels avx512_kernels = {"avx512", avx512_native::kMaxRowsInPlace,
                                     avx512_native::convert, avx512_native::logits,
-                                    avx512_native::accumulate, avx512_native::softmax_weights};
+                                    avx512_native::accumulate, avx512_native::softmax_weights,
+                                    &avx2_quantized_kernels};
 
 }  // namespace kvc::cpu
 

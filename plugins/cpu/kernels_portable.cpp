@@ -99,6 +99,9 @@ void max_of_rows(const float* logits, size_t rows, size_t n_keys, float* row_max
   }
 }
 
-const TileKernels portable_kernels = {"portable", 0, convert, logits, accumulate, softmax_weights};
+// The portable set converts quantized rows a tile at a time (quantized: null).
+const TileKernels portable_kernels = {"portable", 0,          convert,
+                                      logits,     accumulate, softmax_weights,
+                                      nullptr};
 
 }  // namespace kvc::cpu

@@ -16,6 +16,7 @@ namespace kvc::cpu {
 
 const TileKernels emulated_avx512_kernels = {
     "avx512 (SIMDe)",          avx512_emulated::kMaxRowsInPlace, avx512_emulated::convert,
-    avx512_emulated::logits,   avx512_emulated::accumulate,      avx512_emulated::softmax_weights};
+    avx512_emulated::logits,   avx512_emulated::accumulate,      avx512_emulated::softmax_weights,
+    nullptr};
 
 }  // namespace kvc::cpu

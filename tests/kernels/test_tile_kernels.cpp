@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_sets.hpp"
+#include "kvcache/kvcache_format.h"
 #include "tile_kernel_sets.hpp"
 
 namespace {
@@ -251,12 +252,145 @@ void check_softmax_weights(const TileKernels& set, std::mt19937& rng) {
   }
 }
 
+// Rows of a format with scales from random f32 values (the format table's reference
+// encoding), each row in an allocation of its own as in KernelRows, and their values as the
+// reference decoding gives them.
+struct QuantizedRows {
+  std::vector<std::vector<unsigned char>> stored;
+  std::vector<const void*> rows;
+  std::vector<kvc::cpu::ByteRange> lines;
+  std::vector<double> value;
+
+  QuantizedRows(kvc_dtype dtype, size_t n_rows, size_t dim, std::mt19937& rng)
+      : value(n_rows * dim) {
+    const size_t row_bytes = kvc_format_row_bytes(dtype, dim);
+    for (size_t t = 0; t < n_rows; ++t) {
+      // Each row at its own scale, some groups all zero.
+      const float scale = std::ldexp(1.0f, int(rng() % 9) - 6);
+      std::vector<float> x = random_floats(dim, -scale, scale, rng);
+      if (rng() % 8 == 0) std::fill_n(x.begin(), 32, 0.0f);
+      stored.emplace_back(row_bytes);
+      REQUIRE(kvc_format_row_from_f32(dtype, x.data(), stored.back().data(), dim));
+      std::vector<float> decoded(dim);
+      REQUIRE(kvc_format_row_to_f32(dtype, stored.back().data(), decoded.data(), dim));
+      std::copy(decoded.begin(), decoded.end(), value.begin() + t * dim);
+      rows.push_back(stored.back().data());
+      lines.push_back({reinterpret_cast<const char*>(stored.back().data()), row_bytes});
+    }
+  }
+  Prefetch prefetch() const { return {lines.data(), lines.size()}; }
+};
+
+// Query rows as the integer kernels take them: random values in [-127, 127] per group of 32
+// with a random scale, and the values they stand for.
+struct RoundedQueries {
+  std::vector<int8_t> values;
+  std::vector<uint8_t> magnitudes;
+  std::vector<float> scales;
+  std::vector<double> value;
+  kvc::cpu::QuantizedQueries view;
+
+  RoundedQueries(size_t rows, size_t dim, std::mt19937& rng)
+      : values(rows * dim), magnitudes(values.size()), scales(values.size() / 32),
+        value(values.size()) {
+    std::uniform_int_distribution<int> byte(-127, 127);
+    for (float& scale : scales) scale = random_floats(1, 1e-3f, 1e-2f, rng)[0];
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = int8_t(byte(rng));
+      magnitudes[i] = uint8_t(std::abs(values[i]));
+      value[i] = double(values[i]) * scales[i / 32];
+    }
+    view = {values.data(), magnitudes.data(), scales.data(), dim};
+  }
+};
+
+constexpr kvc_dtype kQuantized[] = {KVC_DTYPE_Q8_0, KVC_DTYPE_Q4_0};
+constexpr size_t kQuantizedDims[] = {32, 64, 96, 128, 256};
+
+void check_quantized_logits(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kQuantized) {
+    for (size_t dim : kQuantizedDims) {
+      for (size_t rows = 1; rows <= set.max_rows_in_place; ++rows) {
+        for (size_t n_keys = 1; n_keys <= kTileKeys; n_keys += 1 + n_keys / 4) {
+          const RoundedQueries q(rows, dim, rng);
+          const QuantizedRows k(dtype, n_keys, dim, rng);
+          std::vector<float> logits(rows * kTileKeys, kNaN), row_max(rows, kNaN);
+          Prefetch ahead = k.prefetch();
+          set.quantized->logits(q.view, rows, k.rows.data(), dtype, n_keys, logits.data(),
+                                row_max.data(), ahead);
+          CHECK_MESSAGE(ahead.done(), set.name << " quantized logits left lines unrequested");
+          double worst = 0;
+          for (size_t r = 0; r < rows; ++r) {
+            float largest = -std::numeric_limits<float>::infinity();
+            for (size_t t = 0; t < n_keys; ++t) largest = std::max(largest, logits[r * kTileKeys + t]);
+            CHECK(row_max[r] == largest);
+            for (size_t t = 0; t < n_keys; ++t) {
+              double dot = 0, magnitude = 0;
+              for (size_t i = 0; i < dim; ++i) {
+                const double product = q.value[r * dim + i] * k.value[t * dim + i];
+                dot += product;
+                magnitude += std::fabs(product);
+              }
+              const double error = std::fabs(logits[r * kTileKeys + t] - dot);
+              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
+            }
+          }
+          CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " quantized logits " << kvc_format_name(dtype)
+                                               << " dim " << dim << " rows " << rows << " keys " << n_keys);
+        }
+      }
+    }
+  }
+}
+
+void check_quantized_accumulate(const TileKernels& set, std::mt19937& rng) {
+  for (kvc_dtype dtype : kQuantized) {
+    for (size_t dim : kQuantizedDims) {
+      for (size_t rows = 1; rows <= set.max_rows_in_place; ++rows) {
+        for (size_t n_keys = 1; n_keys <= kTileKeys; n_keys += 1 + n_keys / 4) {
+          const QuantizedRows v(dtype, n_keys, dim, rng);
+          std::vector<float> weights(rows * kTileKeys, kNaN);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t t = 0; t < n_keys; ++t)
+              weights[r * kTileKeys + t] = random_floats(1, 0.0f, 1.0f, rng)[0];
+          const std::vector<float> before = random_floats(rows * dim, -1.0f, 1.0f, rng);
+          std::vector<float> acc = before;
+          Prefetch ahead = v.prefetch();
+          set.quantized->accumulate(acc.data(), rows, weights.data(), v.rows.data(), dtype,
+                                    n_keys, dim, ahead);
+          CHECK_MESSAGE(ahead.done(), set.name << " quantized accumulate left lines unrequested");
+          double worst = 0;
+          for (size_t r = 0; r < rows; ++r) {
+            for (size_t i = 0; i < dim; ++i) {
+              double sum = before[r * dim + i], magnitude = std::fabs(sum);
+              for (size_t t = 0; t < n_keys; ++t) {
+                const double term = double(weights[r * kTileKeys + t]) * v.value[t * dim + i];
+                sum += term;
+                magnitude += std::fabs(term);
+              }
+              const double error = std::fabs(acc[r * dim + i] - sum);
+              worst = std::max(worst, std::isnan(error) ? 1e9 : error / (1e-5 * magnitude + 1e-30));
+            }
+          }
+          CHECK_MESSAGE(worst <= 1.0, std::string(set.name) << " quantized accumulate "
+                                               << kvc_format_name(dtype) << " dim " << dim
+                                               << " rows " << rows << " keys " << n_keys);
+        }
+      }
+    }
+  }
+}
+
 void check_set(const TileKernels& set) {
   std::mt19937 rng(12);
   check_convert(set, rng);
   check_logits(set, rng);
   check_accumulate(set, rng);
   check_softmax_weights(set, rng);
+  if (set.quantized) {
+    check_quantized_logits(set, rng);
+    check_quantized_accumulate(set, rng);
+  }
 }
 
 }  // namespace

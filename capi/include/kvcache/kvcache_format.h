@@ -122,6 +122,19 @@ KVC_FORMAT_FN int kvc_format_takes_input(int storage, int input) {
 }
 
 /**
+ * @brief The format a query row is rounded to before it is scored against keys stored as
+ * @p k_format: q8_0 for a format with scales, so that a backend may score with integer dot
+ * products, else f32 (the query as given). The rounding is the reference encoding of this
+ * file, applied to each head's query row after it is multiplied (in f32) by the attention
+ * scale; attention's logits are then the dot products of the rounded query with the stored
+ * keys. -1 for an unknown format.
+ */
+KVC_FORMAT_FN int kvc_format_query_format(int k_format) {
+  if (!kvc_format_is_valid(k_format)) return -1;
+  return kvc_format_has_scales(k_format) ? KVC_DTYPE_Q8_0 : KVC_DTYPE_F32;
+}
+
+/**
  * @brief Bytes of a row of @p n_values values of @p format, scales included; 0 for an unknown
  * format or when @p n_values is not a multiple of its group size.
  */
