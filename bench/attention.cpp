@@ -41,7 +41,8 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "turn, so every step reads its K/V from memory; warm: one cache again and again. Each is\n"
     "a fraction of the read bandwidth (a vectorised sum on the same threads over --cold_mib)\n"
     "measured in the same run. The last line, attention_bw_fraction, is the cold batch figure.\n"
-    "The compute ceiling: decode does q_heads/kv_heads / elem_size multiply-adds per K/V byte\n"
+    "The compute ceiling: decode does 2 q_heads/kv_heads head_dim multiply-adds per token's K\n"
+    "and V rows, 2 q_heads/kv_heads / (K and V bytes per value) per byte\n"
     "(attention_macs_per_kv_byte), so the f32 FMA rate of the widest vector FMA, measured on the\n"
     "same threads (fma_gflops), caps it at attention_compute_bound_kv_gbps. Where that is below\n"
     "read_gbps, attention_bw_fraction cannot pass their ratio whatever the kernel does, and\n"
@@ -49,7 +50,12 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "close the kernel comes to the ceiling that binds. attention_batch_cold_paired_fraction\n"
     "pairs each cold batch pass with a read pass run just before it and gives the median of\n"
     "their ratios: on a VM whose bandwidth or core placement moves within a run, the best\n"
-    "times above may come from different moments.\n";
+    "times above may come from different moments.\n"
+    "With a quantized K or V format (q8_0, q4_0) the cold batch shape also runs in f16 in the\n"
+    "same run: attention_f16_batch_cold_kv_gbps, attention_f16_roofline_fraction and\n"
+    "attention_decode_cold_vs_f16 (f16's cold step time over the format's: above 1, the format\n"
+    "decodes faster). K/V bytes per second and attention_roofline_fraction count the format's\n"
+    "bytes, scales included.\n";
 
 namespace {
 
@@ -68,19 +74,21 @@ double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int re
   kvc_cache* cache = nullptr;
   check(kvc_cache_create(context, &p, &cache), "kvc_cache_create");
 
-  // Source rows in the storage dtype, so that append is a pure scatter of bytes (in f16 for a
-  // quantized format, which the append quantizes).
-  const kvc_dtype input = input_dtype_for(shape.dtype);
+  // Source rows in the storage format, so that append is a pure scatter of bytes (in f16 for
+  // a quantized format, which the append quantizes).
+  const kvc_dtype k_input = input_dtype_for(shape.formats.k);
+  const kvc_dtype v_input = input_dtype_for(shape.formats.v);
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(chunk);
   const size_t row = static_cast<size_t>(shape.kv_heads) * static_cast<size_t>(shape.head_dim);
-  std::vector<unsigned char> k(kvc_format_row_bytes(input, rows * row)), v(k.size());
+  std::vector<unsigned char> k(kvc_format_row_bytes(k_input, rows * row));
+  std::vector<unsigned char> v(kvc_format_row_bytes(v_input, rows * row));
   std::mt19937 rng(static_cast<uint32_t>(shape.seed));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> values(rows * row);
   for (float& x : values) x = u(rng);
-  convert_from_f32(values.data(), k.data(), values.size(), input);
+  convert_from_f32(values.data(), k.data(), values.size(), k_input);
   for (float& x : values) x = u(rng);
-  convert_from_f32(values.data(), v.data(), values.size(), input);
+  convert_from_f32(values.data(), v.data(), values.size(), v_input);
 
   std::vector<int32_t> seq_ids(static_cast<size_t>(batch));
   std::iota(seq_ids.begin(), seq_ids.end(), 0);
@@ -90,8 +98,8 @@ double time_append(const CacheShape& shape, int32_t batch, int32_t chunk, int re
     positions[i] = static_cast<int32_t>(i % static_cast<size_t>(chunk));
   kvc_batch b;
   kvc_batch_init(&b, batch, seq_ids.data(), n_tokens.data(), positions.data());
-  const kvc_tensor tk{k.data(), input, KVC_DEVICE_HOST, 0};
-  const kvc_tensor tv{v.data(), input, KVC_DEVICE_HOST, 0};
+  const kvc_tensor tk{k.data(), k_input, KVC_DEVICE_HOST, 0};
+  const kvc_tensor tv{v.data(), v_input, KVC_DEVICE_HOST, 0};
 
   double best = kInfinity;
   for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 touches the pages
@@ -172,6 +180,13 @@ int run_attention(Options& opts) {
   BaselinePasses paired(static_cast<size_t>(cold_bytes), threads);
   const DecodeTimes batched =
       time_decode(one_layer, decode_batch, cold_bytes, threads, reps, &paired);
+  // A quantized format's speed against f16's on the same shape, measured right after it.
+  CacheShape one_layer_f16 = one_layer;
+  one_layer_f16.formats = KvFormats{};
+  const bool against_f16 = shape.formats.quantized();
+  const DecodeTimes batched_f16 =
+      against_f16 ? time_decode(one_layer_f16, decode_batch, cold_bytes, threads, reps)
+                  : DecodeTimes{};
   const DecodeTimes single = time_decode(shape, 1, cold_bytes, threads, reps);
 
   FilledCache filled(shape, nullptr, 0, 1, threads);
@@ -220,6 +235,16 @@ int run_attention(Options& opts) {
   report("attention_roofline_kv_gbps", roofline.bytes_per_s / 1e9);
   report("attention_roofline_limit", roofline.limit());
   report("attention_roofline_fraction", batch_cold_bps / roofline.bytes_per_s);
+  if (against_f16) {
+    const double f16_cold_bps =
+        static_cast<double>(batched_f16.set_bytes) / batched_f16.cold_seconds;
+    const DecodeRoofline f16_roofline =
+        decode_roofline(one_layer_f16, bw.read_bytes_per_s, peak.fma_per_s);
+    report("attention_f16_batch_cold_seconds", batched_f16.cold_seconds);
+    report("attention_f16_batch_cold_kv_gbps", f16_cold_bps / 1e9);
+    report("attention_f16_roofline_fraction", f16_cold_bps / f16_roofline.bytes_per_s);
+    report("attention_decode_cold_vs_f16", batched_f16.cold_seconds / batched.cold_seconds);
+  }
   report("attention_batch_cold_paired_fraction", batched.cold_paired_fraction);
   report("attention_bw_fraction", batch_cold_bps / bw.read_bytes_per_s);
   return 0;

@@ -5,7 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include "kvcache/kvcache_format.h"
 #include "timer.hpp"
 
 namespace kvc_bench {
@@ -49,9 +48,8 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
 
 double decode_macs_per_kv_byte(const CacheShape& shape) {
   const double group = static_cast<double>(shape.q_heads) / shape.kv_heads;
-  const double row_bytes = static_cast<double>(
-      kvc_format_row_bytes(shape.dtype, static_cast<size_t>(shape.head_dim)));
-  return group * shape.head_dim / row_bytes;
+  const double kv_row_bytes = static_cast<double>(shape.formats.kv_row_bytes(shape.head_dim));
+  return 2.0 * group * shape.head_dim / kv_row_bytes;
 }
 
 DecodeRoofline decode_roofline(const CacheShape& shape, double read_bytes_per_s, double fma_per_s) {

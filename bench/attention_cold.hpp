@@ -30,7 +30,8 @@ DecodeTimes time_decode(const CacheShape& shape, int32_t sequences, uint64_t min
 /// Multiply-adds a decode step does per byte of K/V it reads. For each key, each of the
 /// group = q_heads / kv_heads query heads sharing its KV head takes a head_dim dot product with
 /// the K row (its logit) and adds head_dim weighted values of the V row (its output):
-/// 2 * group * head_dim multiply-adds over 2 * head_dim * elem_size bytes, group / elem_size.
+/// 2 * group * head_dim multiply-adds over the bytes of a K row and a V row (scales included;
+/// for f16 both, 4 * head_dim: group / 2).
 /// The softmax and the conversions to f32 are left out, so this is the least work a kernel does.
 double decode_macs_per_kv_byte(const CacheShape& shape);
 

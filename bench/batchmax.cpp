@@ -10,6 +10,9 @@
 //                   prompt's end (kvc_batch::prompt_end): each layer is compressed right after
 //                   its attention over the prompt, NVIDIA kvpress's way;
 //   per_chunk       snapkv, compressed after every prefill chunk (KVC_PREFILL_PER_CHUNK).
+// Every mode runs with the first K/V storage format of --formats (default f16); per_chunk
+// (--format_modes) also runs with each of the others (default q8_0 and q8_0/q4_0), each a row
+// of its own under the same limit, so a smaller format shows as a larger batch.
 // Each mode's batch is the largest B (at most N) for which B x the library's estimate of one
 // sequence's peak (kvc_cache_estimate with the mode's chunk and mark) plus the engine's
 // activation bytes for B x chunk tokens (kvl_engine_activation_bytes) fit the limit; its cache
@@ -26,7 +29,7 @@
 // The modes' waves are interleaved in time by default, so that load from other processes on
 // a shared machine falls on every mode alike. The last six lines are the batch, decode-phase
 // tokens/s and end-to-end tokens/s ratios of per_chunk over the best other mode, then the
-// decode-phase, batch and end-to-end ratios over full.
+// decode-phase, batch and end-to-end ratios over full, all in the first format.
 // docs/batchmax.md explains the run and its numbers.
 #include <unistd.h>
 
@@ -71,12 +74,18 @@ const char* const kBatchmaxHelp =
     "  --limit_seqs=X        default limit as a number of full-cache sequences, each the\n"
     "                        library's estimate plus the activations of one chunk\n"
     "                        (default 2.25: two, plus a margin)\n"
-    "  --dtype=D             KV storage format: f16, bf16, f32, q8_0 or q4_0 (default f16)\n"
+    "  --formats=LIST        K/V storage formats, comma-separated, each F (K and V) or K/V, of\n"
+    "                        f16, bf16, f32, q8_0, q4_0 (default f16,q8_0,q8_0/q4_0); every\n"
+    "                        mode runs in the first, which also sets the default limit\n"
+    "  --format_modes=LIST   modes that also run in the other formats (default per_chunk)\n"
+    "  --dtype=D --k_format=D --v_format=D  one format for every mode instead of --formats:\n"
+    "                        --dtype sets K and V, the others override one of them\n"
     "  --block_tokens=N      paged block size (default 16)\n"
     "  --threads=N           kvcache context threads, 0 = all cores (default 0)\n"
     "  --dim=N --hidden_dim=N --layers=N --heads=N --kv_heads=N --vocab=N\n"
     "                        shape of the random-weight model used without --model\n"
-    "                        (default 288, 768, 6, 6, 6, 32000: stories15M's shape)\n"
+    "                        (default 256, 768, 6, 4, 4, 32000: head_dim 64, which the\n"
+    "                        quantized formats' groups of 32 divide)\n"
     "  --seed=N              seed of the random weights and prompts (default 1)\n"
     "  --model=PATH          a llama2.c checkpoint or a GGUF file (llama architecture) instead\n"
     "                        of random weights; prompts are then consecutive windows of --text\n"
@@ -99,7 +108,11 @@ const char* const kBatchmaxHelp =
     "batchmax_decode_throughput_ratio_vs_best_other and batchmax_throughput_ratio_vs_best_other\n"
     "(per_chunk over the best of the other modes run, for each figure; the batchmax_best_other_*\n"
     "lines before them name those modes), then batchmax_decode_throughput_ratio,\n"
-    "batchmax_batch_ratio and batchmax_throughput_ratio (per_chunk over full).\n";
+    "batchmax_batch_ratio and batchmax_throughput_ratio (per_chunk over full), all in the first\n"
+    "format. Before them, each mode run in another format against the same mode in the first:\n"
+    "batchmax_<mode>_<format>_batch_ratio_vs_<first>, ..._decode_throughput_ratio_vs_<first>,\n"
+    "..._throughput_ratio_vs_<first> and, with --model, ..._nll_delta_vs_<first> (a format\n"
+    "K/V such as q8_0/q4_0 is written q8_0_q4_0 in these names).\n";
 
 #if !defined(KVC_BENCH_HAVE_LLAMA)
 
@@ -125,7 +138,8 @@ struct Config {
   std::vector<std::string> modes;
   size_t memory_limit = 0;  // 0: from limit_seqs
   double limit_seqs = 2.25;
-  kvc_dtype dtype = KVC_DTYPE_F16;
+  std::vector<KvFormats> formats;  // the first: every mode's; the others: format_modes'
+  std::vector<std::string> format_modes;
   int32_t block_tokens = 16;
   int32_t threads = 0;
   kvl_config shape{};
@@ -153,29 +167,51 @@ std::string dir_of(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
 }
 
-std::vector<std::string> split_modes(const std::string& text) {
-  std::vector<std::string> modes;
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+// The comma-separated items of @p text; throws UsageError naming @p option for one given twice.
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> items;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
     if (end == std::string::npos) end = text.size();
-    std::string m = text.substr(start, end - start);
-    if (m != "full" && m != "once" && m != "once_layerwise" && m != "per_chunk") {
-      throw UsageError("--modes: expected full, once, once_layerwise or per_chunk, got '" + m +
-                       "'");
-    }
-    if (std::find(modes.begin(), modes.end(), m) != modes.end()) {
-      throw UsageError("--modes: '" + m + "' given twice");
-    }
-    modes.push_back(m);
+    std::string item = text.substr(start, end - start);
+    if (contains(items, item)) throw UsageError("--" + option + ": '" + item + "' given twice");
+    items.push_back(item);
     start = end + 1;
+  }
+  return items;
+}
+
+std::vector<std::string> split_modes(const std::string& text, const std::string& option) {
+  const std::vector<std::string> modes = split_list(text, option);
+  for (const std::string& m : modes) {
+    if (m != "full" && m != "once" && m != "once_layerwise" && m != "per_chunk") {
+      throw UsageError("--" + option + ": expected full, once, once_layerwise or per_chunk, got '" +
+                       m + "'");
+    }
   }
   // Always in the canonical order, so the table and the plot read the same way.
   std::vector<std::string> ordered;
   for (const char* m : {"full", "once", "once_layerwise", "per_chunk"}) {
-    if (std::find(modes.begin(), modes.end(), m) != modes.end()) ordered.emplace_back(m);
+    if (contains(modes, m)) ordered.emplace_back(m);
   }
   return ordered;
+}
+
+std::vector<KvFormats> split_formats(const std::string& text) {
+  std::vector<KvFormats> formats;
+  for (const std::string& item : split_list(text, "formats")) {
+    const KvFormats f = parse_kv_formats(item, "formats");
+    if (std::find(formats.begin(), formats.end(), f) != formats.end()) {
+      throw UsageError("--formats: " + f.name() + " given twice (as '" + item + "')");
+    }
+    formats.push_back(f);
+  }
+  return formats;
 }
 
 Config read_config(Options& opts) {
@@ -186,16 +222,26 @@ Config read_config(Options& opts) {
   cfg.chunk_tokens = static_cast<int32_t>(opts.get_int("chunk_tokens", 256, 2, 1 << 20));
   cfg.budget = static_cast<int32_t>(opts.get_int("budget", 512, 1, 1 << 24));
   cfg.policy = opts.get_string("policy", "snapkv");
-  cfg.modes = split_modes(opts.get_string("modes", "full,once,once_layerwise,per_chunk"));
+  cfg.modes = split_modes(opts.get_string("modes", "full,once,once_layerwise,per_chunk"), "modes");
   const double limit_mib = opts.get_double("memory_limit_mib", 0, 1e-3, 1e9);
   cfg.limit_seqs = opts.get_double("limit_seqs", 2.25, 0.01, 1e6);
-  cfg.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
+  const bool one_format = kv_formats_given(opts);
+  const KvFormats given = read_kv_formats(opts);
+  cfg.formats = split_formats(opts.get_string("formats", "f16,q8_0,q8_0/q4_0"));
+  cfg.format_modes = split_modes(opts.get_string("format_modes", "per_chunk"), "format_modes");
+  if (one_format) {
+    if (opts.has("formats")) {
+      throw UsageError("--formats lists the formats to run: give it without --dtype, "
+                       "--k_format and --v_format, which pick one");
+    }
+    cfg.formats = {given};
+  }
   cfg.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", 16, 1, 1 << 16));
   cfg.threads = static_cast<int32_t>(opts.get_int("threads", 0, 0, 4096));
-  cfg.shape.dim = static_cast<int32_t>(opts.get_int("dim", 288, 2, 1 << 16));
+  cfg.shape.dim = static_cast<int32_t>(opts.get_int("dim", 256, 2, 1 << 16));
   cfg.shape.hidden_dim = static_cast<int32_t>(opts.get_int("hidden_dim", 768, 1, 1 << 18));
   cfg.shape.n_layers = static_cast<int32_t>(opts.get_int("layers", 6, 1, 1024));
-  cfg.shape.n_heads = static_cast<int32_t>(opts.get_int("heads", 6, 1, 1024));
+  cfg.shape.n_heads = static_cast<int32_t>(opts.get_int("heads", 4, 1, 1024));
   cfg.shape.n_kv_heads = static_cast<int32_t>(opts.get_int("kv_heads", cfg.shape.n_heads, 1, 1024));
   cfg.shape.vocab_size = static_cast<int32_t>(opts.get_int("vocab", 32000, 4, 1 << 22));
   cfg.shape.shared_classifier = 1;
@@ -282,11 +328,11 @@ int32_t chunk_of(const ModeSpec& spec, const Config& cfg) {
 }
 
 CachePtr make_cache(kvc_context* ctx, const kvl_model* model, const Config& cfg,
-                    const ModeSpec& spec, size_t limit) {
+                    const ModeSpec& spec, const KvFormats& formats, size_t limit) {
   kvc_cache_params p;
   kvc_cache_params_init(&p);
   kvl_cache_params_for(model, &p);
-  p.dtype = cfg.dtype;
+  formats.apply(&p);
   p.layout = KVC_LAYOUT_PAGED;
   p.block_tokens = cfg.block_tokens;
   p.memory_limit = limit;
@@ -296,7 +342,8 @@ CachePtr make_cache(kvc_context* ctx, const kvl_model* model, const Config& cfg,
     p.prefill = spec.prefill;
   }
   kvc_cache* raw = nullptr;
-  check(kvc_cache_create(ctx, &p, &raw), (std::string("kvc_cache_create (") + spec.name + ")").c_str());
+  check(kvc_cache_create(ctx, &p, &raw),
+        ("kvc_cache_create (" + std::string(spec.name) + ", " + formats.name() + ")").c_str());
   return CachePtr(raw);
 }
 
@@ -424,17 +471,20 @@ std::string fmt(const char* format, double a) {
 class ModeRun {
  public:
   ModeRun(kvc_context* ctx, const kvl_model* model, const Config& cfg, const ModeSpec& spec,
-          size_t limit, const Requests& req)
+          const KvFormats& formats, bool base_format, size_t limit, const Requests& req)
       : cfg_(cfg), spec_(spec), req_(req),
         vocab_(kvl_model_config(model)->vocab_size) {
     r_.mode = spec.name;
+    r_.formats = formats;
+    r_.base_format = base_format;
     r_.policy = spec.compress ? cfg.policy : "-";
     r_.prefill = spec.prefill_name;
     r_.chunk_tokens = chunk_of(spec, cfg);
-    r_.estimate_bytes = estimate(make_cache(ctx, model, cfg, spec, limit).get(), cfg, spec);
+    r_.estimate_bytes =
+        estimate(make_cache(ctx, model, cfg, spec, formats, limit).get(), cfg, spec);
     batch_ = largest_batch(model, cfg, spec, r_.estimate_bytes, limit);
     if (batch_ == 0) {
-      throw Error(std::string(spec.name) + ": one sequence needs " +
+      throw Error(r_.label() + ": one sequence needs " +
                   std::to_string(r_.estimate_bytes) + " bytes of K/V and " +
                   std::to_string(activation_bytes(model, cfg, spec, 1)) +
                   " of activations, more than the limit of " + std::to_string(limit));
@@ -443,7 +493,7 @@ class ModeRun {
     r_.waves = (cfg.requests + batch_ - 1) / batch_;
     r_.activation_bytes = activation_bytes(model, cfg, spec, batch_);
     kv_limit_ = limit - r_.activation_bytes;
-    cache_ = make_cache(ctx, model, cfg, spec, kv_limit_);
+    cache_ = make_cache(ctx, model, cfg, spec, formats, kv_limit_);
 
     kvl_engine* raw = nullptr;
     char err[1024] = {0};
@@ -475,7 +525,7 @@ class ModeRun {
     const bool teacher = !req_.continuations.empty();
     const int32_t chunk = r_.chunk_tokens;
     const int32_t n_chunks = (cfg_.prompt_tokens + chunk - 1) / chunk;
-    const std::string wave = std::string(spec_.name) + " wave " + std::to_string(wave_ + 1) + "/" +
+    const std::string wave = r_.label() + " wave " + std::to_string(wave_ + 1) + "/" +
                              std::to_string(r_.waves) + " (batch " + std::to_string(nb) + ")";
     Timer total;
     for (int32_t i = 0; i < nb; ++i) {
@@ -588,7 +638,7 @@ class ModeRun {
     if (kvl_engine_forward_marked(engine_.get(), n, ids_.data(), n_tokens_.data(),
                                   tokens_.data(), positions_.data(), prompt_end_.data(), 0,
                                   logits_.data(), err, sizeof err) != 0) {
-      std::string msg = std::string(spec_.name) + ": kvl_engine_forward_marked (" + phase +
+      std::string msg = r_.label() + ": kvl_engine_forward_marked (" + phase +
                         ", batch of " + std::to_string(n) + ") failed: " + err;
       if (std::strstr(err, "OUT_OF_MEMORY") != nullptr) {
         msg += " -- the batch sized by kvc_cache_estimate did not fit the limit";
@@ -600,7 +650,7 @@ class ModeRun {
   kvc_cache_stats check_peak() const {
     const kvc_cache_stats st = get_stats(cache_.get());
     if (st.bytes_peak > kv_limit_) {
-      throw Error(std::string(spec_.name) + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
+      throw Error(r_.label() + ": stats.bytes_peak " + std::to_string(st.bytes_peak) +
                   " is over the K/V share of the memory limit " + std::to_string(kv_limit_));
     }
     return st;
@@ -627,20 +677,25 @@ class ModeRun {
   int64_t nll_count_ = 0;
 };
 
-// Serves every mode; with `interleave` the next wave is always one of the mode that has
-// served the smallest share of its waves, so all modes run spread over the same minutes.
+// Serves every mode in the first format, and format_modes in the others too; with
+// `interleave` the next wave is always one of the run that has served the smallest share of
+// its waves, so all runs spread over the same minutes.
 std::vector<ModeResult> run_modes(kvc_context* ctx, const kvl_model* model, const Config& cfg,
                                   size_t limit, const Requests& req, Progress& progress) {
   std::vector<std::unique_ptr<ModeRun>> runs;
   for (const std::string& m : cfg.modes) {
-    runs.push_back(std::make_unique<ModeRun>(ctx, model, cfg, mode_spec(m), limit, req));
-    const ModeResult& r = runs.back()->result();
-    progress.line("batchmax: mode " + r.mode + ": estimate " + std::to_string(r.estimate_bytes) +
-                  " bytes per sequence, max batch " + std::to_string(r.max_batch) + " (" +
-                  std::to_string(r.waves) + " waves), activations " +
-                  std::to_string(r.activation_bytes) + " bytes for " +
-                  std::to_string(r.max_batch) + " x " + std::to_string(r.chunk_tokens) +
-                  " tokens");
+    const size_t n_formats = contains(cfg.format_modes, m) ? cfg.formats.size() : 1;
+    for (size_t f = 0; f < n_formats; ++f) {
+      runs.push_back(std::make_unique<ModeRun>(ctx, model, cfg, mode_spec(m), cfg.formats[f],
+                                               f == 0, limit, req));
+      const ModeResult& r = runs.back()->result();
+      progress.line("batchmax: mode " + r.label() + ": estimate " +
+                    std::to_string(r.estimate_bytes) + " bytes per sequence, max batch " +
+                    std::to_string(r.max_batch) + " (" + std::to_string(r.waves) +
+                    " waves), activations " + std::to_string(r.activation_bytes) + " bytes for " +
+                    std::to_string(r.max_batch) + " x " + std::to_string(r.chunk_tokens) +
+                    " tokens");
+    }
   }
   for (;;) {
     ModeRun* next = nullptr;
@@ -664,7 +719,7 @@ std::vector<ModeResult> run_modes(kvc_context* ctx, const kvl_model* model, cons
 // first touch of the weights and the engine's buffers.
 void warm_up(kvc_context* ctx, const kvl_model* model, const Config& cfg, const Requests& req) {
   const ModeSpec spec = mode_spec("full");
-  CachePtr cache = make_cache(ctx, model, cfg, spec, size_t{1} << 30);
+  CachePtr cache = make_cache(ctx, model, cfg, spec, cfg.formats.front(), size_t{1} << 30);
   kvl_engine* raw = nullptr;
   char err[1024] = {0};
   if (kvl_engine_create(model, cache.get(), cfg.chunk_tokens, &raw, err, sizeof err) != 0) {
@@ -704,6 +759,25 @@ std::string find_tokenizer(const std::string& model_path, int32_t vocab) {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
+// Each mode run in another format over the same mode in the first: batch, decode-phase and
+// end-to-end tokens/s, and the difference of the continuation NLL.
+void report_vs_first_format(const std::vector<ModeResult>& results, const KvFormats& first) {
+  for (const ModeResult& r : results) {
+    if (r.base_format) continue;
+    const auto base = std::find_if(results.begin(), results.end(), [&](const ModeResult& b) {
+      return b.base_format && b.mode == r.mode;
+    });
+    const std::string p = "batchmax_" + r.key() + "_";
+    const std::string vs = "_vs_" + first.key();
+    report(p + "batch_ratio" + vs, ratio(r.max_batch, base->max_batch));
+    report(p + "decode_throughput_ratio" + vs,
+           ratio(r.decode_tokens_per_s(), base->decode_tokens_per_s()));
+    report(p + "throughput_ratio" + vs,
+           ratio(r.end_to_end_tokens_per_s(), base->end_to_end_tokens_per_s()));
+    if (r.has_nll && base->has_nll) report(p + "nll_delta" + vs, r.nll - base->nll);
+  }
+}
+
 // per_chunk's batch, decode-phase and end-to-end tokens/s over the best of the other modes for
 // each figure: first the lines naming those modes, then the three ratios.
 void report_vs_best_other(const std::vector<ModeResult>& results, const ModeResult& chunk) {
@@ -719,7 +793,9 @@ void report_vs_best_other(const std::vector<ModeResult>& results, const ModeResu
   };
   for (Figure& f : figures) {
     for (const ModeResult& r : results) {
-      if (&r != &chunk && (f.best == nullptr || f.of(r) > f.of(*f.best))) f.best = &r;
+      if (&r != &chunk && r.base_format && (f.best == nullptr || f.of(r) > f.of(*f.best))) {
+        f.best = &r;
+      }
     }
     report(std::string("batchmax_best_other_") + f.name + "_mode", f.best->mode);
   }
@@ -752,6 +828,7 @@ int run_batchmax(Options& opts) {
   }
   ModelPtr model(raw_model);
   const kvl_config mc = *kvl_model_config(model.get());
+  for (const KvFormats& f : cfg.formats) check_head_dim(f, mc.dim / mc.n_heads);
 
   std::vector<std::string> notes;
   if (real && cfg.prompt_tokens + cfg.new_tokens > mc.seq_len) {
@@ -811,7 +888,8 @@ int run_batchmax(Options& opts) {
   size_t full_seq_bytes = 0;
   {
     const ModeSpec full = mode_spec("full");
-    CachePtr probe = make_cache(ctx.get(), model.get(), cfg, full, size_t{1} << 30);
+    CachePtr probe =
+        make_cache(ctx.get(), model.get(), cfg, full, cfg.formats.front(), size_t{1} << 30);
     full_seq_bytes = estimate(probe.get(), cfg, full) + activation_bytes(model.get(), cfg, full, 1);
   }
   const size_t limit =
@@ -830,15 +908,19 @@ int run_batchmax(Options& opts) {
       run_modes(ctx.get(), model.get(), cfg, limit, req, progress);
 
   // ---- report
+  std::string formats_text;
+  for (const KvFormats& f : cfg.formats) {
+    formats_text += (formats_text.empty() ? "" : ",") + f.name();
+  }
   const int32_t head_dim = mc.dim / mc.n_heads;
   std::printf("kvc-bench batchmax: %s model dim %d, hidden %d, %d layers, %d heads (%d KV), "
               "head_dim %d, vocab %d; matrix products by %s\n",
               real ? cfg.model_path.c_str() : "random-weight", mc.dim, mc.hidden_dim, mc.n_layers,
               mc.n_heads, mc.n_kv_heads, head_dim, mc.vocab_size, kvl_model_matmul(model.get()));
   std::printf("%d requests: %d prompt tokens (chunks of %d) + %d new tokens; policy %s, budget %d; "
-              "KV %s, paged, block %d\n",
+              "K/V formats %s, paged, block %d\n",
               cfg.requests, cfg.prompt_tokens, cfg.chunk_tokens, cfg.new_tokens, cfg.policy.c_str(),
-              cfg.budget, dtype_name(cfg.dtype), cfg.block_tokens);
+              cfg.budget, formats_text.c_str(), cfg.block_tokens);
   std::printf("prompts: %s\n", req.origin.c_str());
   for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
   batchmax::print_table(results, limit);
@@ -850,7 +932,7 @@ int run_batchmax(Options& opts) {
   report("batchmax_policy", cfg.policy);
   report("batchmax_matmul", std::string(kvl_model_matmul(model.get())));
   report("batchmax_budget", cfg.budget);
-  report("batchmax_dtype", dtype_name(cfg.dtype));
+  report("batchmax_formats", formats_text);
   report("batchmax_block_tokens", cfg.block_tokens);
   report("batchmax_model", real ? cfg.model_path : std::string("random"));
   report("batchmax_dim", mc.dim);
@@ -863,7 +945,8 @@ int run_batchmax(Options& opts) {
   const ModeResult* full = nullptr;
   const ModeResult* chunk = nullptr;
   for (const ModeResult& r : results) {
-    const std::string p = "batchmax_" + r.mode + "_";
+    const std::string p = "batchmax_" + r.key() + "_";
+    report_kv_formats(p, r.formats);
     report(p + "chunk_tokens", r.chunk_tokens);
     report(p + "estimate_seq_bytes", r.estimate_bytes);
     report(p + "max_batch", r.max_batch);
@@ -883,16 +966,17 @@ int run_batchmax(Options& opts) {
     report(p + "end_to_end_tokens_per_s", r.end_to_end_tokens_per_s());
     report(p + "decode_tokens_per_cpu_s", r.decode_tokens_per_cpu_s());
     if (r.has_nll) report(p + "nll", r.nll);
-    if (r.mode == "full") full = &r;
-    if (r.mode == "per_chunk") chunk = &r;
+    if (r.base_format && r.mode == "full") full = &r;
+    if (r.base_format && r.mode == "per_chunk") chunk = &r;
   }
   if (full != nullptr) {
     for (const ModeResult& r : results) {
       if (r.has_nll && full->has_nll && &r != full) {
-        report("batchmax_" + r.mode + "_nll_delta_vs_full", r.nll - full->nll);
+        report("batchmax_" + r.key() + "_nll_delta_vs_full", r.nll - full->nll);
       }
     }
   }
+  report_vs_first_format(results, cfg.formats.front());
 
   batchmax::write_csv(cfg.csv_path, results, limit);
   report("batchmax_csv", cfg.csv_path);

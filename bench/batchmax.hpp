@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kv_formats.hpp"
+
 namespace kvc_bench {
 namespace batchmax {
 
@@ -42,6 +44,8 @@ Requests token_id_requests(const std::string& ids_path, int32_t vocab, int32_t b
 /// What one mode measured.
 struct ModeResult {
   std::string mode;            ///< full, once, once_layerwise, per_chunk
+  KvFormats formats;           ///< the cache's K and V formats
+  bool base_format = true;     ///< formats is the first of --formats, which every mode runs in
   std::string policy;          ///< "-" for full
   std::string prefill;         ///< none, once, per_chunk
   int32_t chunk_tokens = 0;    ///< prompt tokens per prefill call and sequence
@@ -62,6 +66,11 @@ struct ModeResult {
   bool has_nll = false;
   double nll = 0;              ///< mean NLL (nats/token) of the teacher-forced continuations
 
+  /// The row's name in the report lines: the mode, followed by "_<formats.key()>" for a
+  /// format other than the first ("per_chunk", "per_chunk_q8_0_q4_0").
+  std::string key() const { return base_format ? mode : mode + "_" + formats.key(); }
+  /// "per_chunk q8_0/q4_0", for progress and errors.
+  std::string label() const { return mode + " " + formats.name(); }
   /// Peak memory: the cache's K/V and the engine's activation buffers.
   size_t peak_bytes() const { return bytes_peak + activation_bytes; }
   double decode_tokens_per_s() const { return decode_s > 0 ? generated / decode_s : 0; }

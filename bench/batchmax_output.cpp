@@ -72,17 +72,19 @@ void print_table(const std::vector<ModeResult>& results, size_t memory_limit) {
   std::printf("\nMemory limit %.2f MiB (%zu bytes) for K/V and the engine's activations, the "
               "same for every mode\n\n",
               mib(memory_limit), memory_limit);
-  std::printf("%-14s %-7s %-9s %5s %9s %5s %11s %11s %8s %8s %9s %8s %13s %10s", "mode",
-              "policy", "prefill", "chunk", "max_batch", "waves", "est_seq_MiB", "peak_kv_MiB",
-              "act_MiB", "peak_MiB", "prefill_s", "decode_s", "decode_tok/s", "e2e_tok/s");
+  std::printf("%-14s %-9s %-7s %-9s %5s %9s %5s %11s %11s %8s %8s %9s %8s %13s %10s", "mode",
+              "format", "policy", "prefill", "chunk", "max_batch", "waves", "est_seq_MiB",
+              "peak_kv_MiB", "act_MiB", "peak_MiB", "prefill_s", "decode_s", "decode_tok/s",
+              "e2e_tok/s");
   if (nll) std::printf(" %9s", "nll");
   std::printf("\n");
   for (const ModeResult& r : results) {
-    std::printf("%-14s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f %10.2f",
-                r.mode.c_str(), r.policy.c_str(), r.prefill.c_str(), r.chunk_tokens, r.max_batch,
-                r.waves, mib(r.estimate_bytes), mib(r.bytes_peak), mib(r.activation_bytes),
-                mib(r.peak_bytes()), r.prefill_s, r.decode_s, r.decode_tokens_per_s(),
-                r.end_to_end_tokens_per_s());
+    std::printf("%-14s %-9s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f "
+                "%10.2f",
+                r.mode.c_str(), r.formats.name().c_str(), r.policy.c_str(), r.prefill.c_str(),
+                r.chunk_tokens, r.max_batch, r.waves, mib(r.estimate_bytes), mib(r.bytes_peak),
+                mib(r.activation_bytes), mib(r.peak_bytes()), r.prefill_s, r.decode_s,
+                r.decode_tokens_per_s(), r.end_to_end_tokens_per_s());
     if (nll) {
       if (r.has_nll) {
         std::printf(" %9.4f", r.nll);
@@ -103,7 +105,7 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
   out << "mode,policy,prefill,max_batch,waves,estimate_seq_bytes,peak_kv_bytes,limit_bytes,"
          "prefill_s,decode_s,total_s,prefill_tokens_per_s,decode_tokens_per_s,"
          "end_to_end_tokens_per_s,tokens_evicted,nll,prefill_cpu_s,decode_cpu_s,chunk_tokens,"
-         "activation_bytes,peak_bytes\n";
+         "activation_bytes,peak_bytes,format\n";
   char line[512];
   for (const ModeResult& r : results) {
     std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%zu,%zu,%zu,%.6f,%.6f,%.6f,%.3f,%.3f,%.3f,%llu,",
@@ -116,8 +118,9 @@ void write_csv(const std::string& path, const std::vector<ModeResult>& results,
       std::snprintf(line, sizeof line, "%.6f", r.nll);
       out << line;
     }
-    std::snprintf(line, sizeof line, ",%.6f,%.6f,%d,%zu,%zu\n", r.prefill_cpu_s, r.decode_cpu_s,
-                  r.chunk_tokens, r.activation_bytes, r.peak_bytes());
+    std::snprintf(line, sizeof line, ",%.6f,%.6f,%d,%zu,%zu,%s\n", r.prefill_cpu_s,
+                  r.decode_cpu_s, r.chunk_tokens, r.activation_bytes, r.peak_bytes(),
+                  r.formats.name().c_str());
     out << line;
   }
   out.close();
@@ -138,7 +141,9 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
   std::ofstream gp(script, std::ios::trunc);
   if (!gp) return "cannot write the gnuplot script '" + script + "': no PNG drawn";
   // Columns of the CSV: 1 mode, 4 max_batch, 7 peak K/V bytes, 13 decode tokens/s,
-  // 14 end-to-end tokens/s, 20 activation bytes, 21 peak bytes.
+  // 14 end-to-end tokens/s, 20 activation bytes, 21 peak bytes, 22 K/V format; a bar is
+  // labelled with its mode and format.
+  const char* const xtic = "xtic(strcol(1).' '.strcol(22))";
   char limit_mib[32];
   std::snprintf(limit_mib, sizeof limit_mib, "%.3f", mib(memory_limit));
   gp << "# Written by `kvc-bench batchmax`; redraw with: gnuplot " << script << "\n"
@@ -158,7 +163,7 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
      << "set title 'max batch under the memory limit'\n"
      << "set ylabel 'sequences'\n"
      << "plot " << gp_quote(csv_path)
-     << " skip 1 using 4:xtic(1) title 'max batch' lc rgb '#4472c4', \\\n"
+     << " skip 1 using 4:" << xtic << " title 'max batch' lc rgb '#4472c4', \\\n"
      << "     '' skip 1 using 0:4:(sprintf('%d', $4)) with labels offset 0,0.8 notitle\n"
      << "set title 'peak memory: K/V + activations'\n"
      << "set ylabel 'MiB'\n"
@@ -170,7 +175,7 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
      << "set label 1 'limit " << limit_mib << " MiB' at graph 0.02, first " << limit_mib
      << " offset 0,0.7 tc rgb '#c00000'\n"
      << "plot " << gp_quote(csv_path)
-     << " skip 1 using ($7/1048576):xtic(1) title 'K/V (bytes_peak)' lc rgb '#5b9bd5', \\\n"
+     << " skip 1 using ($7/1048576):" << xtic << " title 'K/V (bytes_peak)' lc rgb '#5b9bd5', \\\n"
      << "     '' skip 1 using ($20/1048576) title 'activations' lc rgb '#a5a5a5', \\\n"
      << "     '' skip 1 using 0:($21/1048576):(sprintf('%.2f', $21/1048576)) with labels "
         "offset 0,0.8 notitle\n"
@@ -182,7 +187,7 @@ std::string plot_png(const std::string& csv_path, const std::string& png_path,
      << "set title 'generated tokens/s'\n"
      << "set ylabel 'tokens/s'\n"
      << "plot " << gp_quote(csv_path)
-     << " skip 1 using 13:xtic(1) title 'decode phase' lc rgb '#ed7d31', \\\n"
+     << " skip 1 using 13:" << xtic << " title 'decode phase' lc rgb '#ed7d31', \\\n"
      << "     '' skip 1 using 14 title 'end to end (prefill included)' lc rgb '#70ad47', \\\n"
      << "     '' skip 1 using ($0-1.0/6):13:(sprintf('%.1f', $13)) with labels offset 0,0.8 "
         "notitle, \\\n"

@@ -2,10 +2,12 @@
 # checks that it completes with a batch, a peak and an NLL per mode, and that the full-cache
 # mode's mean continuation NLL is what `kvc-llama ppl` gives for the same tokens: a request's
 # continuation NLL is ppl's sum over its whole window less ppl's sum over its prompt.
+# With -DQUANTIZED=<format> per_chunk also runs with K/V in that format, whose continuation
+# NLL must be within 0.01 nats of per_chunk's in f32.
 #
 #   cmake -DBENCH=<kvc-bench> -DKVL=<kvc-llama> -DMODEL=<file> [-DTOKENIZER=<file>]
 #         (-DTEXT=<file> | -DIDS=<file>) -DREQUESTS=N -DPROMPT=N -DNEW=N -DCHUNK=N -DBUDGET=N
-#         -DOUT_DIR=<dir> -P batchmax_smoke.cmake
+#         [-DQUANTIZED=<format>] -DOUT_DIR=<dir> -P batchmax_smoke.cmake
 #
 # With IDS (whitespace-separated token ids) both read the ids and any number of requests is
 # checked; with TEXT both encode it and REQUESTS must be 1 (ppl's windows cannot start where
@@ -63,9 +65,13 @@ if(DEFINED IDS)
 else()
   set(input_arg "--text=${TEXT}")
 endif()
+set(formats_arg "--formats=f32")
+if(DEFINED QUANTIZED)
+  set(formats_arg "--formats=f32,${QUANTIZED}")
+endif()
 run(bench_out "${BENCH}" batchmax "--model=${MODEL}" ${tokenizer_args} "${input_arg}"
     --requests=${REQUESTS} --prompt_tokens=${PROMPT} --new_tokens=${NEW} --chunk_tokens=${CHUNK}
-    --budget=${BUDGET} --dtype=f32 --progress=0 "--csv=${OUT_DIR}/batchmax.csv"
+    --budget=${BUDGET} ${formats_arg} --progress=0 "--csv=${OUT_DIR}/batchmax.csv"
     "--png=${OUT_DIR}/batchmax.png")
 
 foreach(mode IN ITEMS full once once_layerwise per_chunk)
@@ -83,6 +89,24 @@ foreach(line IN ITEMS "batchmax_batch_ratio" "batchmax_throughput_ratio")
 endforeach()
 if(NOT bench_out MATCHES "\nbatchmax_prompt_tokens=${PROMPT}\n")
   fail("batchmax did not run the ${PROMPT}-token prompts asked for:\n${bench_out}")
+endif()
+set(quantized_note "")
+if(DEFINED QUANTIZED)
+  set(row "per_chunk_${QUANTIZED}")
+  set(formats_lines "batchmax_${row}_k_format=${QUANTIZED}\nbatchmax_${row}_v_format=${QUANTIZED}")
+  if(NOT bench_out MATCHES "\n${formats_lines}\n")
+    fail("no ${row} row with K and V in ${QUANTIZED}:\n${bench_out}")
+  endif()
+  micro_of(nll_quantized "${bench_out}" "batchmax_${row}_nll")
+  math(EXPR quantized_diff "${nll_quantized} - ${nll_per_chunk}")
+  if(quantized_diff LESS 0)
+    math(EXPR quantized_diff "-(${quantized_diff})")
+  endif()
+  if(quantized_diff GREATER 10000)
+    fail("per_chunk's continuation NLL is ${nll_quantized}e-6 with K/V in ${QUANTIZED}, "
+         "${nll_per_chunk}e-6 in f32: more than 0.01 nats apart")
+  endif()
+  set(quantized_note "; per_chunk ${QUANTIZED} ${nll_quantized}e-6")
 endif()
 
 # A prompt is BOS + PROMPT - 1 text tokens when the model has that convention, else PROMPT
@@ -159,4 +183,4 @@ if(diff GREATER 1000)
 endif()
 message("batchmax_smoke: full-cache continuation NLL ${nll_full}e-6, kvc-llama ppl "
         "${expected}e-6 (difference ${diff}e-6); once ${nll_once}e-6, once_layerwise "
-        "${nll_once_layerwise}e-6, per_chunk ${nll_per_chunk}e-6")
+        "${nll_once_layerwise}e-6, per_chunk ${nll_per_chunk}e-6${quantized_note}")

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "common.hpp"
-#include "kvcache/kvcache_format.h"
 #include "report.hpp"
 
 namespace kvc_bench {
@@ -16,18 +15,18 @@ CacheShape CacheShape::read(Options& opts) {
   s.kv_heads = static_cast<int32_t>(opts.get_int("kv_heads", s.kv_heads, 1, 1024));
   s.q_heads = static_cast<int32_t>(opts.get_int("q_heads", s.q_heads, 1, 4096));
   s.head_dim = static_cast<int32_t>(opts.get_int("head_dim", s.head_dim, 1, 1024));
-  s.dtype = parse_dtype(opts.get_string("dtype", "f16"), "dtype");
+  s.formats = read_kv_formats(opts);
   s.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
   s.backend = opts.get_string("backend", "");
   s.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", s.block_tokens, 1, 65536));
   if (s.q_heads % s.kv_heads != 0) throw UsageError("--q_heads must be a multiple of --kv_heads");
+  check_head_dim(s.formats, s.head_dim);
   return s;
 }
 
 uint64_t CacheShape::kv_bytes() const {
-  return 2ull * static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
-         static_cast<uint64_t>(kv_heads) *
-         kvc_format_row_bytes(dtype, static_cast<size_t>(head_dim));
+  return static_cast<uint64_t>(tokens) * static_cast<uint64_t>(layers) *
+         static_cast<uint64_t>(kv_heads) * formats.kv_row_bytes(head_dim);
 }
 
 kvc_cache_params CacheShape::params() const {
@@ -37,7 +36,7 @@ kvc_cache_params CacheShape::params() const {
   p.kv_heads = kv_heads;
   p.q_heads = q_heads;
   p.head_dim = head_dim;
-  p.dtype = dtype;
+  formats.apply(&p);
   p.memory_limit = size_t{64} << 20;
   p.backend = backend.empty() ? nullptr : backend.c_str();
   p.block_tokens = block_tokens;
@@ -50,7 +49,8 @@ void CacheShape::report() const {
   kvc_bench::report("kv_heads", kv_heads);
   kvc_bench::report("q_heads", q_heads);
   kvc_bench::report("head_dim", head_dim);
-  kvc_bench::report("dtype", kvc_dtype_name(dtype));
+  kvc_bench::report("dtype", formats.name());
+  report_kv_formats("", formats);
   kvc_bench::report("block_tokens", block_tokens);
   if (!backend.empty()) kvc_bench::report("backend", backend);
 }

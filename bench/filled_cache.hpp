@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kv_formats.hpp"
 #include "kvcache/kvcache.h"
 #include "options.hpp"
 
@@ -17,13 +18,13 @@ struct CacheShape {
   int32_t kv_heads = 8;
   int32_t q_heads = 32;
   int32_t head_dim = 128;
-  kvc_dtype dtype = KVC_DTYPE_F16;
+  KvFormats formats;  // f16 K and V by default
   uint64_t seed = 1;
   std::string backend;  // empty: the library's default (cpu)
   int32_t block_tokens = 16;
 
-  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --seed --backend
-  /// --block_tokens.
+  /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --k_format --v_format
+  /// --seed --backend --block_tokens.
   static CacheShape read(Options& opts);
   /// Bytes of K and V the sequence stores.
   uint64_t kv_bytes() const;
@@ -41,7 +42,9 @@ struct CacheShape {
   "  --kv_heads=N    KV heads (default 8)\n"                                        \
   "  --q_heads=N     query heads, a multiple of kv_heads (default 32)\n"            \
   "  --head_dim=N    head dimension (default 128)\n"                                \
-  "  --dtype=D       format: f16, bf16, f32, q8_0 or q4_0 (default f16)\n"        \
+  "  --dtype=D       format of K and V: f16, bf16, f32, q8_0 or q4_0 (default f16)\n" \
+  "  --k_format=D --v_format=D  format of K, of V (default: --dtype's); q8_0 and\n" \
+  "                  q4_0 need a head_dim that is a multiple of 32\n"            \
   "  --seed=N        seed of the random data (default 1)\n"                         \
   "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"  \
   "  --block_tokens=N  tokens per paged block (default 16)\n"

@@ -39,7 +39,8 @@ const Subcommand kSubcommands[] = {
      kStoreHelp, run_store},
     {"batchmax",
      "main demo: one memory limit (K/V + activations); max batch, peak memory and tokens/s of"
-     " full cache, compress once (chunked or layer-wise), compress per prefill chunk",
+     " full cache, compress once (chunked or layer-wise), compress per prefill chunk (also with"
+     " q8_0 and q8_0/q4_0 K/V)",
      kBatchmaxHelp, run_batchmax},
 };
 
@@ -47,7 +48,8 @@ void print_usage(std::FILE* out) {
   std::fprintf(out,
                "usage: kvc-bench <subcommand> [--key=value ...] [--json]\n"
                "       kvc-bench <subcommand> --help\n\n"
-               "--json prints the values as one JSON object instead of name=value lines.\n\n"
+               "--json prints the values as one JSON object instead of name=value lines.\n"
+               "A key takes '-' or '_' alike: --k-format is --k_format.\n\n"
                "subcommands:\n");
   for (const Subcommand& sc : kSubcommands) {
     std::fprintf(out, "  %-12s %s\n", sc.name, sc.summary);

@@ -1,5 +1,6 @@
 #include "options.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +20,9 @@ Options::Options(const std::vector<std::string>& args) {
     }
     const size_t eq = arg.find('=');
     std::string key = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    // --k-format is --k_format: kvc-llama's options are written with '-', kvc-bench's with
+    // '_'; either is taken here.
+    std::replace(key.begin(), key.end(), '-', '_');
     std::string value = eq == std::string::npos ? "1" : arg.substr(eq + 1);
     if (key.empty()) throw UsageError("empty option name in '" + arg + "'");
     if (values_.count(key) != 0) throw UsageError("option --" + key + " given twice");

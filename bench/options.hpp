@@ -14,7 +14,8 @@ namespace kvc_bench {
 /// a silently ignored one. Bad values throw UsageError.
 class Options {
  public:
-  /// Parses "--key=value" (or "--flag", meaning "--flag=1") arguments; throws UsageError.
+  /// Parses "--key=value" (or "--flag", meaning "--flag=1") arguments, a '-' in a key read as
+  /// '_'; throws UsageError.
   explicit Options(const std::vector<std::string>& args);
 
   bool has(const std::string& key) const { return values_.count(key) != 0; }

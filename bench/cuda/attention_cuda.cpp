@@ -110,10 +110,12 @@ int run_attention(const CacheShape& shape, int32_t batch, int32_t chunk, int rep
   // Fill: chunks of `chunk` tokens for every sequence at once, from one random device chunk.
   const size_t kv_width = size_t(shape.kv_heads) * size_t(shape.head_dim);
   const size_t chunk_rows = size_t(batch) * size_t(chunk);
-  const auto k = random_device(chunk_rows * kv_width, shape.dtype, uint32_t(shape.seed));
-  const auto v = random_device(chunk_rows * kv_width, shape.dtype, uint32_t(shape.seed) + 1);
-  const kvc_tensor tk{k->data(), shape.dtype, KVC_DEVICE_BACKEND, 0};
-  const kvc_tensor tv{v->data(), shape.dtype, KVC_DEVICE_BACKEND, 0};
+  const kvc_dtype k_input = input_dtype_for(shape.formats.k);
+  const kvc_dtype v_input = input_dtype_for(shape.formats.v);
+  const auto k = random_device(chunk_rows * kv_width, k_input, uint32_t(shape.seed));
+  const auto v = random_device(chunk_rows * kv_width, v_input, uint32_t(shape.seed) + 1);
+  const kvc_tensor tk{k->data(), k_input, KVC_DEVICE_BACKEND, 0};
+  const kvc_tensor tv{v->data(), v_input, KVC_DEVICE_BACKEND, 0};
   for (int32_t s = 0; s < batch; ++s) check(kvc_seq_create(cache, s), "kvc_seq_create");
   double append_s = kInfinity;
   for (int32_t start = 0; start < shape.tokens; start += chunk) {
