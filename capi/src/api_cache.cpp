@@ -5,6 +5,7 @@
 #include "cache_params.hpp"
 #include "handles.hpp"
 #include "kvcache/kvcache_format.h"
+#include "kvcache/kvcache_rotation.h"
 #include "versioned_init.hpp"
 
 namespace {
@@ -19,6 +20,7 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
   p.dtype = c.k_dtype;
   p.k_dtype = c.k_dtype == c.v_dtype ? -1 : c.k_dtype;
   p.v_dtype = c.k_dtype == c.v_dtype ? -1 : c.v_dtype;
+  p.k_rotation = c.k_rotation;
   p.layout = c.layout;
   p.block_tokens = c.block_tokens;
   p.growth_factor = c.growth_factor;
@@ -37,6 +39,7 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
   kvc::require(p.v_dtype == -1 || kvc_format_is_valid(p.v_dtype),
                "v_dtype is neither -1 nor a kvc_dtype");
   kvc::require_enum(p.layout, KVC_LAYOUT_PAGED, KVC_LAYOUT_CONTIGUOUS, "layout is not a kvc_layout");
+  kvc::require(kvc_rotation_is_valid(p.k_rotation), "k_rotation is not a kvc_rotation");
   kvc::CacheConfig c;
   c.layers = p.layers;
   c.kv_heads = p.kv_heads;
@@ -44,6 +47,7 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
   c.head_dim = p.head_dim;
   c.k_dtype = p.k_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.k_dtype);
   c.v_dtype = p.v_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.v_dtype);
+  c.k_rotation = static_cast<kvc_rotation>(p.k_rotation);
   c.layout = p.layout;
   c.block_tokens = p.block_tokens;
   c.growth_factor = p.growth_factor;
@@ -115,6 +119,9 @@ kvc_status* kvc_cache_create(kvc_context* context, const kvc_cache_params* param
     // caller whose struct_size does not cover v_dtype is an older one, and has neither.
     if (params->struct_size < offsetof(kvc_cache_params, v_dtype) + sizeof(p.v_dtype)) {
       p.k_dtype = p.v_dtype = -1;
+    }
+    if (params->struct_size < offsetof(kvc_cache_params, k_rotation) + sizeof(p.k_rotation)) {
+      p.k_rotation = KVC_ROTATION_NONE;
     }
     return CacheSetup{config_from(p), policy_from(p)};
   }, out_cache);

@@ -4,12 +4,34 @@
 
 #include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
+#include "kvcache/kvcache_rotation.h"
 
 namespace kvc {
 
 namespace {
 
 bool has_streams(const kvc_backend_vtable& vtable) { return vtable.copy_async != nullptr; }
+
+// A rotation of K needs a backend that is told it (1.5's kvc_backend_config::k_rotation, through
+// create_with_config) and that can tell stored rows from the engine's (1.5's
+// kvc_append_tensors_call::k_rotated, through append_tensors).
+void check_rotation(const LoadedPlugin& plugin, const CacheConfig& config) {
+  if (config.k_rotation == KVC_ROTATION_NONE) return;
+  const uint32_t minor = plugin.abi_version & 0xffffu;
+  const std::string rotation = std::string("k_rotation ") + kvc_rotation_name(config.k_rotation);
+  if (minor < 5) {
+    throw Error(KVC_ERR_UNSUPPORTED, "backend '" + plugin.name +
+                                         "' is built against plugin ABI 1." +
+                                         std::to_string(minor) + ", which cannot rotate K (" +
+                                         rotation + " needs 1.5)");
+  }
+  if (!plugin.backend.create_with_config || !plugin.backend.append_tensors) {
+    throw Error(KVC_ERR_UNSUPPORTED, "backend '" + plugin.name + "' has no " +
+                                         (plugin.backend.create_with_config ? "append_tensors"
+                                                                            : "create_with_config") +
+                                         ", which " + rotation + " needs");
+  }
+}
 
 }  // namespace
 
@@ -28,6 +50,7 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
                     ", which has one storage format for K and V; K is " +
                     kvc_dtype_name(k_dtype_) + " and V " + kvc_dtype_name(v_dtype_));
   }
+  check_rotation(plugin, config);
   kvc_plugin_error error{};
   if (!vtable_.create_with_config) {
     check(vtable_.create(host, &instance_, &error), error, "create");
@@ -51,6 +74,7 @@ Backend::Backend(const LoadedPlugin& plugin, const kvc_host_api* host, const Cac
   c.device = config.backend_device;
   c.params = params.data();
   c.n_params = params.size();
+  c.k_rotation = config.k_rotation;
   check(vtable_.create_with_config(host, &c, &instance_, &error), error, "create");
 }
 

@@ -7,6 +7,7 @@
 #include "cache.hpp"
 #include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
+#include "kvcache/kvcache_rotation.h"
 
 namespace kvc {
 namespace {
@@ -46,6 +47,7 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
   image.k_dtype = config_.k_dtype;
   image.v_dtype = config_.v_dtype;
   image.layout = config_.layout;
+  image.k_rotation = config_.k_rotation;
   image.stats = geometry_.stats;
   image.heads.resize(sequence.heads.size());
   for (const TriggerState& t : sequence.triggers) {
@@ -115,7 +117,7 @@ size_t Cache::encoded_size_of(const Sequence& sequence, uint64_t offload_version
     head_tokens.push_back(static_cast<size_t>(head.length()));
   }
   return encoded_size(config_.layers, config_.head_dim, config_.k_dtype, config_.v_dtype,
-                      geometry_.stats, head_tokens, offload_version);
+                      geometry_.stats, head_tokens, offload_version, config_.k_rotation);
 }
 
 size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
@@ -177,6 +179,13 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
                     std::to_string(config_.kv_heads) + ", " + std::to_string(config_.q_heads) +
                     ", " + std::to_string(config_.head_dim) + ")");
   }
+  if (image.k_rotation != config_.k_rotation) {
+    throw Error(KVC_ERR_INVALID_ARGUMENT,
+                std::string("import: the sequence's keys are stored with k_rotation ") +
+                    kvc_rotation_name(image.k_rotation) + ", this cache's with " +
+                    kvc_rotation_name(config_.k_rotation) +
+                    " (a cache reads only keys rotated as its own)");
+  }
   for (kvc_stat_flags stat : kStoredStats) {
     if ((geometry_.stats & stat) && !(image.stats & stat)) {
       throw Error(KVC_ERR_UNSUPPORTED, std::string("import: the sequence carries no ") +
@@ -218,6 +227,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
       call.src_k_token_stride = static_cast<size_t>(config_.head_dim);
       call.src_v_token_stride = static_cast<size_t>(config_.head_dim);
       call.src_pos = head.positions.data();
+      call.k_rotated = config_.k_rotation != KVC_ROTATION_NONE;
       backend_.append(slots, call);
     }
     for (size_t i = 0; i < image.heads.size(); ++i) {

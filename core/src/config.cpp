@@ -95,6 +95,8 @@ Choices<kvc_dtype> format_choices() {
 }
 
 const Choices<kvc_dtype> kDtypes = format_choices();
+const Choices<kvc_rotation> kRotations{{"none", KVC_ROTATION_NONE},
+                                       {"hadamard", KVC_ROTATION_HADAMARD}};
 const Choices<kvc_layout> kLayouts{{"paged", KVC_LAYOUT_PAGED},
                                    {"contiguous", KVC_LAYOUT_CONTIGUOUS}};
 const Choices<PrefillCompression> kPrefillModes{{"none", PrefillCompression::none},
@@ -383,6 +385,7 @@ class ConfigReader {
         field("dtype", [&](const Field& f) { both = read_choice(f, kDtypes); }),
         field("k_dtype", [&](const Field& f) { k = read_choice(f, kDtypes); }),
         field("v_dtype", [&](const Field& f) { v = read_choice(f, kDtypes); }),
+        field("k_rotation", [&](const Field& f) { cache.k_rotation = read_choice(f, kRotations); }),
         field("layout", [&](const Field& f) { cache.layout = read_choice(f, kLayouts); }),
         field("block_tokens", [&](const Field& f) { cache.block_tokens = read_int(f, kAnyInt); }),
         field("growth_factor", [&](const Field& f) { cache.growth_factor = read_number(f); }),

@@ -19,6 +19,7 @@ struct CacheConfig {
   int32_t head_dim = 64;
   kvc_dtype k_dtype = KVC_DTYPE_F16;  // storage formats (kvcache_format.h); YAML `dtype` sets both
   kvc_dtype v_dtype = KVC_DTYPE_F16;
+  kvc_rotation k_rotation = KVC_ROTATION_NONE;  // applied to K by the backend (kvcache_rotation.h)
   kvc_layout layout = KVC_LAYOUT_PAGED;
   int32_t block_tokens = 16;
   double growth_factor = 2.0;

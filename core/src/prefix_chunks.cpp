@@ -55,6 +55,7 @@ SequenceImage prefix_chunk(const SequenceImage& image, int32_t chunk, int32_t ch
   out.head_dim = image.head_dim;
   out.k_dtype = image.k_dtype;
   out.v_dtype = image.v_dtype;
+  out.k_rotation = image.k_rotation;
   out.layout = image.layout;
   out.stats = image.stats;
   out.triggers.assign(static_cast<size_t>(image.layers), LayerTriggers{});
@@ -87,8 +88,8 @@ void check_chunk(const SequenceImage& image, const PrefixIdentity& identity, int
   if (image.layers != identity.layers || image.kv_heads != identity.kv_heads ||
       image.q_heads != identity.q_heads || image.head_dim != identity.head_dim ||
       image.k_dtype != identity.k_dtype || image.v_dtype != identity.v_dtype ||
-      image.stats != identity.stats) {
-    throw mismatch("it holds another shape, dtype or set of statistics");
+      image.k_rotation != identity.k_rotation || image.stats != identity.stats) {
+    throw mismatch("it holds another shape, dtype, rotation of K or set of statistics");
   }
   const int64_t first = static_cast<int64_t>(chunk) * identity.chunk_tokens;
   for (size_t h = 0; h < image.heads.size(); ++h) {
@@ -114,6 +115,7 @@ void append_chunk(SequenceImage& joined, const SequenceImage& chunk) {
     joined.head_dim = chunk.head_dim;
     joined.k_dtype = chunk.k_dtype;
     joined.v_dtype = chunk.v_dtype;
+    joined.k_rotation = chunk.k_rotation;
     joined.layout = chunk.layout;
     joined.stats = chunk.stats;
     joined.heads.resize(chunk.heads.size());

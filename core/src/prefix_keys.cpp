@@ -13,6 +13,9 @@ namespace {
 
 constexpr char kKeyPrefix[] = "kvc-prefix-";
 constexpr uint8_t kVersionTag[8] = {'K', 'V', 'C', 'P', 'F', 'X', 0, 1};
+// Read where a V format or the statistics mask would be, it is neither (a code below
+// KVC_FORMAT_CODE_END, a mask of bits 1, 2 and 4).
+constexpr uint8_t kRotationTag[4] = {'R', 'O', 'T', 0};
 
 struct ContextFree {
   void operator()(EVP_MD_CTX* context) const { EVP_MD_CTX_free(context); }
@@ -78,6 +81,12 @@ PrefixKeys::PrefixKeys(const PrefixIdentity& identity, const int32_t* token_ids)
   // Fed only when it differs, so that the keys of caches with one format stay as they were.
   if (identity.v_dtype != identity.k_dtype) {
     feed_le<uint32_t>(context, static_cast<uint32_t>(identity.v_dtype));
+  }
+  // Likewise only when K is rotated, after a tag, so that a rotated cache never shares chunks
+  // with an unrotated one.
+  if (identity.k_rotation != KVC_ROTATION_NONE) {
+    feed(context, kRotationTag, sizeof kRotationTag);
+    feed_le<uint32_t>(context, static_cast<uint32_t>(identity.k_rotation));
   }
   feed_le<uint32_t>(context, identity.stats);
   feed_le<uint32_t>(context, static_cast<uint32_t>(identity.chunk_tokens));

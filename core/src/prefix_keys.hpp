@@ -1,5 +1,6 @@
 // The store keys of a prompt prefix's chunks (docs/stores.md, "Prefix keys"): SHA-256 of a
-// version tag, the model, the cache's shape, dtype and stored statistics, the chunk size and
+// version tag, the model, the cache's shape, dtype, rotation of K and stored statistics, the
+// chunk size and
 // every token id up to the chunk's end.
 #pragma once
 
@@ -17,6 +18,7 @@ struct PrefixIdentity {
   std::string model;
   int32_t layers, kv_heads, q_heads, head_dim;
   kvc_dtype k_dtype, v_dtype;
+  kvc_rotation k_rotation;
   uint32_t stats;  // kvc_stat_flags stored per token
   int32_t chunk_tokens;
 };

@@ -12,8 +12,8 @@ namespace {
 
 PrefixIdentity identity_of(const Cache& cache, const PrefixRequest& prefix) {
   const CacheConfig& c = cache.config();
-  return {prefix.model, c.layers,  c.kv_heads,          c.q_heads,           c.head_dim,
-          c.k_dtype,    c.v_dtype, cache.stored_stats(), prefix.chunk_tokens};
+  return {prefix.model, c.layers,     c.kv_heads,          c.q_heads,          c.head_dim,
+          c.k_dtype,    c.v_dtype,    c.k_rotation,        cache.stored_stats(), prefix.chunk_tokens};
 }
 
 }  // namespace

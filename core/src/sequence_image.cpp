@@ -10,6 +10,7 @@
 #include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
+#include "kvcache/kvcache_rotation.h"
 
 namespace kvc {
 namespace {
@@ -20,6 +21,7 @@ constexpr uint8_t kMagic[8] = {0x89, 'K', 'V', 'C', '\r', '\n', 0x1a, '\n'};
 constexpr size_t kHeaderBytes = 56;     // magic, version, shape, dtype, layout, stats, sections
 constexpr size_t kVFormatBytes = 4;     // version 2: the V format after the sections
 constexpr size_t kOffloadVersionBytes = 8;  // version 3: the offload version after that
+constexpr size_t kRotationBytes = 4;        // version 4: the rotation of K after that
 constexpr size_t kHeadFixedBytes = 16;  // n, effective budget, seen
 constexpr size_t kTriggerBytes = 5;     // decode steps, prefill pending
 constexpr size_t kChecksumBytes = 4;
@@ -208,6 +210,12 @@ void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t hea
   }
 }
 
+void check_rotation(uint32_t k_rotation) {
+  if (k_rotation > KVC_ROTATION_HADAMARD || !kvc_rotation_is_valid(static_cast<int>(k_rotation))) {
+    fail("unknown K rotation " + std::to_string(k_rotation));
+  }
+}
+
 void check_counters(int32_t n, int64_t seen, int32_t budget, const std::string& where) {
   if (n < 0) fail(where + ": token count " + std::to_string(n) + " is negative");
   if (seen < n) {
@@ -247,16 +255,18 @@ size_t unit_bytes(kvc_dtype dtype) {
   return kvc_format_group_size(dtype) == 1 ? kvc_format_group_bytes(dtype) : 1;
 }
 
-// The oldest version that holds the image: 3 with an offload version, else 1 when K and V
-// share a format (as every image before version 2 did), else 2.
-uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype, uint64_t offload_version) {
+// The oldest version that holds the image: 4 with rotated keys, else 3 with an offload
+// version, else 1 when K and V share a format (as every image before version 2 did), else 2.
+uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype, uint64_t offload_version,
+                     kvc_rotation k_rotation) {
+  if (k_rotation != KVC_ROTATION_NONE) return 4;
   if (offload_version != 0) return 3;
   return k_dtype == v_dtype ? 1 : 2;
 }
 
 size_t header_bytes(uint32_t version) {
   return kHeaderBytes + (version >= 2 ? kVFormatBytes : 0) +
-         (version >= 3 ? kOffloadVersionBytes : 0);
+         (version >= 3 ? kOffloadVersionBytes : 0) + (version >= 4 ? kRotationBytes : 0);
 }
 
 int stat_count(uint32_t stats) {
@@ -291,6 +301,7 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
   check_header(image.layers, image.kv_heads, image.q_heads, image.head_dim,
                static_cast<uint32_t>(image.k_dtype), static_cast<uint32_t>(image.v_dtype),
                static_cast<uint32_t>(image.layout), image.stats);
+  check_rotation(static_cast<uint32_t>(image.k_rotation));
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
   if (image.heads.size() != head_count) {
     fail(std::to_string(image.heads.size()) + " heads for " + std::to_string(image.layers) +
@@ -303,7 +314,7 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
   const uint64_t per_token = token_bytes(image.head_dim, image.k_dtype, image.v_dtype, image.stats);
   Sections sections{0, kTriggerBytes * image.triggers.size(),
                     header_bytes(version_for(image.k_dtype, image.v_dtype,
-                                             image.offload_version))};
+                                             image.offload_version, image.k_rotation))};
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const std::string where = head_name(h, image.kv_heads);
@@ -349,6 +360,7 @@ struct Header {
   int32_t layers, kv_heads, q_heads, head_dim;
   uint32_t k_dtype, v_dtype, layout, stats;
   uint64_t offload_version;
+  uint32_t k_rotation;
   Sections sections;
 };
 
@@ -377,6 +389,7 @@ Header read_header(Reader& r) {
   h.sections.header = header_bytes(version);
   h.v_dtype = version >= 2 ? f.le<uint32_t>("V dtype") : h.k_dtype;
   h.offload_version = version >= 3 ? f.le<uint64_t>("offload version") : 0;
+  h.k_rotation = version >= 4 ? f.le<uint32_t>("K rotation") : uint32_t{KVC_ROTATION_NONE};
   return h;
 }
 
@@ -469,10 +482,10 @@ size_t encoded_size(const SequenceImage& image) {
 
 size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
                     uint32_t stats, const std::vector<size_t>& head_tokens,
-                    uint64_t offload_version) {
+                    uint64_t offload_version, kvc_rotation k_rotation) {
   const uint64_t per_token = token_bytes(head_dim, k_dtype, v_dtype, stats);
   Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers),
-             header_bytes(version_for(k_dtype, v_dtype, offload_version))};
+             header_bytes(version_for(k_dtype, v_dtype, offload_version, k_rotation))};
   for (size_t n : head_tokens) s.heads += head_section_bytes(n, per_token);
   return static_cast<size_t>(image_bytes(s));
 }
@@ -491,7 +504,8 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   }
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
-  const uint32_t version = version_for(image.k_dtype, image.v_dtype, image.offload_version);
+  const uint32_t version =
+      version_for(image.k_dtype, image.v_dtype, image.offload_version, image.k_rotation);
   w.le(version);
   for (int32_t x : {image.layers, image.kv_heads, image.q_heads, image.head_dim}) {
     w.le(static_cast<uint32_t>(x));
@@ -503,6 +517,7 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   w.le(s.triggers);
   if (version >= 2) w.le(static_cast<uint32_t>(image.v_dtype));
   if (version >= 3) w.le(image.offload_version);
+  if (version >= 4) w.le(static_cast<uint32_t>(image.k_rotation));
   const size_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
   const size_t k_row = static_cast<size_t>(row_bytes(image.head_dim, image.k_dtype));
   const size_t v_row = static_cast<size_t>(row_bytes(image.head_dim, image.v_dtype));
@@ -558,6 +573,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   check_envelope(h.sections, bytes, n);
   check_header(h.layers, h.kv_heads, h.q_heads, h.head_dim, h.k_dtype, h.v_dtype, h.layout,
                h.stats);
+  check_rotation(h.k_rotation);
   SequenceImage image;
   image.layers = h.layers;
   image.kv_heads = h.kv_heads;
@@ -568,6 +584,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   image.layout = static_cast<kvc_layout>(h.layout);
   image.stats = h.stats;
   image.offload_version = h.offload_version;
+  image.k_rotation = static_cast<kvc_rotation>(h.k_rotation);
 
   const Sections& s = h.sections;
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;

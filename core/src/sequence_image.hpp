@@ -38,6 +38,7 @@ struct SequenceImage {
   kvc_dtype k_dtype = KVC_DTYPE_F32;  // storage formats of the cache it came from
   kvc_dtype v_dtype = KVC_DTYPE_F32;
   kvc_layout layout = KVC_LAYOUT_PAGED;
+  kvc_rotation k_rotation = KVC_ROTATION_NONE;  // of the K rows (kvcache_rotation.h)
   uint32_t stats = 0;                   // kvc_stat_flags of the statistics present
   // The version kvc_seq_offload gave the value (offload_version.hpp); 0: none, as in an
   // export or a prefix chunk.
@@ -47,10 +48,10 @@ struct SequenceImage {
 };
 
 // The newest format version this build writes and reads: version 2 adds the V format to the
-// header, version 3 the offload version. Each image is written in the oldest version that
-// holds it (1 when K and V share a format and there is no offload version), which older
-// builds read too.
-constexpr uint32_t kSequenceFormatVersion = 3;
+// header, version 3 the offload version, version 4 the rotation of K. Each image is written in
+// the oldest version that holds it (1 when K and V share a format, there is no offload
+// version and K is not rotated), which older builds read too.
+constexpr uint32_t kSequenceFormatVersion = 4;
 
 // The exact byte count of encode(image). Throws kvc::Error INVALID_ARGUMENT when the image is
 // not one decode() would accept (sizes, positions, counters), naming what is wrong.
@@ -60,7 +61,7 @@ size_t encoded_size(const SequenceImage& image);
 // `offload_version`, without the image (nothing is checked).
 size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
                     uint32_t stats, const std::vector<size_t>& head_tokens,
-                    uint64_t offload_version = 0);
+                    uint64_t offload_version = 0, kvc_rotation k_rotation = KVC_ROTATION_NONE);
 // Writes the image to out[0, encoded_size(image)); throws kvc::Error INVALID_ARGUMENT, writing
 // nothing, when capacity is smaller or the image is inconsistent.
 void encode(const SequenceImage& image, uint8_t* out, size_t capacity);

@@ -69,28 +69,31 @@ void end_streaming() {
 #endif
 }
 
-// One head row of a token (`row_bytes` stored), converted where the source's format is not
-// the storage's.
+// One head row of a token (`row_bytes` stored), rotated as `rotation` says and converted where
+// the source's format is not the storage's.
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
-              size_t head_dim, size_t row_bytes, bool stream) {
-  if (src_dtype == storage_dtype)
+              size_t head_dim, size_t row_bytes, bool stream, kvc_rotation rotation) {
+  if (rotation != KVC_ROTATION_NONE)
+    store_rotated_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim, rotation);
+  else if (src_dtype == storage_dtype)
     copy_bytes(dst, src, row_bytes, stream);
   else
     store_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim);
 }
 
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,
-               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens) {
+               kvc_dtype storage_dtype, size_t head_dim, size_t n_tokens,
+               kvc_rotation rotation) {
   const size_t src_row_bytes = kvc_format_row_bytes(src_dtype, src_stride);
   const size_t dst_row_bytes = kvc_format_row_bytes(storage_dtype, head_dim);
-  if (src_dtype == storage_dtype && src_stride == head_dim) {
+  if (rotation == KVC_ROTATION_NONE && src_dtype == storage_dtype && src_stride == head_dim) {
     std::memcpy(dst, src, n_tokens * dst_row_bytes);
     return;
   }
   for (size_t t = 0; t < n_tokens; ++t)
     copy_row(static_cast<const char*>(src) + t * src_row_bytes, src_dtype,
              static_cast<char*>(dst) + t * dst_row_bytes, storage_dtype, head_dim, dst_row_bytes,
-             false);
+             false, rotation);
 }
 
 // Positions and zeroed statistics of a job's tokens.
@@ -104,8 +107,10 @@ void finish_job(const kvc_append_job& job) {
 void append_job(const kvc_append_job& job, size_t head_dim, const StorageFormats& formats) {
   if (job.n_tokens == 0) return;
   const size_t n = size_t(job.n_tokens);
-  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, formats.k, head_dim, n);
-  copy_rows(job.src_v, job.src_v_stride, job.src_v_dtype, job.dst_v, formats.v, head_dim, n);
+  copy_rows(job.src_k, job.src_k_stride, job.src_dtype, job.dst_k, formats.k, head_dim, n,
+            KVC_ROTATION_NONE);
+  copy_rows(job.src_v, job.src_v_stride, job.src_v_dtype, job.dst_v, formats.v, head_dim, n,
+            KVC_ROTATION_NONE);
   finish_job(job);
 }
 
@@ -157,16 +162,18 @@ struct Tensor {
   size_t token_stride;  // in values
   kvc_dtype storage;
   bool values;  // V: the slots' dst_v, else dst_k
+  kvc_rotation rotation;  // applied to each row before it is stored
 
   Tensor(const void* base, kvc_dtype src, size_t token_values, size_t head_values,
-         kvc_dtype stored, bool is_v)
+         kvc_dtype stored, bool is_v, kvc_rotation rotate)
       : data(static_cast<const char*>(base)),
         dtype(src),
         token_bytes(kvc_format_row_bytes(src, token_values)),
         head_bytes(kvc_format_row_bytes(src, head_values)),
         token_stride(token_values),
         storage(stored),
-        values(is_v) {}
+        values(is_v),
+        rotation(rotate) {}
 
   const char* row(size_t t, size_t h) const { return data + t * token_bytes + h * head_bytes; }
   char* destination(const kvc_append_slot& slot) const {
@@ -174,21 +181,22 @@ struct Tensor {
   }
 };
 
-Tensor k_tensor(const kvc_append_tensors_call& call) {
+// The engine's K is rotated as the cache says; stored rows (k_rotated) already are.
+Tensor k_tensor(const kvc_append_tensors_call& call, kvc_rotation k_rotation) {
   return {call.src_k, call.src_k_dtype, call.src_k_token_stride, call.src_k_head_stride,
-          call.k_dtype, false};
+          call.k_dtype, false, call.k_rotated ? KVC_ROTATION_NONE : k_rotation};
 }
 
 Tensor v_tensor(const kvc_append_tensors_call& call) {
   return {call.src_v, call.src_v_dtype, call.src_v_token_stride, call.src_v_head_stride,
-          call.v_dtype, true};
+          call.v_dtype, true, KVC_ROTATION_NONE};
 }
 
 // The rows of one slot.
 void copy_slot_rows(const Tensor& tensor, const kvc_append_slot& slot, size_t head_dim) {
   copy_rows(tensor.row(size_t(slot.first_token), size_t(slot.kv_head)), tensor.token_stride,
             tensor.dtype, tensor.destination(slot), tensor.storage, head_dim,
-            size_t(slot.n_tokens));
+            size_t(slot.n_tokens), tensor.rotation);
 }
 
 // Where one head's rows go while the tensor is walked token by token: the slot holding tokens
@@ -239,7 +247,7 @@ void copy_token_rows(const Tensor& tensor, const kvc_append_slot* slots, const S
       if (t >= c.end) c = cursor_at(tensor, slots, index, h, t, c.next, dst_row_bytes);
       if (t < c.begin) continue;  // no slot holds this (token, head)
       copy_row(token + h * tensor.head_bytes, tensor.dtype, c.dst, tensor.storage, head_dim,
-               dst_row_bytes, true);
+               dst_row_bytes, true, tensor.rotation);
       c.dst += dst_row_bytes;
     }
   }
@@ -267,7 +275,7 @@ void run_append(const kvc_host_api& host, const kvc_append_job* jobs, size_t n_j
 }
 
 void run_append_tensors(const kvc_host_api& host, const kvc_append_slot* slots,
-                        const kvc_append_tensors_call& call) {
+                        const kvc_append_tensors_call& call, kvc_rotation k_rotation) {
   const StorageFormats formats{call.k_dtype, call.v_dtype};
   check_storage(call.head_dim, formats);
   const size_t n_slots = call.n_slots;
@@ -277,7 +285,7 @@ void run_append_tensors(const kvc_host_api& host, const kvc_append_slot* slots,
   for (size_t i = 0; i < n_slots; ++i) tokens += size_t(slots[i].n_tokens);
   const size_t bytes = tokens * (kvc_format_row_bytes(formats.k, dim) +
                                  kvc_format_row_bytes(formats.v, dim) + sizeof(int32_t));
-  const Tensor k = k_tensor(call), v = v_tensor(call);
+  const Tensor k = k_tensor(call, k_rotation), v = v_tensor(call);
   if (bytes < kStreamBytes) {
     parallel_for(host, n_slots, grain_of(bytes, n_slots), [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {

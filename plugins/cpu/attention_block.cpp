@@ -57,6 +57,7 @@ void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionW
     for (size_t g = 0; g < s.group_size; ++g) {
       float* q = w.q.data() + (i * s.group_size + g) * s.padded_dim;
       s.kernels->convert(q_token + g * d * q_elem, job.q_dtype, q, d);
+      kvc_rotation_apply(w.k_rotation, q, int32_t(d));
       for (size_t e = 0; e < d; ++e) q[e] *= s.scale;
       if (kvc_format_has_scales(s.k_dtype)) round_query(q, i * s.group_size + g, w);
     }

@@ -8,6 +8,7 @@
 
 #include "attention_tiles.hpp"
 #include "kvcache/kvcache_plugin.h"
+#include "kvcache/kvcache_rotation.h"
 
 namespace kvc::cpu {
 
@@ -42,6 +43,7 @@ struct AttentionWorkspace {
   size_t head_dim;  // of the shape it was made for
   size_t padded_dim;
   size_t group_size;
+  kvc_rotation k_rotation = KVC_ROTATION_NONE;  // of the call's keys, applied to its queries
   size_t first_query = 0;  // of the block, within the job
   size_t n_queries = 0;
   VisibleRange block_visible{};       // union of the block's visible ranges

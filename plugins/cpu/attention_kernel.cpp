@@ -147,7 +147,8 @@ void run_item(const kvc_attend_job& job, const WorkItem& item, const AttentionSh
 
 }  // namespace
 
-void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_attend_call& config) {
+void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_attend_call& config,
+                kvc_rotation k_rotation) {
   const size_t n_jobs = config.n_jobs;
   validate(jobs, n_jobs, config);
   const AttentionShape shape = make_shape(config);
@@ -155,6 +156,7 @@ void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_
   PartialStates partials(plan.n_parts, plan.part_rows, shape);
   parallel_for(host, plan.items.size(), 1, [&](size_t begin, size_t end) {
     AttentionWorkspace& workspace = thread_workspace(shape);
+    workspace.k_rotation = k_rotation;
     for (size_t i = begin; i < end; ++i)
       run_item(jobs[plan.items[i].job], plan.items[i], shape, workspace, partials);
   });

@@ -40,6 +40,7 @@ class CpuBackend {
  public:
   static constexpr const char* kName = "cpu";
   static constexpr const char* kLabel = "cpu backend";
+  static constexpr bool kRotatesK = true;
 
   static CpuBackend* create(const kvc_host_api& host, const kvc_backend_config* config) {
     if (config) check_config(*config);
@@ -48,7 +49,7 @@ class CpuBackend {
       fail(KVC_ERR_PLUGIN, "host API lacks parallel_for");
     // Fails where KVC_CPU_KERNELS names a set this CPU cannot run: no instance, no attention.
     const TileKernels& kernels = tile_kernels();
-    auto* backend = new CpuBackend(host);
+    auto* backend = new CpuBackend(host, config ? config->k_rotation : KVC_ROTATION_NONE);
     if (host.log) {
       char message[64];
       std::snprintf(message, sizeof message, "cpu backend: %s kernels", kernels.name);
@@ -75,10 +76,10 @@ class CpuBackend {
     run_append(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
   }
   void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call) {
-    run_append_tensors(host_, slots, call);
+    run_append_tensors(host_, slots, call, k_rotation_);
   }
   void attend(const kvc_attend_job* jobs, const kvc_attend_call& call) {
-    run_attend(host_, jobs, call);
+    run_attend(host_, jobs, call, k_rotation_);
   }
   void compact(const kvc_compact_job* jobs, const kvc_compact_call& call) {
     run_compact(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
@@ -91,9 +92,11 @@ class CpuBackend {
   }
 
  private:
-  explicit CpuBackend(const kvc_host_api& host) : host_(host) {}
+  CpuBackend(const kvc_host_api& host, kvc_rotation k_rotation)
+      : host_(host), k_rotation_(k_rotation) {}
 
   const kvc_host_api& host_;
+  const kvc_rotation k_rotation_;  // of K on append (the engine's rows) and of queries
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kvcache/kvcache.h"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_half.h"
+#include "kvcache/kvcache_rotation.h"
 #include "quantized_rows.hpp"
 
 namespace kvc::cpu {
@@ -67,6 +68,17 @@ inline void store_row(const TileKernels& kernels, const void* src, kvc_dtype src
   thread_local std::vector<float> row;
   row.resize(n);
   load_row_f32(kernels, src, src_dtype, row.data(), n);
+  store_row_f32(kernels, row.data(), dst, storage, n);
+}
+
+// A K row of src_dtype rotated (kvcache_rotation.h) as f32, then stored as `storage`: the
+// rotation comes before any quantization, which it is there to help.
+inline void store_rotated_row(const TileKernels& kernels, const void* src, kvc_dtype src_dtype,
+                              void* dst, kvc_dtype storage, size_t n, kvc_rotation rotation) {
+  thread_local std::vector<float> row;
+  row.resize(n);
+  load_row_f32(kernels, src, src_dtype, row.data(), n);
+  kvc_rotation_apply(rotation, row.data(), int32_t(n));
   store_row_f32(kernels, row.data(), dst, storage, n);
 }
 

@@ -219,6 +219,18 @@ typedef enum kvc_layout {
   KVC_LAYOUT_CONTIGUOUS = 1  /**< one segment per (seq, layer, head), grown by growth_factor */
 } kvc_layout;
 
+/**
+ * @brief Rotations a cache may apply to K (kvc_cache_params::k_rotation); the transform is
+ * kvc_rotation_apply() of kvcache_rotation.h.
+ */
+typedef enum kvc_rotation {
+  KVC_ROTATION_NONE = 0,    /**< keys are stored as the engine passes them */
+  /** Each K row, before it is stored (and quantized), and each query row at attention pass
+   * through a normalised Hadamard transform: logits are unchanged up to rounding, and outlier
+   * channels are spread over the row, so 4-bit keys lose less. */
+  KVC_ROTATION_HADAMARD = 1
+} kvc_rotation;
+
 /** @brief A key and its value, both UTF-8 strings. */
 typedef struct kvc_key_value {
   const char *key;   /**< the parameter's name */
@@ -276,6 +288,12 @@ typedef struct kvc_cache_params {
    * (an older caller's, whose tail padding k_dtype occupies) means -1 for both. */
   int32_t k_dtype;
   int32_t v_dtype;       /**< likewise for V */
+  /** A ::kvc_rotation applied to K by the backend; default KVC_ROTATION_NONE. Keys read back
+   * (kvc_seq_view(), kvc_seq_export(), the rows policies read) are the stored, rotated rows,
+   * whose norms and dot products equal the engine's. A struct_size that ends before it means
+   * none (it lies in the tail padding of the struct before it, which that struct's
+   * kvc_cache_params_init() zeroes). */
+  int32_t k_rotation;
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */

@@ -13,6 +13,10 @@
  *   // (then the backend picks its defaults). Throws Error to refuse (see
  *   // kvc_backend_vtable::create_with_config for the codes).
  *   static B* create(const kvc_host_api& host, const kvc_backend_config* config);
+ *   // Optional (ABI 1.5): the backend applies config->k_rotation (kvcache_rotation.h) to K on
+ *   // append (not to rows of a call with k_rotated set) and to queries at attention; without
+ *   // it the skeleton refuses any rotation but KVC_ROTATION_NONE.
+ *   static constexpr bool kRotatesK = true;
  *   void* alloc(size_t bytes) noexcept;                    // NULL when exhausted
  *   void free(void* ptr) noexcept;                         // ABI 1.0 free
  *   void free_async(void* ptr, void* stream) noexcept;     // ABI 1.3 free_async
@@ -50,6 +54,7 @@
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache/kvcache_plugin_support.hpp"
+#include "kvcache/kvcache_rotation.h"
 
 /** @cond internal */
 namespace kvc::plugin {
@@ -64,7 +69,9 @@ inline void check_host(const kvc_host_api* host) {
 
 // A creation config read as this header's struct, its shape and parameter list checked.
 inline kvc_backend_config read_config(const kvc_backend_config* given) {
-  const auto config = read_host_struct(given, sizeof(kvc_backend_config), "backend config");
+  // The 1.3 host's config (before k_rotation) is the smallest.
+  const auto config = read_host_struct(given, offsetof(kvc_backend_config, k_rotation),
+                                       "backend config");
   if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
       config.n_q_heads < config.n_kv_heads)
     fail(KVC_ERR_INVALID_ARGUMENT, "backend config: bad shape (%d layers, %d KV heads, %d query "
@@ -107,6 +114,21 @@ inline void refuse_params(const kvc_backend_config& config) {
   if (config.n_params > 0)
     fail(KVC_ERR_CONFIG, "backend.params.%s: unknown key, this backend takes no parameters",
          config.params[0].key);
+}
+
+// Whether backend class B applies kvc_backend_config::k_rotation (declares
+// `static constexpr bool kRotatesK = true`).
+template <class B, class = void>
+struct RotatesK : std::false_type {};
+template <class B>
+struct RotatesK<B, std::void_t<decltype(B::kRotatesK)>> : std::bool_constant<B::kRotatesK> {};
+
+// A rotation of K for a backend that does not apply it: KVC_ERR_UNSUPPORTED naming it.
+template <class B>
+void check_rotation(const kvc_backend_config& config) {
+  if (config.k_rotation != KVC_ROTATION_NONE && !RotatesK<B>::value)
+    fail(KVC_ERR_UNSUPPORTED, "k_rotation %s: this backend does not rotate K (use none)",
+         kvc_rotation_name(config.k_rotation));
 }
 
 // Whether backend class B has the optional append_tensors.
@@ -174,6 +196,7 @@ class BackendAdapter {
                                     void** out_instance, kvc_plugin_error* error) noexcept {
     return report_errors(error, [&] {
       const kvc_backend_config config = read_config(given);
+      check_rotation<B>(config);
       make(host, &config, out_instance);
     });
   }
@@ -243,7 +266,8 @@ class BackendAdapter {
                                 kvc_plugin_error* error) noexcept {
     return report_errors(error, [&] {
       const kvc_append_tensors_call call =
-          read_host_struct(given, sizeof(kvc_append_tensors_call), "append_tensors call");
+          read_host_struct(given, offsetof(kvc_append_tensors_call, k_rotated),
+                           "append_tensors call");
       const HostJobs<kvc_append_slot> slots(call.slots, call.n_slots, sizeof(kvc_append_slot),
                                             "append_tensors");
       check_append_tensors(call, slots.data());

@@ -46,7 +46,11 @@
  * let a backend keep a head's segment table resident between calls (@ref abi_tables), and
  * kvc_backend_vtable::append_tensors (::kvc_append_tensors_call: the engine's K and V whole,
  * once, with a list of ::kvc_append_slot; optional: a backend without it gets the same append
- * as ::kvc_append_job entries through kvc_backend_vtable::append).
+ * as ::kvc_append_job entries through kvc_backend_vtable::append). 1.5 appended
+ * kvc_backend_config::k_rotation (the cache's ::kvc_rotation of K, which a backend that does
+ * not apply it refuses) and kvc_append_tensors_call::k_rotated (stored rows, not rotated
+ * again); a host asks for a rotation only of a backend built against 1.5 or later with
+ * create_with_config and append_tensors.
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -92,7 +96,7 @@ extern "C" {
 /** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
 /** @brief Plugin ABI minor: grows when fields are appended to structs. */
-#define KVC_PLUGIN_ABI_MINOR 4
+#define KVC_PLUGIN_ABI_MINOR 5
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Marks a plugin's entry point as exported from its shared library. */
@@ -257,6 +261,10 @@ typedef struct kvc_append_tensors_call {
   const int32_t *src_pos;    /**< [n_tokens] positions of the rows, host memory */
   const kvc_append_slot *slots; /**< [n_slots], host array, strided by struct_size */
   size_t n_slots;            /**< entries in slots */
+  /** (1.5) Nonzero: src_k holds stored rows, already rotated by kvc_backend_config::k_rotation
+   * (an import, a restore, a prefix load), stored as they are; 0: the engine's K, which the
+   * backend rotates before storing it. */
+  int32_t k_rotated;
 } kvc_append_tensors_call;
 
 /** @brief Attention of the query tokens of one sequence and one KV head's query group. The
@@ -400,6 +408,11 @@ typedef struct kvc_backend_config {
   size_t memory_limit;    /**< bytes the cache may take from the backend */
   const kvc_backend_param *params; /**< `backend.params` in the YAML's order; host memory */
   size_t n_params;        /**< entries in params */
+  /** (1.5) The rotation of K (kvcache_rotation.h): applied to each K row the engine appends,
+   * before it is stored, and to each query row at attention; rows read back (read_keys, copies)
+   * are the stored ones. A backend that does not apply it refuses any other than
+   * KVC_ROTATION_NONE with KVC_ERR_UNSUPPORTED. */
+  kvc_rotation k_rotation;
 } kvc_backend_config;
 
 /**
