@@ -1,9 +1,10 @@
-/* A 1.4 backend, "config_probe", that forwards to the CPU backend plugin (loaded from
- * KVC_CPU_BACKEND_PATH) and records what the ABI 1.3 and 1.4 entries receive: the
+/* A backend of this header's ABI, "config_probe", that forwards to the CPU backend plugin
+ * (loaded from KVC_CPU_BACKEND_PATH) and records what the ABI 1.3 and 1.4 entries receive: the
  * kvc_backend_config of its latest instance, the streams of copy_async, free_async and
  * synchronize, and the append calls (per job, and whole tensors with their slots). It
- * refuses bf16 K storage, and a configuration whose `backend.params` hold `refuse: <what>`,
- * with KVC_ERR_UNSUPPORTED and a message naming what it lacks. */
+ * refuses bf16 K storage, a rotation of K (its CPU instances are made without the config),
+ * and a configuration whose `backend.params` hold `refuse: <what>`, with KVC_ERR_UNSUPPORTED
+ * and a message naming what it lacks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,11 @@ static int32_t probe_create_with_config(const kvc_host_api *host,
   }
   if (config->k_dtype == KVC_DTYPE_BF16) {
     kvc_test_set_error(error, "config_probe backend: this backend lacks bf16 K storage");
+    return KVC_ERR_UNSUPPORTED;
+  }
+  if (KVC_PLUGIN_HAS_FIELD(config, kvc_backend_config, k_rotation) &&
+      config->k_rotation != KVC_ROTATION_NONE) {
+    kvc_test_set_error(error, "config_probe backend: this backend does not rotate K");
     return KVC_ERR_UNSUPPORTED;
   }
   for (i = 0; i < config->n_params; ++i) {
