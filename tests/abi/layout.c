@@ -49,6 +49,7 @@ int main(void) {
   FIELD(kvc_cache_params, decode_slack);
   FIELD(kvc_cache_params, k_dtype);
   FIELD(kvc_cache_params, v_dtype);
+  FIELD(kvc_cache_params, k_rotation);
   SIZE(kvc_cache_stats);
   FIELD(kvc_cache_stats, struct_size);
   FIELD(kvc_cache_stats, bytes_used);
@@ -143,6 +144,8 @@ int main(void) {
   FIELD(kvc_format_info, group_bytes);
   VALUE(KVC_LAYOUT_PAGED);
   VALUE(KVC_LAYOUT_CONTIGUOUS);
+  VALUE(KVC_ROTATION_NONE);
+  VALUE(KVC_ROTATION_HADAMARD);
   VALUE(KVC_PREFILL_NONE);
   VALUE(KVC_PREFILL_PER_CHUNK);
   VALUE(KVC_PREFILL_ONCE);
@@ -231,6 +234,7 @@ int main(void) {
   FIELD(kvc_append_tensors_call, src_pos);
   FIELD(kvc_append_tensors_call, slots);
   FIELD(kvc_append_tensors_call, n_slots);
+  FIELD(kvc_append_tensors_call, k_rotated);
   SIZE(kvc_attend_job);
   FIELD(kvc_attend_job, struct_size);
   FIELD(kvc_attend_job, n_queries);
@@ -315,6 +319,7 @@ int main(void) {
   FIELD(kvc_backend_config, memory_limit);
   FIELD(kvc_backend_config, params);
   FIELD(kvc_backend_config, n_params);
+  FIELD(kvc_backend_config, k_rotation);
   SIZE(kvc_backend_vtable);
   FIELD(kvc_backend_vtable, struct_size);
   FIELD(kvc_backend_vtable, create);
