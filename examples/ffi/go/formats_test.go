@@ -1,6 +1,7 @@
 package kvcache_test
 
 import (
+	"encoding/binary"
 	"math/rand"
 	"testing"
 
@@ -75,4 +76,35 @@ func TestKAndVFormatsApart(t *testing.T) {
 	if tokens != 5 || kBytes != 5*headDim*2 || vBytes != 5*headDim*4 {
 		t.Fatalf("viewed %d tokens in %d K and %d V bytes", tokens, kBytes, vBytes)
 	}
+}
+
+func TestRotatedKeys(t *testing.T) {
+	ctx, _ := open(t, "", "")
+	p := gqaParams()
+	p.HeadDim, p.KDType, p.KRotation = 64, kvcache.Q4_0, kvcache.RotationHadamard
+	cache := newCache(t, ctx, p)
+	shape, err := cache.Shape()
+	must(t, err)
+	if shape.KRotation != kvcache.RotationHadamard {
+		t.Fatalf("Shape = %+v", shape)
+	}
+	must(t, cache.CreateSeq(1))
+	var b kvcache.Batch
+	b.AddRun(1, 0, 3)
+	rng := rand.New(rand.NewSource(5))
+	k := kvcache.F32Tensor(random(rng, 3*kvHeads*64))
+	v := kvcache.F32Tensor(random(rng, 3*kvHeads*64))
+	must(t, cache.Append(0, b, k, v))
+	image, err := cache.Export(1)
+	must(t, err)
+	if version := binary.LittleEndian.Uint32(image[8:12]); version != 4 {
+		t.Fatalf("a rotated sequence exports as version %d", version)
+	}
+	p.KRotation = kvcache.RotationNone
+	plain := newCache(t, ctx, p)
+	mustFail(t, plain.Import(1, image), kvcache.ErrInvalidArgument, "k_rotation hadamard")
+
+	p.KRotation = 7
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "k_rotation")
 }

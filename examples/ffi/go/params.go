@@ -63,6 +63,19 @@ const (
 	Contiguous Layout = C.KVC_LAYOUT_CONTIGUOUS
 )
 
+// Rotation is a rotation the backend applies to K (kvc_rotation, kvcache_rotation.h): to each
+// K row before it is stored and to each query at attention, so attention is unchanged up to
+// rounding. Keys read back (View, Export, policies) are the rotated rows, of the same norms.
+type Rotation int32
+
+// The rotations of K.
+const (
+	RotationNone Rotation = C.KVC_ROTATION_NONE
+	// RotationHadamard is a normalised Hadamard transform of each head row: it spreads outlier
+	// channels, so 4-bit keys (Q4_0) lose less.
+	RotationHadamard Rotation = C.KVC_ROTATION_HADAMARD
+)
+
 // PrefillCompression says when a cache compresses a prompt automatically.
 type PrefillCompression int32
 
@@ -94,6 +107,7 @@ type CacheParams struct {
 	Prefill                          PrefillCompression
 	DecodeEvery, DecodeSlack         int32
 	KDType, VDType                   DType // the storage format of K or V alone; AsDType: DType
+	KRotation                        Rotation
 }
 
 // DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
@@ -125,6 +139,7 @@ func paramsFromC(p *C.kvc_cache_params) CacheParams {
 		DecodeSlack:  int32(p.decode_slack),
 		KDType:       DType(p.k_dtype),
 		VDType:       DType(p.v_dtype),
+		KRotation:    Rotation(p.k_rotation),
 	}
 }
 
@@ -162,5 +177,6 @@ func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
 	c.decode_slack = C.int32_t(p.DecodeSlack)
 	c.k_dtype = C.int32_t(p.KDType)
 	c.v_dtype = C.int32_t(p.VDType)
+	c.k_rotation = C.int32_t(p.KRotation)
 	return c
 }

@@ -55,7 +55,7 @@ pub use context::{Context, PluginInfo, PluginKind};
 pub use data::{Attention, Batch};
 pub use error::{Code, Error, Result};
 pub use logger::LogLevel;
-pub use params::{describe_raw, CacheParams, DType, FormatInfo, Layout, Prefill};
+pub use params::{describe_raw, CacheParams, DType, FormatInfo, Layout, Prefill, Rotation};
 pub use policy::{PolicyInfo, StatKind};
 pub use shard::Shard;
 pub use stats::Stats;

@@ -87,6 +87,27 @@ pub enum Layout {
     Contiguous,
 }
 
+/// A rotation the backend applies to K (`kvc_rotation`, `kvcache_rotation.h`): to each K row
+/// before it is stored and to each query at attention, so attention is unchanged up to
+/// rounding. Keys read back (views, exports, policies) are the rotated rows, of the same norms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotation {
+    /// Keys are stored as given.
+    None,
+    /// A normalised Hadamard transform of each head row: spreads outlier channels, so 4-bit
+    /// keys (`DType::Q4_0`) lose less.
+    Hadamard,
+}
+
+impl Rotation {
+    fn raw(self) -> sys::kvc_rotation {
+        match self {
+            Rotation::None => sys::KVC_ROTATION_NONE,
+            Rotation::Hadamard => sys::KVC_ROTATION_HADAMARD,
+        }
+    }
+}
+
 /// When a policy compresses during prefill (`kvc_prefill_compression`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefill {
@@ -162,6 +183,8 @@ pub struct CacheParams {
     pub k_dtype: Option<DType>,
     /// Storage format of V; None: `dtype`.
     pub v_dtype: Option<DType>,
+    /// The rotation of K.
+    pub k_rotation: Rotation,
 }
 
 /// Builder methods `name(self, value) -> Self`, one per field.
@@ -223,6 +246,10 @@ impl Default for CacheParams {
             decode_slack: raw.decode_slack,
             k_dtype: dtype_from_raw(raw.k_dtype),
             v_dtype: dtype_from_raw(raw.v_dtype),
+            k_rotation: match raw.k_rotation {
+                sys::KVC_ROTATION_HADAMARD => Rotation::Hadamard,
+                _ => Rotation::None,
+            },
         }
     }
 }
@@ -248,6 +275,7 @@ impl CacheParams {
         prefill: Prefill,
         decode_every: i32,
         decode_slack: i32,
+        k_rotation: Rotation,
     }
 
     optional_setters! {
@@ -309,6 +337,7 @@ impl CacheParams {
         raw.decode_slack = self.decode_slack;
         raw.k_dtype = self.k_dtype.map_or(-1, DType::raw);
         raw.v_dtype = self.v_dtype.map_or(-1, DType::raw);
+        raw.k_rotation = self.k_rotation.raw();
         f(&raw)
     }
 }

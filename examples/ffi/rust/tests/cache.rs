@@ -2,7 +2,7 @@
 mod common;
 
 use common::*;
-use kvcache::{Cache, CacheParams, Code, Context, DType, Layout, Prefill, Shape};
+use kvcache::{Cache, CacheParams, Code, Context, DType, Layout, Prefill, Rotation, Shape};
 
 #[test]
 fn from_params_with_defaults_filled_in() {
@@ -74,7 +74,8 @@ fn the_builder_sets_every_field() {
         .decode_every(4)
         .decode_slack(5)
         .k_dtype(DType::Bf16)
-        .v_dtype(DType::F16);
+        .v_dtype(DType::F16)
+        .k_rotation(Rotation::Hadamard);
     let expected = CacheParams {
         layers: 3,
         kv_heads: 2,
@@ -97,6 +98,7 @@ fn the_builder_sets_every_field() {
         decode_slack: 5,
         k_dtype: Some(DType::Bf16),
         v_dtype: Some(DType::F16),
+        k_rotation: Rotation::Hadamard,
     };
     assert_eq!(params, expected);
 }

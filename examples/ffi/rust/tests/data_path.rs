@@ -127,3 +127,37 @@ fn overlapping_shards_are_refused() {
     let err = cache.split(&[&[0, 1], &[1]]).err().unwrap();
     assert_eq!(err.code(), Code::InvalidArgument);
 }
+
+#[test]
+fn rotated_keys_attend_as_the_unrotated_and_export_only_to_rotated_caches() {
+    use kvcache::{CacheParams, DType, Rotation};
+    let context = context();
+    let params = CacheParams::new()
+        .kv_heads(KV_HEADS as i32)
+        .q_heads(Q_HEADS as i32)
+        .head_dim(HEAD_DIM as i32)
+        .dtype(DType::F32)
+        .k_rotation(Rotation::Hadamard);
+    let mut cache = context.cache(&params).unwrap();
+    cache.create_seq(0).unwrap();
+    let mut histories = vec![History::default()];
+    for (seed, n) in [(40, 6), (50, 1)] {
+        let step = step(seed, &[(0, n)], &mut histories);
+        let mut out = vec![0.0; step.q.len()];
+        cache
+            .append_attend(0, &step.batch, &step.q, &step.k, &step.v, &Attention::default(), &mut out)
+            .unwrap();
+        let expected = naive_attention(&step.q, &histories[0].positions, &histories[0]);
+        let diff = max_diff(&out, &expected);
+        assert!(diff <= 1e-5, "rotated keys: differs by {diff}");
+    }
+    let image = cache.export(0).unwrap();
+    assert_eq!(u32::from_le_bytes(image[8..12].try_into().unwrap()), 4, "image version");
+    let mut plain = context.cache(&params.clone().k_rotation(Rotation::None)).unwrap();
+    let err = plain.import(0, &image).err().unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("k_rotation hadamard"), "{err}");
+    let mut rotated = context.cache(&params).unwrap();
+    rotated.import(0, &image).unwrap();
+    assert_eq!(rotated.export(0).unwrap(), image);
+}

@@ -80,6 +80,10 @@ pub type kvc_layout = c_int;
 pub const KVC_LAYOUT_PAGED: kvc_layout = 0;
 pub const KVC_LAYOUT_CONTIGUOUS: kvc_layout = 1;
 
+pub type kvc_rotation = c_int;
+pub const KVC_ROTATION_NONE: kvc_rotation = 0;
+pub const KVC_ROTATION_HADAMARD: kvc_rotation = 1;
+
 #[repr(C)]
 pub struct kvc_key_value {
     pub key: *const c_char,
@@ -116,6 +120,7 @@ pub struct kvc_cache_params {
     pub decode_slack: i32,
     pub k_dtype: i32,
     pub v_dtype: i32,
+    pub k_rotation: i32,
 }
 
 #[repr(C)]
