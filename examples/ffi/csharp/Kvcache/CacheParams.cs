@@ -51,6 +51,8 @@ namespace Kvcache
         public DType? KDType { get; set; }
         /// <summary>The storage format of V alone; null: DType.</summary>
         public DType? VDType { get; set; }
+        /// <summary>The rotation of K.</summary>
+        public Rotation KRotation { get; set; } = Rotation.None;
 
         internal static CacheParams FromNative(NativeCacheParams p)
         {
@@ -63,6 +65,7 @@ namespace Kvcache
                 Prefill = p.Prefill, DecodeEvery = p.DecodeEvery, DecodeSlack = p.DecodeSlack,
                 KDType = p.KDType < 0 ? (DType?)null : (DType)p.KDType,
                 VDType = p.VDType < 0 ? (DType?)null : (DType)p.VDType,
+                KRotation = p.KRotation,
             };
         }
 
@@ -83,6 +86,7 @@ namespace Kvcache
                 Prefill = Prefill, DecodeEvery = DecodeEvery, DecodeSlack = DecodeSlack,
                 KDType = KDType.HasValue ? (int)KDType.Value : SameAsDType,
                 VDType = VDType.HasValue ? (int)VDType.Value : SameAsDType,
+                KRotation = KRotation,
             };
             if (PolicyParams.Count > 0) {
                 var entries = new NativeKeyValue[PolicyParams.Count];

@@ -30,6 +30,15 @@ namespace Kvcache
     /// <summary>kvc_layout: storage layouts.</summary>
     public enum Layout { Paged = 0, Contiguous = 1 }
 
+    /// <summary>
+    /// kvc_rotation: a rotation the backend applies to K (kvcache_rotation.h), to each K row
+    /// before it is stored and to each query at attention, so attention is unchanged up to
+    /// rounding. Keys read back (views, exports, policies) are the rotated rows, of the same
+    /// norms. Hadamard (a normalised Hadamard transform of each head row) spreads outlier
+    /// channels, so 4-bit keys (Q4_0) lose less.
+    /// </summary>
+    public enum Rotation { None = 0, Hadamard = 1 }
+
     /// <summary>kvc_prefill_compression: when a cache compresses a prompt automatically.</summary>
     public enum PrefillCompression { None = 0, PerChunk = 1, Once = 2 }
 

@@ -51,6 +51,7 @@ namespace Kvcache
         public int DecodeSlack;
         public int KDType;
         public int VDType;
+        public Rotation KRotation;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -67,6 +67,7 @@ namespace Kvcache.Tests
                 Assert.Equal(library.DecodeSlack, mirror.DecodeSlack, "decode_slack");
                 Assert.Equal(library.KDType, mirror.KDType, "k_dtype");
                 Assert.Equal(library.VDType, mirror.VDType, "v_dtype");
+                Assert.Equal(library.KRotation, mirror.KRotation, "k_rotation");
             }
             FromInit<CacheStats>((b, n) => NativeMethods.kvc_cache_stats_init_sized(b, n));
             FromInit<NativePolicyInfo>((b, n) => NativeMethods.kvc_policy_info_init_sized(b, n));

@@ -103,6 +103,32 @@ namespace Kvcache.Tests
             }
         }
 
+        [Test]
+        public static void RotatedKeysExportOnlyToRotatedCaches()
+        {
+            using (var context = new Context()) {
+                var parameters = new CacheParams {
+                    HeadDim = 64, KDType = DType.Q4_0, KRotation = Rotation.Hadamard,
+                };
+                byte[] image;
+                using (Cache cache = context.CreateCache(parameters)) {
+                    Assert.Equal(Rotation.Hadamard, cache.Params.KRotation, "the rotation read back");
+                    cache.CreateSequence(0);
+                    cache.Append(0, Batch.Run(0, 0, 3), Fixture.Random(3 * 64, 1), Fixture.Random(3 * 64, 2));
+                    image = cache.Export(0);
+                    Assert.Equal(4u, BitConverter.ToUInt32(image, 8), "a rotated sequence's image version");
+                }
+                parameters.KRotation = Rotation.None;
+                using (Cache plain = context.CreateCache(parameters)) {
+                    KvcacheException e = Assert.Fails(StatusCode.InvalidArgument, () => plain.Import(0, image),
+                                                      "import across rotations");
+                    Assert.Contains("k_rotation hadamard", e.Message, "the refusal names the rotation");
+                }
+                parameters.KRotation = (Rotation)7;
+                Assert.Fails(StatusCode.InvalidArgument, () => context.CreateCache(parameters), "rotation 7");
+            }
+        }
+
         // A contiguous segment reserved up to the limit and then truncated cannot move into a
         // smaller one, which the library logs at debug level.
         [Test]
