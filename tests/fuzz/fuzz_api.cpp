@@ -139,6 +139,8 @@ class Program {
     const int v_choice = (shape >> 5) % (KVC_FORMAT_CODE_END + 1);
     p.v_dtype = v_choice == 0 ? -1 : v_choice - 1;
     v_dtype_ = v_choice == 0 ? dtype_ : static_cast<kvc_dtype>(v_choice - 1);
+    // K rotated or not (budget's high bits, which the budget does not read).
+    p.k_rotation = k_rotation_ = (budget >> 5) % 2;
     p.layout = static_cast<kvc_layout>((storage >> 2) % 2);
     p.block_tokens = 1 + (storage >> 3) % 8;
     p.growth_factor = kGrowthFactors[storage >> 6];
@@ -668,6 +670,7 @@ class Program {
         kvc_cache_params_init(&p);
         kvf::require_ok(kvc_cache_get_params(cache_, &p), "kvc_cache_get_params");
         kvf::check(p.k_dtype == dtype_ && p.v_dtype == v_dtype_, "formats read back as others");
+        kvf::check(p.k_rotation == k_rotation_, "the rotation of K read back as another");
         // The table's entry of a format, or of 3, which is none.
         const auto format = static_cast<kvc_dtype>(in_.u8() % 4);
         kvc_format_info described;
@@ -723,6 +726,7 @@ class Program {
   int32_t layers_ = 0, kv_heads_ = 0, q_heads_ = 0, head_dim_ = 0;
   kvc_dtype dtype_ = KVC_DTYPE_F32;    // of K
   kvc_dtype v_dtype_ = KVC_DTYPE_F32;  // of V
+  int32_t k_rotation_ = KVC_ROTATION_NONE;
   std::set<int32_t> live_;
   std::map<int32_t, int32_t> next_;
   // The "big" store's values: the export image and the next position of each offloaded key.
