@@ -323,7 +323,7 @@ TEST_CASE("config: unknown keys are reported at the key with the valid keys") {
         "stores");
   CHECK(config_error("cache:\n  layers: 2\n  colour: red\n") ==
         "cfg:3: cache.colour: unknown key, expected one of layers, kv_heads, q_heads, head_dim, "
-        "dtype, k_dtype, v_dtype, layout, block_tokens, growth_factor, memory_limit");
+        "dtype, k_dtype, v_dtype, k_rotation, layout, block_tokens, growth_factor, memory_limit");
   CHECK(config_error("policy:\n  name: x\n  window: 3\n") ==
         "cfg:3: policy.window: unknown key, expected one of name, budget, sinks, recent, params, "
         "compress");

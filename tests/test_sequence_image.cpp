@@ -177,6 +177,7 @@ void check_same(const SequenceImage& a, const SequenceImage& b) {
   CHECK(a.head_dim == b.head_dim);
   CHECK(a.k_dtype == b.k_dtype);
   CHECK(a.v_dtype == b.v_dtype);
+  CHECK(a.k_rotation == b.k_rotation);
   CHECK(a.layout == b.layout);
   CHECK(a.stats == b.stats);
   CHECK(a.offload_version == b.offload_version);
@@ -639,6 +640,63 @@ TEST_CASE("sequence image: every truncation is a clear error") {
   CHECK(contains(decode_error(longer).what(), "1 bytes after the checksum"));
 }
 
+TEST_CASE("sequence image: rotated keys make version 4, the rotation after the offload version") {
+  SequenceImage image;
+  image.layers = image.kv_heads = image.q_heads = 1;
+  image.head_dim = 1;
+  image.k_dtype = image.v_dtype = KVC_DTYPE_F32;
+  image.k_rotation = KVC_ROTATION_HADAMARD;
+  HeadImage head;
+  head.positions = {3};
+  const float k = 1.0f, v = -2.0f;  // 0x3f800000, 0xc0000000
+  head.k.resize(4);
+  head.v.resize(4);
+  std::memcpy(head.k.data(), &k, 4);
+  std::memcpy(head.v.data(), &v, 4);
+  head.seen = 1;
+  head.effective_budget = -1;
+  image.heads = {head};
+  image.triggers = {{0, false}};
+
+  std::vector<uint8_t> expected = {
+      0x89, 'K',  'V',  'C',  '\r', '\n', 0x1a, '\n',  // magic
+      4,    0,    0,    0,                             // format version
+      1,    0,    0,    0,    1,    0,    0,    0,     // layers, kv_heads
+      1,    0,    0,    0,    1,    0,    0,    0,     // q_heads, head_dim
+      0,    0,    0,    0,    0,    0,    0,    0,     // dtype (K) f32, layout paged
+      0,    0,    0,    0,                             // statistics: none
+      28,   0,    0,    0,    0,    0,    0,    0,     // head section bytes
+      5,    0,    0,    0,    0,    0,    0,    0,     // trigger section bytes
+      0,    0,    0,    0,                             // V dtype f32
+      0,    0,    0,    0,    0,    0,    0,    0,     // offload version: none
+      1,    0,    0,    0,                             // K rotation: hadamard
+      1,    0,    0,    0,    0xff, 0xff, 0xff, 0xff,  // n, effective budget
+      1,    0,    0,    0,    0,    0,    0,    0,     // seen
+      3,    0,    0,    0,                             // positions
+      0x00, 0x00, 0x80, 0x3f,                          // keys
+      0x00, 0x00, 0x00, 0xc0,                          // values
+      0,    0,    0,    0,    0,                       // layer 0: decode steps, prefill pending
+  };
+  const auto with_checksum = [](std::vector<uint8_t> bytes) {
+    boost::crc_32_type crc;
+    crc.process_bytes(bytes.data(), bytes.size());
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(crc.checksum() >> (8 * i)));
+    return bytes;
+  };
+  const std::vector<uint8_t> bytes = with_checksum(expected);
+  CHECK(encoded(image) == bytes);
+  CHECK(kvc::encoded_size(image) == bytes.size());
+  CHECK(kvc::encoded_size(1, 1, KVC_DTYPE_F32, KVC_DTYPE_F32, 0, {1}, 0, KVC_ROTATION_HADAMARD) ==
+        bytes.size());
+  CHECK(kvc::decode(bytes.data(), bytes.size()).k_rotation == KVC_ROTATION_HADAMARD);
+  // A rotation this kvcache does not know, behind a valid checksum.
+  expected[68] = 2;
+  const std::vector<uint8_t> forged = with_checksum(expected);
+  const kvc::Error unknown = decode_error(forged);
+  CHECK(unknown.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(contains(unknown.what(), "unknown K rotation 2"));
+}
+
 TEST_CASE("sequence image: every single-bit flip is a clear error") {
   const std::vector<uint8_t> bytes = encoded(small_image());
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -672,7 +730,7 @@ TEST_CASE("sequence image: a newer format version is unsupported, naming both ve
   put_u32(bytes, 8, 7);
   const kvc::Error newer = decode_error(bytes);
   CHECK(newer.code() == KVC_ERR_UNSUPPORTED);
-  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 3)"));
+  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 4)"));
   put_u32(bytes, 8, 0);
   CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
 }
