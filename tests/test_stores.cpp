@@ -151,12 +151,17 @@ void put_le(std::vector<unsigned char>& out, U x) {
 }
 
 std::string reference_key(const std::string& model, kvc_dtype dtype, uint32_t stats,
-                          int32_t chunk_tokens, const std::vector<int32_t>& ids, int32_t chunk) {
+                          int32_t chunk_tokens, const std::vector<int32_t>& ids, int32_t chunk,
+                          kvc_rotation k_rotation = KVC_ROTATION_NONE) {
   std::vector<unsigned char> m = {'K', 'V', 'C', 'P', 'F', 'X', 0, 1};
   put_le<uint64_t>(m, model.size());
   m.insert(m.end(), model.begin(), model.end());
   for (int32_t x : {kLayers, kKvHeads, kQHeads, kHeadDim}) put_le<uint32_t>(m, static_cast<uint32_t>(x));
   put_le<uint32_t>(m, static_cast<uint32_t>(dtype));
+  if (k_rotation != KVC_ROTATION_NONE) {
+    m.insert(m.end(), {'R', 'O', 'T', 0});
+    put_le<uint32_t>(m, static_cast<uint32_t>(k_rotation));
+  }
   put_le<uint32_t>(m, stats);
   put_le<uint32_t>(m, static_cast<uint32_t>(chunk_tokens));
   for (int32_t i = 0; i < (chunk + 1) * chunk_tokens; ++i) {
@@ -397,6 +402,44 @@ TEST_CASE("stores: caches storing different statistics never share a prefix") {
   CHECK(n == 0);
   KVT_REQUIRE_OK(kvc_prefix_load(h2o.get(), 1, "mem", &p, &n));
   CHECK(n == 2 * kChunk);
+}
+
+TEST_CASE("stores: a rotated cache's prefix chunks and offloads carry its rotation") {
+  kvt::ContextPtr ctx = store_context("  mem: { plugin: test_store, params: { space: rotated } }\n");
+  kvc_cache_params params = budgeted_params("h2o", 1000);
+  params.backend = "cpu";  // a backend that rotates K
+  params.k_rotation = KVC_ROTATION_HADAMARD;
+  kvt::CachePtr rotated = kvt::make_cache(ctx.get(), params);
+  params.k_rotation = KVC_ROTATION_NONE;
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params);
+  const std::vector<int32_t> ids = prompt(2 * kChunk, 9);
+  KVT_REQUIRE_OK(kvc_seq_create(rotated.get(), 0));
+  feed_ids(rotated.get(), 0, ids, 0, 2 * kChunk);
+  kvc_prefix p = prefix_of(ids);
+  int32_t n = -1;
+  KVT_REQUIRE_OK(kvc_prefix_save(rotated.get(), 0, "mem", &p, &n));
+  CHECK(n == 2 * kChunk);
+  // Keys with the rotation after the dtype (docs/stores.md), never an unrotated cache's.
+  const std::string key =
+      reference_key("model-a", KVC_DTYPE_F16, KVC_STAT_KIND_ATTN_SUM, kChunk, ids, 0,
+                    KVC_ROTATION_HADAMARD);
+  KVT_REQUIRE_OK(kvc_seq_restore(rotated.get(), 1, "mem", key.c_str()));
+  KVT_REQUIRE_OK(kvc_prefix_load(plain.get(), 0, "mem", &p, &n));
+  CHECK(n == 0);
+  KVT_REQUIRE_OK(kvc_prefix_load(rotated.get(), 2, "mem", &p, &n));
+  CHECK(n == 2 * kChunk);
+  CHECK(kvt::stored_bytes(rotated.get(), 2) == kvt::stored_bytes(rotated.get(), 0));
+
+  // An offloaded rotated sequence restores into a rotated cache only.
+  const std::vector<unsigned char> image = export_bytes(rotated.get(), 0);
+  KVT_REQUIRE_OK(kvc_seq_offload(rotated.get(), 0, "mem", "rotated-sequence"));
+  Status refused{kvc_seq_restore(plain.get(), 5, "mem", "rotated-sequence")};
+  CHECK(refused.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(refused.message(), "store 'mem': the value under 'rotated-sequence'"));
+  CHECK(kvt::contains(refused.message(), "k_rotation hadamard"));
+  CHECK_FALSE(has_sequence(plain.get(), 5));
+  KVT_REQUIRE_OK(kvc_seq_restore(rotated.get(), 0, "mem", "rotated-sequence"));
+  CHECK(export_bytes(rotated.get(), 0) == image);
 }
 
 TEST_CASE("stores: a compressed head is refused before anything is written") {
