@@ -36,7 +36,8 @@ bool same_params(const kvc_cache_params& a, const kvc_cache_params& b) {
          a.backend == b.backend && a.budget == b.budget && a.budget_ratio == b.budget_ratio &&
          a.sinks == b.sinks && a.recent == b.recent && a.n_policy_params == b.n_policy_params &&
          a.prefill == b.prefill && a.decode_every == b.decode_every &&
-         a.decode_slack == b.decode_slack;
+         a.decode_slack == b.decode_slack && a.k_dtype == b.k_dtype && a.v_dtype == b.v_dtype &&
+         a.k_rotation == b.k_rotation;
 }
 
 }  // namespace
@@ -45,6 +46,18 @@ static_assert(!std::is_copy_constructible<kvcache::Context>::value, "Context mus
 static_assert(!std::is_copy_constructible<kvcache::Cache>::value, "Cache must not be copyable");
 static_assert(std::is_move_constructible<kvcache::Cache>::value, "Cache must be movable");
 static_assert(std::is_base_of<std::exception, kvcache::Error>::value, "kvcache::Error is an exception");
+
+TEST_CASE("cpp wrapper: a cache's rotation of K is read back; a bad one throws") {
+  kvcache::Context ctx;
+  kvc_cache_params params = kvcache::cache_params();
+  params.k_dtype = KVC_DTYPE_Q4_0;
+  params.k_rotation = KVC_ROTATION_HADAMARD;
+  params.backend = "cpu";
+  kvcache::Cache cache(ctx, params);
+  CHECK(cache.params().k_rotation == KVC_ROTATION_HADAMARD);
+  params.k_rotation = 3;
+  CHECK(code_of([&] { kvcache::Cache bad(ctx, params); }) == KVC_ERR_INVALID_ARGUMENT);
+}
 
 TEST_CASE("cpp wrapper: the format table's descriptions") {
   const kvc_format_info f16 = kvcache::describe_format(KVC_DTYPE_F16);
