@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "kvcache/kvcache_backend_plugin.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_rotation.h"
 #include "reference_attention.hpp"
@@ -79,6 +80,13 @@ double worst_error(ref::History& history, const kvc_cache_params& p, int32_t fir
   }
   return worst;
 }
+
+// Backend classes of the C++ plugin skeleton: one that applies the rotation, one that does not
+// (as the cuda backend).
+struct RotatingBackend {
+  static constexpr bool kRotatesK = true;
+};
+struct PlainBackend {};
 
 // Rows of n tokens x heads x head_dim in [-1, 1], with `outlier` added to channel 3 of every
 // K row (the channels some models' keys carry far above the others).
@@ -313,4 +321,20 @@ TEST_CASE("rotation: backends that cannot rotate K refuse it when the cache is c
     p.k_rotation = KVC_ROTATION_NONE;  // the same backend without rotation is fine
     kvt::CachePtr fine = kvt::make_cache(ctx.get(), p);
   }
+}
+
+TEST_CASE("rotation: the plugin skeleton refuses it for a backend class that does not rotate") {
+  kvc_backend_config config{};
+  config.struct_size = sizeof config;
+  config.k_rotation = KVC_ROTATION_HADAMARD;
+  CHECK_NOTHROW(kvc::plugin::check_rotation<RotatingBackend>(config));
+  try {
+    kvc::plugin::check_rotation<PlainBackend>(config);
+    FAIL("accepted");
+  } catch (const kvc::Error& e) {
+    CHECK(e.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(e.what(), "k_rotation hadamard: this backend does not rotate K"));
+  }
+  config.k_rotation = KVC_ROTATION_NONE;
+  CHECK_NOTHROW(kvc::plugin::check_rotation<PlainBackend>(config));
 }
