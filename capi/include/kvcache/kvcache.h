@@ -393,7 +393,9 @@ KVC_API kvc_status *kvc_seq_export_size(kvc_cache *cache, int32_t seq_id, size_t
 /**
  * @brief Writes everything stored for the sequence (per (layer, KV head) positions, K, V and
  * statistics, and its compression counters) into @p buffer in the versioned, checksummed,
- * little-endian format of docs/sequence_format.md. Fails with INVALID_ARGUMENT, writing
+ * little-endian format of docs/sequence_format.md; K as stored (rotated, with the rotation
+ * recorded, when the cache rotates K: such bytes import only into a cache of the same
+ * rotation). Fails with INVALID_ARGUMENT, writing
  * nothing, when @p capacity is smaller than kvc_seq_export_size(); stores the bytes written
  * in @p out_written.
  */
@@ -443,7 +445,8 @@ typedef struct kvc_segment_view {
  * removes this sequence starts, in any thread; the cache cannot keep them valid against such
  * a call made concurrently, so a caller that shares the sequence between threads reads them
  * only while it keeps those calls out (or copies: kvc_seq_export()). The memory is read-only:
- * after kvc_seq_fork() a segment may be shared with other sequences.
+ * after kvc_seq_fork() a segment may be shared with other sequences. K rows are the stored
+ * ones: rotated when the cache rotates K (kvc_cache_params::k_rotation).
  */
 KVC_API kvc_status *kvc_seq_view(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                  int32_t kv_head, kvc_segment_view *out_views, size_t capacity,

@@ -491,7 +491,9 @@ typedef enum kvc_stat_flags {
   /** Sum over the last W queries of the latest attend and the group's heads of p, W being
    * the policy's observation window (SnapKV). */
   KVC_STAT_ATTN_WINDOW = 1u << 2,
-  /** The keys themselves, as f32 rows (K-norm, KeyDiff). Read at compression time. */
+  /** The keys themselves, as f32 rows (K-norm, KeyDiff). Read at compression time. A cache
+   * that rotates K (kvc_cache_params::k_rotation) gives the rotated rows, whose norms and dot
+   * products are the engine's keys'. */
   KVC_STAT_KEYS = 1u << 3
 } kvc_stat_flags;
 
