@@ -24,6 +24,7 @@
 #include "kvcache/kvcache.h"
 #include "host_reads.hpp"
 #include "kvcache/kvcache_plugin.h"
+#include "kvcache/kvcache_rotation.h"
 #include "reference_attention.hpp"
 #include "test_support.hpp"
 
@@ -911,6 +912,72 @@ const kvc_backend_vtable* cpu_backend(const kvc_host_api& host) {
 }
 
 }  // namespace
+
+TEST_CASE("plugins: a cpu instance that rotates K rotates the engine's rows, not stored ones") {
+  constexpr int32_t kDim = 8, kTokens = 2;
+  const kvc_host_api host = direct_host();
+  const kvc_backend_vtable* cpu = cpu_backend(host);
+  kvc_backend_config config{};
+  config.struct_size = sizeof(config);
+  config.n_layers = config.n_kv_heads = config.n_q_heads = 1;
+  config.head_dim = kDim;
+  config.k_dtype = config.v_dtype = KVC_DTYPE_F32;
+  config.block_tokens = 4;
+  config.device = -1;
+  config.memory_limit = 1 << 20;
+  config.k_rotation = KVC_ROTATION_HADAMARD;
+  void* instance = nullptr;
+  kvc_plugin_error error{};
+  REQUIRE(cpu->create_with_config(&host, &config, &instance, &error) == KVC_OK);
+  std::vector<float> k(kTokens * kDim), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>(i % 5) - 1.5f;
+    v[i] = static_cast<float>(i);
+  }
+  const std::vector<int32_t> positions = {0, 1};
+  for (int32_t k_rotated : {0, 1}) {
+    CAPTURE(k_rotated);
+    std::vector<float> k_store(k.size()), v_store(v.size());
+    std::vector<int32_t> pos_store(kTokens);
+    kvc_append_slot slot{};
+    slot.struct_size = sizeof(slot);
+    slot.n_tokens = kTokens;
+    slot.dst_k = k_store.data();
+    slot.dst_v = v_store.data();
+    slot.dst_pos = pos_store.data();
+    kvc_append_tensors_call call{};
+    call.struct_size = sizeof(call);
+    call.head_dim = kDim;
+    call.n_kv_heads = 1;
+    call.n_tokens = kTokens;
+    call.k_dtype = call.v_dtype = call.src_k_dtype = call.src_v_dtype = KVC_DTYPE_F32;
+    call.src_k = k.data();
+    call.src_v = v.data();
+    call.src_device = KVC_DEVICE_HOST;
+    call.src_k_token_stride = call.src_v_token_stride = kDim;
+    call.src_pos = positions.data();
+    call.slots = &slot;
+    call.n_slots = 1;
+    call.k_rotated = k_rotated;
+    REQUIRE(cpu->append_tensors(instance, &call, &error) == KVC_OK);
+    std::vector<float> expected = k;
+    if (!k_rotated) {
+      for (int32_t t = 0; t < kTokens; ++t) {
+        kvc_rotation_apply(KVC_ROTATION_HADAMARD, expected.data() + t * kDim, kDim);
+      }
+    }
+    CHECK(k_store == expected);
+    CHECK(v_store == v);
+  }
+  // Append jobs cannot say which rows they carry: refused.
+  kvc_append_call jobs{};
+  jobs.struct_size = sizeof(jobs);
+  jobs.head_dim = kDim;
+  jobs.storage_dtype = jobs.v_dtype = KVC_DTYPE_F32;
+  CHECK(cpu->append(instance, &jobs, &error) == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(kvt::contains(error.message, "an instance that rotates K takes append_tensors"));
+  cpu->destroy(instance);
+}
 
 TEST_CASE("plugins: the cpu backend's append_tensors stores heads of any head stride in any slot") {
   constexpr int32_t kHeads = 3, kDim = 128;

@@ -73,6 +73,9 @@ class CpuBackend {
   void synchronize(void*) {}
 
   void append(const kvc_append_job* jobs, const kvc_append_call& call) {
+    // Append jobs cannot say whether their K rows are the engine's or stored ones.
+    if (k_rotation_ != KVC_ROTATION_NONE)
+      fail(KVC_ERR_INVALID_ARGUMENT, "append: an instance that rotates K takes append_tensors");
     run_append(host_, jobs, call.n_jobs, call.head_dim, {call.storage_dtype, call.v_dtype});
   }
   void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call) {
