@@ -89,14 +89,12 @@ struct RotatingBackend {
 };
 struct PlainBackend {};
 
-// Rows of n tokens x heads x head_dim in [-1, 1], with `outlier` added to channel 3 of every
-// K row (the channels some models' keys carry far above the others).
-std::vector<float> rows(ref::Rng& rng, size_t n, float outlier = 0.0f, int32_t head_dim = 1) {
-  std::vector<float> r = rng.vec(n);
-  if (outlier != 0.0f) {
-    for (size_t i = 3; i < n; i += static_cast<size_t>(head_dim)) r[i] += outlier;
-  }
-  return r;
+// n values of K rows of head_dim values in [-1, 1], `outlier` added to channel 3 of every row
+// (the channels some models' keys carry far above the others).
+std::vector<float> keys_with_outlier(ref::Rng& rng, size_t n, float outlier, int32_t head_dim) {
+  std::vector<float> keys = rng.vec(n);
+  for (size_t i = 3; i < n; i += static_cast<size_t>(head_dim)) keys[i] += outlier;
+  return keys;
 }
 
 }  // namespace
@@ -194,7 +192,7 @@ TEST_CASE("rotation: q4_0 keys with an outlier channel come closer to the refere
     for (int32_t n : {48, 1, 1, 1}) {
       std::vector<float> q = rng.vec(size_t(n) * q_row);
       for (float& x : q) x *= 4.0f;  // logits far enough apart that the weights are uneven
-      const std::vector<float> k = rows(rng, size_t(n) * kv_row, 12.0f, d);
+      const std::vector<float> k = keys_with_outlier(rng, size_t(n) * kv_row, 12.0f, d);
       const std::vector<float> v = rng.vec(size_t(n) * kv_row);
       const std::vector<float> out = append_attend(cache.get(), p, first, n, q, k, v);
       error[rotation] =
