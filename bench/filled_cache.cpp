@@ -16,6 +16,10 @@ CacheShape CacheShape::read(Options& opts) {
   s.q_heads = static_cast<int32_t>(opts.get_int("q_heads", s.q_heads, 1, 4096));
   s.head_dim = static_cast<int32_t>(opts.get_int("head_dim", s.head_dim, 1, 1024));
   s.formats = read_kv_formats(opts);
+  const std::string rotation = opts.get_string("k_rotation", "none");
+  if (rotation != "none" && rotation != "hadamard")
+    throw UsageError("--k_rotation: expected none or hadamard, got '" + rotation + "'");
+  s.k_rotation = rotation == "hadamard" ? KVC_ROTATION_HADAMARD : KVC_ROTATION_NONE;
   s.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
   s.backend = opts.get_string("backend", "");
   s.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", s.block_tokens, 1, 65536));
@@ -37,6 +41,7 @@ kvc_cache_params CacheShape::params() const {
   p.q_heads = q_heads;
   p.head_dim = head_dim;
   formats.apply(&p);
+  p.k_rotation = k_rotation;
   p.memory_limit = size_t{64} << 20;
   p.backend = backend.empty() ? nullptr : backend.c_str();
   p.block_tokens = block_tokens;
@@ -51,6 +56,7 @@ void CacheShape::report() const {
   kvc_bench::report("head_dim", head_dim);
   kvc_bench::report("dtype", formats.name());
   report_kv_formats("", formats);
+  if (k_rotation != KVC_ROTATION_NONE) kvc_bench::report("k_rotation", "hadamard");
   kvc_bench::report("block_tokens", block_tokens);
   if (!backend.empty()) kvc_bench::report("backend", backend);
 }

@@ -19,12 +19,13 @@ struct CacheShape {
   int32_t q_heads = 32;
   int32_t head_dim = 128;
   KvFormats formats;  // f16 K and V by default
+  kvc_rotation k_rotation = KVC_ROTATION_NONE;
   uint64_t seed = 1;
   std::string backend;  // empty: the library's default (cpu)
   int32_t block_tokens = 16;
 
   /// Reads --tokens --layers --kv_heads --q_heads --head_dim --dtype --k_format --v_format
-  /// --seed --backend --block_tokens.
+  /// --k_rotation --seed --backend --block_tokens.
   static CacheShape read(Options& opts);
   /// Bytes of K and V the sequence stores.
   uint64_t kv_bytes() const;
@@ -45,6 +46,7 @@ struct CacheShape {
   "  --dtype=D       format of K and V: f16, bf16, f32, q8_0 or q4_0 (default f16)\n" \
   "  --k_format=D --v_format=D  format of K, of V (default: --dtype's); q8_0 and\n" \
   "                  q4_0 need a head_dim that is a multiple of 32\n"            \
+  "  --k_rotation=R  rotation of K: none or hadamard (default none)\n"             \
   "  --seed=N        seed of the random data (default 1)\n"                         \
   "  --backend=NAME  backend plugin, such as cpu or cuda (default: the library's)\n"  \
   "  --block_tokens=N  tokens per paged block (default 16)\n"
