@@ -130,6 +130,25 @@ TEST_CASE("rotation: the Hadamard transform is orthonormal, its own inverse, by 
   CHECK(six[5] == doctest::Approx(-2 * r2));
 
   ref::Rng rng(7);
+  // Against the definition, H (i, j) = (-1)^popcount(i & j) / sqrt(b), in double: blocks of 16
+  // (a row of 48) and of 128.
+  for (int32_t d : {48, 128}) {
+    CAPTURE(d);
+    const int32_t b = kvc_rotation_block(d);
+    const std::vector<float> x = rng.vec(size_t(d));
+    std::vector<float> rotated = x;
+    kvc_rotation_apply(KVC_ROTATION_HADAMARD, rotated.data(), d);
+    for (int32_t i = 0; i < d; ++i) {
+      const int32_t start = i / b * b;
+      double expected = 0.0;
+      for (int32_t j = 0; j < b; ++j) {
+        const int sign = __builtin_popcount(unsigned((i - start) & j)) % 2 ? -1 : 1;
+        expected += sign * double(x[size_t(start + j)]);
+      }
+      expected /= std::sqrt(double(b));
+      CHECK(rotated[size_t(i)] == doctest::Approx(expected).epsilon(1e-5).scale(1.0));
+    }
+  }
   for (int32_t d : {1, 2, 33, 64, 96, 128, 1024}) {
     CAPTURE(d);
     const std::vector<float> a = rng.vec(size_t(d)), b = rng.vec(size_t(d));

@@ -41,6 +41,24 @@ static inline int32_t kvc_rotation_block(int32_t head_dim) {
   return (int32_t)(n & (0u - n));
 }
 
+/** @cond internal */
+/* The first three butterfly stages of the eight values at y: H_8 y, unnormalised. */
+static inline void kvc_rotation_h8_(float *y) {
+  const float a0 = y[0] + y[1], a1 = y[0] - y[1], a2 = y[2] + y[3], a3 = y[2] - y[3];
+  const float a4 = y[4] + y[5], a5 = y[4] - y[5], a6 = y[6] + y[7], a7 = y[6] - y[7];
+  const float b0 = a0 + a2, b1 = a1 + a3, b2 = a0 - a2, b3 = a1 - a3;
+  const float b4 = a4 + a6, b5 = a5 + a7, b6 = a4 - a6, b7 = a5 - a7;
+  y[0] = b0 + b4;
+  y[1] = b1 + b5;
+  y[2] = b2 + b6;
+  y[3] = b3 + b7;
+  y[4] = b0 - b4;
+  y[5] = b1 - b5;
+  y[6] = b2 - b6;
+  y[7] = b3 - b7;
+}
+/** @endcond */
+
 /** @brief Rotates @p row (@p head_dim f32 values, head_dim >= 1) in place by @p rotation;
  * KVC_ROTATION_NONE, or a value outside ::kvc_rotation, leaves it as it is. */
 static inline void kvc_rotation_apply(int rotation, float *row, int32_t head_dim) {
@@ -55,7 +73,14 @@ static inline void kvc_rotation_apply(int rotation, float *row, int32_t head_dim
   if (doublings % 2) scale *= 0.70710678118654752440f;
   for (start = 0; start < head_dim; start += block) {
     float *x = row + start;
-    for (half = 1; half < block; half *= 2) {
+    half = 1;
+    /* The same butterflies in the same order, the first three stages eight values at a time
+     * (the later ones are loops over contiguous halves, which compilers vectorise). */
+    if (block >= 8) {
+      for (i = 0; i < block; i += 8) kvc_rotation_h8_(x + i);
+      half = 8;
+    }
+    for (; half < block; half *= 2) {
       for (i = 0; i < block; i += 2 * half) {
         for (j = i; j < i + half; ++j) {
           const float a = x[j], b = x[j + half];
