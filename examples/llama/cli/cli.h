@@ -143,6 +143,14 @@ char *kvl_cli_read_text(const char *path, size_t *out_size);
 /** kvl_token_ids_read: whitespace-separated decimal token ids, each checked against the
  * vocabulary (malloc'd); NULL after printing an error. */
 int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count);
+/** The tokens of a text to score (malloc'd): `text` (text_size bytes, read from text_path)
+ * encoded without BOS, or the ids at ids_path when text is NULL (kvl_cli_read_ids). NULL
+ * after printing an error. */
+int32_t *kvl_cli_text_tokens(const kvl_tokenizer *tokenizer, const char *text, size_t text_size,
+                             const char *text_path, const char *ids_path, int32_t vocab,
+                             int32_t *out_count);
+/** Prints a note when windows of `window` tokens are longer than the model's context. */
+void kvl_cli_note_window(const kvl_model *model, int32_t window);
 /** Writes n floats to `path` as raw bytes in this machine's order (compare with cmp); 0, or
  * -1 after printing an error. */
 int kvl_cli_write_floats(const char *path, const float *values, size_t n);

@@ -476,29 +476,12 @@ int kvl_cmd_compare(int argc, char **argv) {
   }
   r.vocab = kvl_model_config(s.model)->vocab_size;
   r.bos = kvl_model_bos(s.model);
-  if (r.window > kvl_model_config(s.model)->seq_len) {
-    fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's context %d\n",
-            (int)r.window, (int)kvl_model_config(s.model)->seq_len);
-  }
-  if (text != NULL) {
-    text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
-    if (text_tokens != NULL) {
-      n_text = kvl_tokenizer_encode(s.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
-      if (n_text < 0) {
-        kvl_cli_error("%s: the tokenizer cannot encode this text", text_path);
-        rc = KVL_EXIT_FAILURE;
-        goto done;
-      }
-    }
-  } else {
-    text_tokens = kvl_cli_read_ids(ids_path, r.vocab, &n_text);
-  }
+  kvl_cli_note_window(s.model, r.window);
+  text_tokens =
+      kvl_cli_text_tokens(s.tokenizer, text, text_size, text_path, ids_path, r.vocab, &n_text);
   if (text_tokens == NULL || n_text < (r.bos >= 0 ? 1 : 2)) {
-    if (text_tokens != NULL) {
+    if (text_tokens != NULL)
       kvl_cli_error("%s: no tokens to score", text_path != NULL ? text_path : ids_path);
-    } else if (text != NULL) {
-      kvl_cli_error("out of host memory");
-    }
     rc = KVL_EXIT_FAILURE;
     goto done;
   }

@@ -882,17 +882,11 @@ int kvl_cmd_eval(int argc, char **argv) {
     rc = kvl_cli_usage_error(argv[0], usage, "--skip-decode and --skip-prefill leave nothing");
     goto done;
   }
-  if (text != NULL) {
-    text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
-    if (text_tokens != NULL) {
-      n_text = kvl_tokenizer_encode(st.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
-    }
-  } else {
-    text_tokens = kvl_cli_read_ids(ids_path, st.vocab, &n_text);
-    if (text_tokens == NULL) {
-      rc = KVL_EXIT_FAILURE;
-      goto done;
-    }
+  text_tokens =
+      kvl_cli_text_tokens(st.tokenizer, text, text_size, text_path, ids_path, st.vocab, &n_text);
+  if (text_tokens == NULL) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
   }
   st.windows = (int32_t *)malloc((size_t)n_windows * st.window * sizeof(int32_t));
   st.tokens = (int32_t *)malloc((size_t)n_windows * (chunk + 1) * sizeof(int32_t));
@@ -901,7 +895,7 @@ int kvl_cmd_eval(int argc, char **argv) {
   st.seq_ids = (int32_t *)malloc((size_t)n_windows * sizeof(int32_t));
   st.logits = (float *)malloc((size_t)n_windows * st.vocab * sizeof(float));
   rows = (eval_row *)calloc((size_t)n_policies * n_budgets, sizeof(eval_row));
-  if (text_tokens == NULL || st.windows == NULL || st.tokens == NULL || st.positions == NULL ||
+  if (st.windows == NULL || st.tokens == NULL || st.positions == NULL ||
       st.n_tokens == NULL || st.seq_ids == NULL || st.logits == NULL || rows == NULL) {
     kvl_cli_error("out of host memory");
     rc = KVL_EXIT_FAILURE;

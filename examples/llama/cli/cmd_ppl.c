@@ -72,31 +72,17 @@ int kvl_cmd_ppl(int argc, char **argv) {
   }
   vocab = kvl_model_config(s.model)->vocab_size;
   bos = kvl_model_bos(s.model);
-  if (window > kvl_model_config(s.model)->seq_len) {
-    fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's context %d\n",
-            (int)window, (int)kvl_model_config(s.model)->seq_len);
-  }
-  if (text != NULL) {
-    text_tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
-    if (text_tokens != NULL) {
-      n_text = kvl_tokenizer_encode(s.tokenizer, text, 0, 0, text_tokens, (int32_t)text_size + 3);
-      if (n_text < 0) {
-        kvl_cli_error("%s: the tokenizer cannot encode this text", text_path);
-        rc = KVL_EXIT_FAILURE;
-        goto done;
-      }
-    }
-  } else {
-    text_tokens = kvl_cli_read_ids(ids_path, vocab, &n_text);
-    if (text_tokens == NULL) {
-      rc = KVL_EXIT_FAILURE;
-      goto done;
-    }
+  kvl_cli_note_window(s.model, window);
+  text_tokens =
+      kvl_cli_text_tokens(s.tokenizer, text, text_size, text_path, ids_path, vocab, &n_text);
+  if (text_tokens == NULL) {
+    rc = KVL_EXIT_FAILURE;
+    goto done;
   }
   input = (int32_t *)malloc((size_t)window * sizeof(int32_t));
   positions = (int32_t *)malloc((size_t)window * sizeof(int32_t));
   logits = (float *)malloc((size_t)chunk * (size_t)vocab * sizeof(float));
-  if (text_tokens == NULL || input == NULL || positions == NULL || logits == NULL) {
+  if (input == NULL || positions == NULL || logits == NULL) {
     kvl_cli_error("out of host memory");
     rc = KVL_EXIT_FAILURE;
     goto done;

@@ -250,6 +250,32 @@ int32_t *kvl_cli_read_ids(const char *path, int32_t vocab, int32_t *out_count) {
   return ids;
 }
 
+int32_t *kvl_cli_text_tokens(const kvl_tokenizer *tokenizer, const char *text, size_t text_size,
+                             const char *text_path, const char *ids_path, int32_t vocab,
+                             int32_t *out_count) {
+  int32_t *tokens;
+  if (text == NULL) return kvl_cli_read_ids(ids_path, vocab, out_count);
+  tokens = (int32_t *)malloc((text_size + 3) * sizeof(int32_t));
+  if (tokens == NULL) {
+    kvl_cli_error("out of host memory");
+    return NULL;
+  }
+  *out_count = kvl_tokenizer_encode(tokenizer, text, 0, 0, tokens, (int32_t)text_size + 3);
+  if (*out_count < 0) {
+    free(tokens);
+    kvl_cli_error("%s: the tokenizer cannot encode this text", text_path);
+    return NULL;
+  }
+  return tokens;
+}
+
+void kvl_cli_note_window(const kvl_model *model, int32_t window) {
+  if (window > kvl_model_config(model)->seq_len) {
+    fprintf(stderr, "kvc-llama: note: --window %d is longer than the model's context %d\n",
+            (int)window, (int)kvl_model_config(model)->seq_len);
+  }
+}
+
 int kvl_cli_write_floats(const char *path, const float *values, size_t n) {
   FILE *f = fopen(path, "wb");
   int failed;
