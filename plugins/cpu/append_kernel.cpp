@@ -73,12 +73,10 @@ void end_streaming() {
 // the source's format is not the storage's.
 void copy_row(const void* src, kvc_dtype src_dtype, void* dst, kvc_dtype storage_dtype,
               size_t head_dim, size_t row_bytes, bool stream, kvc_rotation rotation) {
-  if (rotation != KVC_ROTATION_NONE)
-    store_rotated_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim, rotation);
-  else if (src_dtype == storage_dtype)
+  if (src_dtype == storage_dtype && rotation == KVC_ROTATION_NONE)
     copy_bytes(dst, src, row_bytes, stream);
   else
-    store_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim);
+    store_row(tile_kernels(), src, src_dtype, dst, storage_dtype, head_dim, rotation);
 }
 
 void copy_rows(const void* src, size_t src_stride, kvc_dtype src_dtype, void* dst,

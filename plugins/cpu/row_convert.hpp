@@ -58,23 +58,15 @@ inline void load_row_f32(const TileKernels& kernels, const void* src, kvc_dtype 
 }
 
 // A row of n values of src_dtype stored as `storage` (kvc_format_takes_input(storage,
-// src_dtype)), through f32 where the source is not f32.
+// src_dtype)), through f32 where the source is not f32 or the row is rotated
+// (kvcache_rotation.h): the rotation comes before any quantization, which it is there to help.
 inline void store_row(const TileKernels& kernels, const void* src, kvc_dtype src_dtype,
-                      void* dst, kvc_dtype storage, size_t n) {
-  if (src_dtype == KVC_DTYPE_F32) {
+                      void* dst, kvc_dtype storage, size_t n,
+                      kvc_rotation rotation = KVC_ROTATION_NONE) {
+  if (src_dtype == KVC_DTYPE_F32 && rotation == KVC_ROTATION_NONE) {
     store_row_f32(kernels, static_cast<const float*>(src), dst, storage, n);
     return;
   }
-  thread_local std::vector<float> row;
-  row.resize(n);
-  load_row_f32(kernels, src, src_dtype, row.data(), n);
-  store_row_f32(kernels, row.data(), dst, storage, n);
-}
-
-// A K row of src_dtype rotated (kvcache_rotation.h) as f32, then stored as `storage`: the
-// rotation comes before any quantization, which it is there to help.
-inline void store_rotated_row(const TileKernels& kernels, const void* src, kvc_dtype src_dtype,
-                              void* dst, kvc_dtype storage, size_t n, kvc_rotation rotation) {
   thread_local std::vector<float> row;
   row.resize(n);
   load_row_f32(kernels, src, src_dtype, row.data(), n);
