@@ -294,6 +294,14 @@ typedef struct kvc_cache_params {
    * none (it lies in the tail padding of the struct before it, which that struct's
    * kvc_cache_params_init() zeroes). */
   int32_t k_rotation;
+  /** Nonzero: prefix caching (see "prefix cache" below; paged layout only). Default 0. */
+  int32_t prefix_cache;
+  /** With prefix_cache: a store (kvc_context's `stores:`) that kvc_prefix_attach() continues
+   * in where the cache has no more blocks; NULL (the default): none. Copied. */
+  const char *prefix_store;
+  /** Nonzero, with prefix_store: kvc_prefix_publish() also writes the blocks it makes findable
+   * to the store, under the same keys. Default 0. */
+  int32_t prefix_write_through;
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */
@@ -335,8 +343,15 @@ typedef struct kvc_cache_stats {
   size_t blocks_used;      /**< paged: blocks holding tokens */
   size_t blocks_free;      /**< paged: blocks that still fit under the limit */
   int32_t sequences;       /**< live sequences */
-  /** Of bytes_used, what more than one sequence holds (blocks shared by kvc_seq_fork). */
+  /** Of bytes_used, what more than one sequence holds (blocks shared by kvc_seq_fork and
+   * kvc_prefix_attach). */
   size_t bytes_shared;
+  /** Of bytes_used, blocks that only the prefix cache holds (no live sequence): given back, least
+   * recently used first, as soon as a call needs the memory. */
+  size_t bytes_cached;
+  uint64_t bytes_reclaimed;      /**< bytes of cached blocks given back so far to make room */
+  uint64_t prefix_hits;          /**< kvc_prefix_attach() calls that attached at least one block */
+  uint64_t prefix_tokens_reused; /**< tokens those calls attached, summed */
 } kvc_cache_stats;
 
 /** @brief Zero-fills @p stats and sets struct_size, ready for kvc_cache_get_stats(). */
@@ -779,6 +794,69 @@ KVC_API kvc_status *kvc_prefix_save(kvc_cache *cache, int32_t seq_id, const char
  */
 KVC_API kvc_status *kvc_prefix_load(kvc_cache *cache, int32_t seq_id, const char *store,
                                     const kvc_prefix *prefix, int32_t *out_tokens_restored);
+
+/* ----------------------------------------------------------- prefix cache */
+
+/*
+ * A cache created with prefix_cache (kvc_cache_params, YAML `prefix_cache:`) keeps an index of
+ * full blocks by the token ids they hold, so that requests sharing a prompt prefix (a system
+ * prompt, the earlier turns of a chat) store and compute it once:
+ *
+ * - kvc_prefix_publish() makes the full blocks of a sequence's first tokens findable, once the
+ *   engine has stored them (typically right after the prompt's prefill).
+ * - kvc_prefix_attach() creates a sequence sharing the longest run of findable blocks of a
+ *   prompt, on every (layer, KV head), and says how many tokens it got; the engine prefills
+ *   only the rest, from that position on.
+ * - A published block stays in the pool after every sequence holding it is removed
+ *   (kvc_cache_stats::bytes_cached), and is given back, least recently used first and the
+ *   ends of prefixes before their beginnings, as soon as a call needs the memory: the memory
+ *   limit holds as always, and OUT_OF_MEMORY means that the live sequences alone do not fit.
+ *
+ * A block's key is that of a prefix chunk of chunk_tokens = block_tokens (docs/stores.md,
+ * "Prefix keys"): a SHA-256 chain over the model fingerprint, the cache's shape, formats,
+ * rotation of K and statistics, and every token id up to the block's end. A lookup compares
+ * the token ids too, so a hash collision never attaches another prompt's K/V. The keys are
+ * the same in the cache and in a store, so prefix_store extends the cache: an attach that
+ * runs out of cached blocks continues with the chunks of block_tokens that kvc_prefix_save()
+ * or a write-through (prefix_write_through) left there, and publishes what it loaded.
+ *
+ * Blocks are shared as after kvc_seq_fork(): a write to one (a compression that moves its
+ * tokens, a truncation followed by an append) copies it first, so a cached block never
+ * changes. Attached tokens start with zero attention statistics. A head that was compressed
+ * holds positions 0, 1, ... only up to its first evicted token, and publishes nothing past it.
+ * The calls below ignore kvc_prefix::chunk_tokens: their unit is the cache's block.
+ */
+
+/**
+ * @brief Creates sequence @p seq_id (ALREADY_EXISTS when it exists) sharing the longest run of
+ * findable full blocks of @p prefix (blocks 0, 1, ... of its token ids, each (layer, KV head)),
+ * continued in prefix_store when the cache has one, and stores the tokens attached (a multiple
+ * of block_tokens, possibly 0: the sequence is then empty) in @p out_tokens_attached. An engine
+ * that needs the logits of the prompt's last token passes the prompt without it, so that at
+ * least that token is left to compute. UNSUPPORTED when the cache has no prefix cache; a store
+ * error (other than a missing chunk, which ends the run) fails the call with nothing created.
+ * The memory limit applies all or nothing (statistics and loaded blocks).
+ */
+KVC_API kvc_status *kvc_prefix_attach(kvc_cache *cache, int32_t seq_id, const kvc_prefix *prefix,
+                                      int32_t *out_tokens_attached);
+/**
+ * @brief Makes the full blocks of sequence @p seq_id that hold the first tokens of @p prefix
+ * findable by kvc_prefix_attach() (the tokens must be the ones the engine stored at positions
+ * 0, 1, ...), and stores the tokens they cover in @p out_tokens_published: the whole blocks of
+ * the first n_tokens tokens that every (layer, KV head) holds in order from position 0 (after a
+ * compression, up to its first evicted token). Blocks already findable stay as they are. With
+ * prefix_write_through, each block is then written to prefix_store unless there already; a
+ * store error fails the call after the blocks were made findable (the store may hold some).
+ * UNSUPPORTED when the cache has no prefix cache.
+ */
+KVC_API kvc_status *kvc_prefix_publish(kvc_cache *cache, int32_t seq_id, const kvc_prefix *prefix,
+                                       int32_t *out_tokens_published);
+/**
+ * @brief The tokens kvc_prefix_attach() would attach from the cache itself now (the store is
+ * not asked), in @p out_tokens; changes nothing but the blocks' recency.
+ */
+KVC_API kvc_status *kvc_prefix_lookup(kvc_cache *cache, const kvc_prefix *prefix,
+                                      int32_t *out_tokens);
 
 #ifdef __cplusplus
 }
