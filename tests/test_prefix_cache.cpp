@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host_reads.hpp"
@@ -42,21 +43,28 @@ Chunk chunk_of(const std::vector<int32_t>& ids, int32_t first, int32_t end) {
   return c;
 }
 
-// append_attend of a chunk on every layer; the outputs of all layers, concatenated.
-std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
+// append_attend of a chunk on every layer: the outputs of all layers, concatenated, in `all`;
+// false when a call fails. Safe on any thread.
+bool try_feed(kvc_cache* cache, int32_t seq, const Chunk& c, std::vector<float>& all) {
   const int32_t n = static_cast<int32_t>(c.pos.size());
   kvc_batch batch;
   kvc_batch_init(&batch, 1, &seq, &n, c.pos.data());
-  std::vector<float> all;
+  all.clear();
   for (int layer = 0; layer < kLayers; ++layer) {
     std::vector<float> out(c.q.size());
     kvc_tensor q = kvt::tensor(c.q.data(), KVC_DTYPE_F32);
     kvc_tensor k = kvt::tensor(c.k.data(), KVC_DTYPE_F32);
     kvc_tensor v = kvt::tensor(c.v.data(), KVC_DTYPE_F32);
     kvc_tensor_mut o = kvt::tensor_mut(out.data());
-    KVT_REQUIRE_OK(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
+    if (!Status(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o)).ok()) return false;
     all.insert(all.end(), out.begin(), out.end());
   }
+  return true;
+}
+
+std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
+  std::vector<float> all;
+  REQUIRE(try_feed(cache, seq, c, all));
   return all;
 }
 
@@ -315,6 +323,74 @@ TEST_CASE("prefix cache: the prefix store continues an attach and takes the bloc
   CHECK(lookup(second.get(), ids) == 24);  // published as it was loaded
   CHECK(attach(second.get(), 1, ids) == 24);
   CHECK(kvt::get_stats(second.get()).bytes_shared > 0);
+}
+
+TEST_CASE("prefix cache: threads attaching, publishing and removing under a tight limit get a full prefill's attention") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // 12 nodes: the live sequences always fit (4 x 3 blocks at most), the 18 blocks of all
+  // the requests do not.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 12 * node));
+  kvt::CachePtr reference = kvt::make_cache(ctx.get(), params(false));
+  constexpr int kSystems = 3, kQuestions = 4, kThreads = 4, kRounds = 25;
+  // Request (s, q): system prompt s (two blocks), question q (one block).
+  std::vector<std::vector<int32_t>> requests;
+  std::vector<std::vector<float>> expected;  // the question chunk's attention
+  for (int sys = 0; sys < kSystems; ++sys) {
+    for (int q = 0; q < kQuestions; ++q) {
+      std::vector<int32_t> ids = prompt(2 * kBlock, 20 + sys);
+      const std::vector<int32_t> question = prompt(kBlock, 40 + q);
+      ids.insert(ids.end(), question.begin(), question.end());
+      const int32_t seq = static_cast<int32_t>(requests.size());
+      KVT_REQUIRE_OK(kvc_seq_create(reference.get(), seq));
+      feed(reference.get(), seq, chunk_of(ids, 0, 2 * kBlock));
+      expected.push_back(feed(reference.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock)));
+      requests.push_back(std::move(ids));
+    }
+  }
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const size_t r = static_cast<size_t>((t * 7 + round * 5) % (kSystems * kQuestions));
+        const std::vector<int32_t>& ids = requests[r];
+        const int32_t seq = t * 1000 + round;
+        const kvc_prefix prefix = prefix_of(ids, 3 * kBlock - 1);
+        int32_t got = -1;
+        if (!Status(kvc_prefix_attach(cache.get(), seq, &prefix, &got)).ok()) {
+          ++failures[static_cast<size_t>(t)];
+          continue;
+        }
+        std::vector<float> out;
+        if ((got < 2 * kBlock && !try_feed(cache.get(), seq, chunk_of(ids, got, 2 * kBlock), out)) ||
+            !try_feed(cache.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock), out)) {
+          ++failures[static_cast<size_t>(t)];
+        } else if (out != expected[r]) {
+          ++mismatches[static_cast<size_t>(t)];
+        }
+        const kvc_prefix whole = prefix_of(ids);
+        int32_t published = -1;
+        if (!Status(kvc_prefix_publish(cache.get(), seq, &whole, &published)).ok() ||
+            published != 3 * kBlock) {
+          ++failures[static_cast<size_t>(t)];
+        }
+        if (!Status(kvc_seq_remove(cache.get(), seq)).ok()) ++failures[static_cast<size_t>(t)];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CAPTURE(t);
+    CHECK(mismatches[static_cast<size_t>(t)] == 0);
+    CHECK(failures[static_cast<size_t>(t)] == 0);
+  }
+  const kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.sequences == 0);
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(s.prefix_hits > 0);
+  CHECK(s.bytes_reclaimed > 0);
 }
 
 TEST_CASE("prefix cache: misuse is refused, naming the problem, changing nothing") {
