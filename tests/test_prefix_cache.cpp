@@ -187,3 +187,308 @@ TEST_CASE("prefix cache: an attached prefix then its rest give a full prefill's 
   }
 }
 
+TEST_CASE("prefix cache: blocks outlive their sequences, counted as cached, and attach again") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
+  const std::vector<int32_t> ids = prompt(20, 3);
+  prefill_and_publish(cache.get(), 0, ids);
+  const size_t block_bytes = kvt::get_stats(cache.get()).bytes_used / kvt::get_stats(cache.get()).blocks_used;
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.sequences == 0);
+  CHECK(s.bytes_cached == 2 * kLayers * kKvHeads * block_bytes);  // the open third block went back
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.blocks_free == s.bytes_limit / block_bytes);
+  CHECK(attach(cache.get(), 1, ids) == 16);
+  s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_cached == 0);
+  CHECK(s.bytes_shared == 0);  // one sequence holds them (the cache's hold is not a sequence)
+  CHECK(s.tokens_stored == 16u * kLayers * kKvHeads);
+  // A second attach shares them between the two sequences.
+  CHECK(attach(cache.get(), 2, ids) == 16);
+  CHECK(kvt::get_stats(cache.get()).bytes_shared == 2 * kLayers * kKvHeads * block_bytes);
+  CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(cache.get(), 2));
+  // Appending to an attached sequence opens a new block; the cached ones stay unchanged.
+  feed(cache.get(), 1, chunk_of(ids, 16, 20));
+  CHECK(kvt::stored_positions(cache.get(), 2, 0, 0).size() == 16);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 2));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 2 * kLayers * kKvHeads * block_bytes);
+  CHECK(kvt::get_stats(cache.get()).prefix_hits == 2);
+}
+
+TEST_CASE("prefix cache: memory is reclaimed least recently used first, leaves first, never failing live sequences") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // Room for 6 whole blocks on every head: three prompts of 2 blocks, cached.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 6 * node));
+  const std::vector<int32_t> a = prompt(16, 10), b = prompt(16, 11), c = prompt(16, 12);
+  int32_t seq = 0;
+  for (const auto* ids : {&a, &b, &c}) {
+    prefill_and_publish(cache.get(), seq, *ids);
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+  }
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 6 * node);
+  CHECK(lookup(cache.get(), a) == 16);  // a is now more recent than b
+
+  // A new prompt of one block needs one node's memory: b's second block goes, a leaf.
+  const std::vector<int32_t> d = prompt(8, 13);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  feed(cache.get(), seq, chunk_of(d, 0, 8));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_reclaimed == node);
+  CHECK(s.bytes_cached == 5 * node);
+  CHECK(lookup(cache.get(), a) == 16);
+  CHECK(lookup(cache.get(), b) == 8);
+  CHECK(lookup(cache.get(), c) == 16);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+
+  // A long run of requests under the limit never fails while the live ones fit.
+  for (int round = 0; round < 30; ++round) {
+    const std::vector<int32_t> ids = prompt(8 + round % 17, 100 + round % 3);
+    const int32_t got = attach(cache.get(), seq, ids);
+    const int32_t n = static_cast<int32_t>(ids.size());
+    if (got < n) feed(cache.get(), seq, chunk_of(ids, got, n));
+    publish(cache.get(), seq, ids);
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+    s = kvt::get_stats(cache.get());
+    REQUIRE(s.bytes_used <= s.bytes_limit);
+  }
+  CHECK(kvt::get_stats(cache.get()).prefix_hits > 0);
+
+  // Live sequences alone that do not fit are OUT_OF_MEMORY, changing nothing.
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  const kvc_cache_stats full = kvt::get_stats(cache.get());
+  // 13 blocks on each of the layer's heads: more than the 6 nodes' 12 of the limit.
+  const std::vector<int32_t> long_ids = prompt(13 * kBlock, 14);
+  const Chunk too_long = chunk_of(long_ids, 0, 13 * kBlock);
+  const int32_t n = 13 * kBlock;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, too_long.pos.data());
+  kvc_tensor k = kvt::tensor(too_long.k.data(), KVC_DTYPE_F32);
+  kvc_tensor v = kvt::tensor(too_long.v.data(), KVC_DTYPE_F32);
+  KVT_CHECK_ERR(kvc_append(cache.get(), 0, &batch, &k, &v), KVC_ERR_OUT_OF_MEMORY);
+  CHECK(kvt::stats_equal(full, kvt::get_stats(cache.get())));
+}
+
+TEST_CASE("prefix cache: a compression never changes a shared block, and publishes stop at the first evicted token") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = params(true);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 8;
+  p.budget = 12;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const std::vector<int32_t> ids = prompt(40, 5);
+  prefill_and_publish(cache.get(), 0, ids);
+  CHECK(attach(cache.get(), 1, ids) == 40 / kBlock * kBlock);
+  const std::vector<unsigned char> attached = kvt::stored_bytes(cache.get(), 1);
+  // The publisher compresses: its first block holds the sinks and evicted tokens after them.
+  const int32_t zero = 0;
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &zero));
+  CHECK(kvt::stored_positions(cache.get(), 0, 0, 0).size() == 12);
+  CHECK(kvt::stored_bytes(cache.get(), 1) == attached);
+  CHECK(lookup(cache.get(), ids) == 40);
+  // Compressed heads hold positions 0..3 in order, then a gap: nothing whole to publish.
+  CHECK(publish(cache.get(), 0, prompt(40, 6)) == 0);
+
+  // A compression that keeps the first block whole leaves it shared.
+  kvc_cache_params q = params(true);
+  q.policy = "streaming";
+  q.sinks = kBlock;
+  q.recent = kBlock;
+  q.budget = 2 * kBlock;
+  kvt::CachePtr sinks = kvt::make_cache(ctx.get(), q);
+  prefill_and_publish(sinks.get(), 0, ids);
+  CHECK(attach(sinks.get(), 1, ids) == 40);
+  const size_t shared_before = kvt::get_stats(sinks.get()).bytes_shared;
+  KVT_REQUIRE_OK(kvc_compress(sinks.get(), -1, 1, &zero));
+  const size_t block_bytes = shared_before / (5 * kLayers * kKvHeads);
+  // Block 0 (the sinks) is still shared with sequence 1; the others were copied or let go.
+  CHECK(kvt::get_stats(sinks.get()).bytes_shared == block_bytes * kLayers * kKvHeads);
+  CHECK(publish(sinks.get(), 0, ids) == kBlock);
+}
+
+TEST_CASE("prefix cache: the prefix store continues an attach and takes the blocks published") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache_params writer = params(true);
+  writer.prefix_store = "mem";
+  writer.prefix_write_through = 1;
+  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
+  kvc_cache_params reader = params(true);
+  reader.prefix_store = "mem";
+  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  const std::vector<int32_t> ids = prompt(30, 7);
+  prefill_and_publish(first.get(), 0, ids);
+
+  // The same keys: kvc_prefix_load with chunks of block_tokens finds what the cache wrote.
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  kvc_prefix chunks = prefix_of(ids);
+  chunks.chunk_tokens = kBlock;
+  int32_t loaded = -1;
+  KVT_REQUIRE_OK(kvc_prefix_load(plain.get(), 0, "mem", &chunks, &loaded));
+  CHECK(loaded == 24);
+
+  CHECK(lookup(second.get(), ids) == 0);
+  CHECK(attach(second.get(), 0, ids) == 24);
+  CHECK(kvt::stored_bytes(second.get(), 0) == kvt::stored_bytes(plain.get(), 0));
+  CHECK(lookup(second.get(), ids) == 24);  // published as it was loaded
+  CHECK(attach(second.get(), 1, ids) == 24);
+  CHECK(kvt::get_stats(second.get()).bytes_shared > 0);
+}
+
+TEST_CASE("prefix cache: threads attaching, publishing and removing under a tight limit get a full prefill's attention") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // 12 nodes: the live sequences always fit (4 x 3 blocks at most), the 18 blocks of all
+  // the requests do not.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 12 * node));
+  kvt::CachePtr reference = kvt::make_cache(ctx.get(), params(false));
+  constexpr int kSystems = 3, kQuestions = 4, kThreads = 4, kRounds = 25;
+  // Request (s, q): system prompt s (two blocks), question q (one block).
+  std::vector<std::vector<int32_t>> requests;
+  std::vector<std::vector<float>> expected;  // the question chunk's attention
+  for (int sys = 0; sys < kSystems; ++sys) {
+    for (int q = 0; q < kQuestions; ++q) {
+      std::vector<int32_t> ids = prompt(2 * kBlock, 20 + sys);
+      const std::vector<int32_t> question = prompt(kBlock, 40 + q);
+      ids.insert(ids.end(), question.begin(), question.end());
+      const int32_t seq = static_cast<int32_t>(requests.size());
+      KVT_REQUIRE_OK(kvc_seq_create(reference.get(), seq));
+      feed(reference.get(), seq, chunk_of(ids, 0, 2 * kBlock));
+      expected.push_back(feed(reference.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock)));
+      requests.push_back(std::move(ids));
+    }
+  }
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const size_t r = static_cast<size_t>((t * 7 + round * 5) % (kSystems * kQuestions));
+        const std::vector<int32_t>& ids = requests[r];
+        const int32_t seq = t * 1000 + round;
+        const kvc_prefix prefix = prefix_of(ids, 3 * kBlock - 1);
+        int32_t got = -1;
+        if (!Status(kvc_prefix_attach(cache.get(), seq, &prefix, &got)).ok()) {
+          ++failures[static_cast<size_t>(t)];
+          continue;
+        }
+        std::vector<float> out;
+        if ((got < 2 * kBlock && !try_feed(cache.get(), seq, chunk_of(ids, got, 2 * kBlock), out)) ||
+            !try_feed(cache.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock), out)) {
+          ++failures[static_cast<size_t>(t)];
+        } else if (out != expected[r]) {
+          ++mismatches[static_cast<size_t>(t)];
+        }
+        const kvc_prefix whole = prefix_of(ids);
+        int32_t published = -1;
+        if (!Status(kvc_prefix_publish(cache.get(), seq, &whole, &published)).ok() ||
+            published != 3 * kBlock) {
+          ++failures[static_cast<size_t>(t)];
+        }
+        if (!Status(kvc_seq_remove(cache.get(), seq)).ok()) ++failures[static_cast<size_t>(t)];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CAPTURE(t);
+    CHECK(mismatches[static_cast<size_t>(t)] == 0);
+    CHECK(failures[static_cast<size_t>(t)] == 0);
+  }
+  const kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.sequences == 0);
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(s.prefix_hits > 0);
+  CHECK(s.bytes_reclaimed > 0);
+}
+
+TEST_CASE("prefix cache: misuse is refused, naming the problem, changing nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
+  const std::vector<int32_t> ids = prompt(16, 8);
+  const kvc_prefix prefix = prefix_of(ids);
+  int32_t tokens = -7;
+  {
+    Status s(kvc_prefix_attach(plain.get(), 0, &prefix, &tokens));
+    CHECK(s.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(s.message(), "prefix_cache"));
+  }
+  KVT_CHECK_ERR(kvc_prefix_publish(plain.get(), 0, &prefix, &tokens), KVC_ERR_UNSUPPORTED);
+  KVT_CHECK_ERR(kvc_prefix_lookup(plain.get(), &prefix, &tokens), KVC_ERR_UNSUPPORTED);
+  KVT_CHECK_ERR(kvc_prefix_attach(nullptr, 0, &prefix, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, nullptr, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &prefix, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), -1, &prefix, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_publish(cache.get(), 3, &prefix, &tokens), KVC_ERR_NOT_FOUND);
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &prefix, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  kvc_prefix bad = prefix;
+  bad.n_tokens = -1;
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  bad = prefix;
+  bad.model = "";
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  bad = prefix;
+  bad.token_ids = nullptr;
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  CHECK(tokens == -7);
+  // chunk_tokens is not read by the prefix cache's calls.
+  bad = prefix;
+  bad.chunk_tokens = 0;
+  KVT_CHECK_OK(kvc_prefix_lookup(cache.get(), &bad, &tokens));
+  CHECK(tokens == 0);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &prefix, &tokens), KVC_ERR_ALREADY_EXISTS);
+  CHECK(kvt::get_stats(cache.get()).prefix_hits == 0);
+  CHECK(kvt::get_stats(cache.get()).sequences == 1);
+
+  // Parameters that cannot work are refused at creation.
+  const auto refused = [&](kvc_cache_params p, kvc_status_code code, const char* words) {
+    kvc_cache* made = nullptr;
+    Status s(kvc_cache_create(ctx.get(), &p, &made));
+    CHECK(s.code() == code);
+    CHECK(kvt::contains(s.message(), words));
+    CHECK(made == nullptr);
+  };
+  kvc_cache_params p = params(true);
+  p.layout = KVC_LAYOUT_CONTIGUOUS;
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "paged");
+  p = params(true);
+  p.prefix_write_through = 1;
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "store");
+  p = params(false);
+  p.prefix_store = "mem";
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "enabled");
+  p = params(true);
+  p.prefix_store = "nowhere";
+  refused(p, KVC_ERR_NOT_FOUND, "nowhere");
+}
+
+TEST_CASE("prefix cache: YAML prefix_cache section") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache* made = nullptr;
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(
+      ctx.get(),
+      "cache: { layers: 2, head_dim: 16 }\nprefix_cache: { enabled: true, store: mem, write_through: true }\n",
+      &made));
+  kvt::CachePtr cache(made);
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  KVT_REQUIRE_OK(kvc_cache_get_params(cache.get(), &p));
+  CHECK(p.prefix_cache == 1);
+  CHECK(p.prefix_write_through == 1);
+  REQUIRE(p.prefix_store != nullptr);
+  CHECK(std::string(p.prefix_store) == "mem");
+  made = nullptr;
+  Status s(kvc_cache_create_from_yaml(ctx.get(), "prefix_cache: { enabled: yes please }\n", &made));
+  CHECK(s.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(s.message(), "prefix_cache.enabled"));
+  Status contiguous(kvc_cache_create_from_yaml(
+      ctx.get(), "cache: { layout: contiguous }\nprefix_cache: { enabled: true }\n", &made));
+  CHECK(contiguous.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(contiguous.message(), "paged"));
+}
