@@ -332,6 +332,8 @@ TEST_CASE("prefix cache: the prefix store continues an attach and takes the bloc
 
   CHECK(lookup(second.get(), ids) == 0);
   CHECK(attach(second.get(), 0, ids) == 24);
+  CHECK(kvt::get_stats(second.get()).prefix_hits == 1);  // an attach from the store is a hit
+  CHECK(kvt::get_stats(second.get()).prefix_tokens_reused == 24);
   CHECK(kvt::stored_bytes(second.get(), 0) == kvt::stored_bytes(plain.get(), 0));
   CHECK(lookup(second.get(), ids) == 24);  // published as it was loaded
   CHECK(attach(second.get(), 1, ids) == 24);
