@@ -25,6 +25,27 @@ package kvcache
 //   kvc_prefix prefix = go_kvc_prefix(model, token_ids, n_tokens, chunk_tokens);
 //   return kvc_prefix_load(cache, seq_id, store, &prefix, restored);
 // }
+//
+// static kvc_status *go_kvc_prefix_attach(kvc_cache *cache, int32_t seq_id, const char *model,
+//                                         const int32_t *token_ids, int32_t n_tokens,
+//                                         int32_t *attached) {
+//   kvc_prefix prefix = go_kvc_prefix(model, token_ids, n_tokens, 0);
+//   return kvc_prefix_attach(cache, seq_id, &prefix, attached);
+// }
+//
+// static kvc_status *go_kvc_prefix_publish(kvc_cache *cache, int32_t seq_id, const char *model,
+//                                          const int32_t *token_ids, int32_t n_tokens,
+//                                          int32_t *published) {
+//   kvc_prefix prefix = go_kvc_prefix(model, token_ids, n_tokens, 0);
+//   return kvc_prefix_publish(cache, seq_id, &prefix, published);
+// }
+//
+// static kvc_status *go_kvc_prefix_lookup(kvc_cache *cache, const char *model,
+//                                         const int32_t *token_ids, int32_t n_tokens,
+//                                         int32_t *tokens) {
+//   kvc_prefix prefix = go_kvc_prefix(model, token_ids, n_tokens, 0);
+//   return kvc_prefix_lookup(cache, &prefix, tokens);
+// }
 import "C"
 
 import (
@@ -35,7 +56,10 @@ import (
 
 // Prefix is a prompt prefix whose K/V is shared through a store in chunks of ChunkTokens
 // tokens, each keyed by the model, the cache's shape and every token id up to the chunk's
-// end, so that any cache of the same shape, in any process, finds the chunks it shares.
+// end, so that any cache of the same shape, in any process, finds the chunks it shares
+// (SavePrefix, LoadPrefix); and the prompt whose blocks a cache with CacheParams.PrefixCache
+// publishes and attaches (PublishPrefix, AttachPrefix, LookupPrefix), whose unit is the
+// cache's block: they ignore ChunkTokens.
 type Prefix struct {
 	// Model identifies the weights (e.g. a hash of the model file), not empty: K/V of one
 	// model must never be restored into another.
@@ -60,8 +84,8 @@ func (cache *Cache) SavePrefix(id int32, store string, p Prefix) (int32, error) 
 func (cache *Cache) SavePrefixCtx(ctx context.Context, id int32, store string, p Prefix) (int32, error) {
 	var saved C.int32_t
 	err := cache.sharedCtx(ctx, func() error {
-		return p.call("kvc_prefix_save", store, func(store, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
-			return C.go_kvc_prefix_save(cache.c, C.int32_t(id), store, model, tokens, n, C.int32_t(p.ChunkTokens), &saved)
+		return p.call("kvc_prefix_save", func(m *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
+			return C.go_kvc_prefix_save(cache.c, C.int32_t(id), m.str(store), model, tokens, n, C.int32_t(p.ChunkTokens), &saved)
 		})
 	})
 	return int32(saved), err
@@ -80,16 +104,70 @@ func (cache *Cache) LoadPrefix(id int32, store string, p Prefix) (int32, error) 
 func (cache *Cache) LoadPrefixCtx(ctx context.Context, id int32, store string, p Prefix) (int32, error) {
 	var restored C.int32_t
 	err := cache.exclusiveCtx(ctx, func() error {
-		return p.call("kvc_prefix_load", store, func(store, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
-			return C.go_kvc_prefix_load(cache.c, C.int32_t(id), store, model, tokens, n, C.int32_t(p.ChunkTokens), &restored)
+		return p.call("kvc_prefix_load", func(m *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
+			return C.go_kvc_prefix_load(cache.c, C.int32_t(id), m.str(store), model, tokens, n, C.int32_t(p.ChunkTokens), &restored)
 		})
 	})
 	return int32(restored), err
 }
 
-// call runs the C function op through call with store and p's model as C strings and p's
-// token ids as a pointer into the slice, read during the call only.
-func (p Prefix) call(op, store string, call func(store, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status) error {
+// PublishPrefix makes the full blocks of sequence id that hold the first tokens of p (the
+// token ids of positions 0, 1, ...) findable by AttachPrefix, and returns the tokens they
+// cover: the whole blocks that every (layer, KV head) holds in order from position 0. With
+// CacheParams.PrefixWriteThrough it also writes them to the PrefixStore. ErrUnsupported for a
+// cache without PrefixCache.
+func (cache *Cache) PublishPrefix(id int32, p Prefix) (int32, error) {
+	return cache.PublishPrefixCtx(context.Background(), id, p)
+}
+
+// PublishPrefixCtx is PublishPrefix unless ctx is done before the call starts (ctx.Err() is
+// then returned); a call that has started, its store writes included, runs to its end.
+func (cache *Cache) PublishPrefixCtx(ctx context.Context, id int32, p Prefix) (int32, error) {
+	var published C.int32_t
+	err := cache.sharedCtx(ctx, func() error {
+		return p.call("kvc_prefix_publish", func(_ *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
+			return C.go_kvc_prefix_publish(cache.c, C.int32_t(id), model, tokens, n, &published)
+		})
+	})
+	return int32(published), err
+}
+
+// AttachPrefix creates sequence id (ErrAlreadyExists when it exists) sharing the longest run
+// of published full blocks of p on every (layer, KV head), continued in the cache's
+// PrefixStore if it has one, and returns the tokens attached (a multiple of BlockTokens,
+// possibly 0: the sequence is then empty); the engine prefills the rest from there.
+// ErrUnsupported for a cache without PrefixCache. It takes the cache exclusively.
+func (cache *Cache) AttachPrefix(id int32, p Prefix) (int32, error) {
+	return cache.AttachPrefixCtx(context.Background(), id, p)
+}
+
+// AttachPrefixCtx is AttachPrefix unless ctx is done before the call starts (ctx.Err() is
+// then returned); a call that has started, its store reads included, runs to its end.
+func (cache *Cache) AttachPrefixCtx(ctx context.Context, id int32, p Prefix) (int32, error) {
+	var attached C.int32_t
+	err := cache.exclusiveCtx(ctx, func() error {
+		return p.call("kvc_prefix_attach", func(_ *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
+			return C.go_kvc_prefix_attach(cache.c, C.int32_t(id), model, tokens, n, &attached)
+		})
+	})
+	return int32(attached), err
+}
+
+// LookupPrefix returns the tokens AttachPrefix would attach from the cache itself now (the
+// store is not asked); it changes nothing but the blocks' recency.
+func (cache *Cache) LookupPrefix(p Prefix) (int32, error) {
+	var found C.int32_t
+	err := cache.shared(func() error {
+		return p.call("kvc_prefix_lookup", func(_ *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status {
+			return C.go_kvc_prefix_lookup(cache.c, model, tokens, n, &found)
+		})
+	})
+	return int32(found), err
+}
+
+// call runs the C function op through call with p's model as a C string and p's token ids as
+// a pointer into the slice, read during the call only; call allocates its other strings in m.
+func (p Prefix) call(op string, call func(m *cmem, model *C.char, tokens *C.int32_t, n C.int32_t) *C.kvc_status) error {
 	if len(p.TokenIDs) > math.MaxInt32 {
 		return invalid(op, fmt.Sprintf("the prefix holds %d token ids; at most %d fit an int32_t", len(p.TokenIDs), math.MaxInt32))
 	}
@@ -99,5 +177,5 @@ func (p Prefix) call(op, store string, call func(store, model *C.char, tokens *C
 	if len(p.TokenIDs) > 0 {
 		tokens = (*C.int32_t)(&p.TokenIDs[0])
 	}
-	return statusError(op, call(m.str(store), m.str(p.Model), tokens, C.int32_t(len(p.TokenIDs))))
+	return statusError(op, call(&m, m.str(p.Model), tokens, C.int32_t(len(p.TokenIDs))))
 }
