@@ -100,6 +100,9 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_prefix_init, "misuse: init and destroy functions accept NULL"),
     KVT_COVERED(kvc_prefix_save, "misuse: prefix save and load"),
     KVT_COVERED(kvc_prefix_load, "misuse: prefix save and load"),
+    KVT_COVERED(kvc_prefix_attach, "misuse: prefix cache attach, publish and lookup"),
+    KVT_COVERED(kvc_prefix_publish, "misuse: prefix cache attach, publish and lookup"),
+    KVT_COVERED(kvc_prefix_lookup, "misuse: prefix cache attach, publish and lookup"),
     KVT_COVERED(kvc_cache_params_init_sized, "misuse: sized init functions"),
     KVT_COVERED(kvc_cache_stats_init_sized, "misuse: sized init functions"),
     KVT_COVERED(kvc_policy_info_init_sized, "misuse: sized init functions"),
@@ -1624,6 +1627,78 @@ TEST_CASE("misuse: prefix save and load") {
   } newer{p, 1};
   newer.known.struct_size = sizeof newer;
   KVT_REFUSED(KVT_ON(c), kvc_prefix_load(c, 5, "host", &newer.known, &out), KVC_ERR_UNSUPPORTED,
+              "struct_size");
+}
+
+TEST_CASE("misuse: prefix cache attach, publish and lookup") {
+  Fixture f;
+  kvc_cache* plain = f.cache;  // without a prefix cache
+  kvc_cache_params params = shape_params();
+  params.prefix_cache = 1;
+  kvt::CachePtr owner = kvt::make_cache(f.ctx.get(), params);
+  kvc_cache* c = owner.get();
+  const int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  kvc_prefix p;
+  kvc_prefix_init(&p, "model", ids, 8);
+  int32_t out = -7;
+  KVT_REQUIRE_OK(kvc_seq_create(c, 0));
+  KVT_REQUIRE_OK(kvc_prefix_publish(c, 0, &p, &out));  // nothing stored: nothing published
+  CHECK(out == 0);
+  out = -7;
+  const struct {
+    void (*spoil)(kvc_prefix&);
+    const char* needle;
+  } spoilt[] = {
+      {[](kvc_prefix& x) { x.struct_size = 0; }, "struct_size"},
+      {[](kvc_prefix& x) { x.model = nullptr; }, "model"},
+      {[](kvc_prefix& x) { x.model = ""; }, "model"},
+      {[](kvc_prefix& x) { x.n_tokens = -1; }, "n_tokens"},
+      {[](kvc_prefix& x) { x.token_ids = nullptr; }, "token_ids"},
+  };
+  for (const auto& k : spoilt) {
+    kvc_prefix bad = p;
+    k.spoil(bad);
+    CAPTURE(k.needle);
+    KVT_REFUSED(KVT_ON(c), kvc_prefix_attach(c, 5, &bad, &out), KVC_ERR_INVALID_ARGUMENT, k.needle);
+    KVT_REFUSED(KVT_ON(c), kvc_prefix_publish(c, 0, &bad, &out), KVC_ERR_INVALID_ARGUMENT,
+                k.needle);
+    KVT_REFUSED(KVT_ON(c), kvc_prefix_lookup(c, &bad, &out), KVC_ERR_INVALID_ARGUMENT, k.needle);
+  }
+  for (kvc_cache* cache : {c, plain}) {
+    KVT_REFUSED(KVT_ON(cache), kvc_prefix_attach(nullptr, 5, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+                "cache");
+    KVT_REFUSED(KVT_ON(cache), kvc_prefix_publish(nullptr, 0, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+                "cache");
+    KVT_REFUSED(KVT_ON(cache), kvc_prefix_lookup(nullptr, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+                "cache");
+  }
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_attach(c, 5, nullptr, &out), KVC_ERR_INVALID_ARGUMENT,
+              "prefix");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_attach(c, 5, &p, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_tokens_attached");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_attach(c, -1, &p, &out), KVC_ERR_INVALID_ARGUMENT,
+              "sequence id");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_attach(c, 0, &p, &out), KVC_ERR_ALREADY_EXISTS, "sequence 0");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_publish(c, 0, &p, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_tokens_published");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_publish(c, 99, &p, &out), KVC_ERR_NOT_FOUND, "sequence 99");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_lookup(c, nullptr, &out), KVC_ERR_INVALID_ARGUMENT, "prefix");
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_lookup(c, &p, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "out_tokens");
+  KVT_REFUSED(KVT_ON(plain), kvc_prefix_attach(plain, 5, &p, &out), KVC_ERR_UNSUPPORTED,
+              "prefix_cache");
+  KVT_REFUSED(KVT_ON(plain), kvc_prefix_publish(plain, 0, &p, &out), KVC_ERR_UNSUPPORTED,
+              "prefix_cache");
+  KVT_REFUSED(KVT_ON(plain), kvc_prefix_lookup(plain, &p, &out), KVC_ERR_UNSUPPORTED,
+              "prefix_cache");
+  CHECK(out == -7);
+  // A struct from a newer caller that sets bytes this library does not know.
+  struct Newer {
+    kvc_prefix known;
+    int32_t extra;
+  } newer{p, 1};
+  newer.known.struct_size = sizeof newer;
+  KVT_REFUSED(KVT_ON(c), kvc_prefix_lookup(c, &newer.known, &out), KVC_ERR_UNSUPPORTED,
               "struct_size");
 }
 

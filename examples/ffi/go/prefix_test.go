@@ -132,6 +132,11 @@ func TestAWriteThroughStoreCarriesTheBlocksToAnotherCache(t *testing.T) {
 		t.Fatalf("AttachPrefix from the store = %d, %v; want 8", n, err)
 	}
 	checkAttached(t, reader, 0, writer, 0)
+	stats, err := reader.Stats()
+	must(t, err)
+	if stats.PrefixHits != 1 || stats.PrefixTokensReused != 8 {
+		t.Fatalf("the reader's stats: %+v; want 1 hit, 8 tokens reused", stats)
+	}
 	// What the attach loaded, it published.
 	if n, err := reader.LookupPrefix(prompt); err != nil || n != 8 {
 		t.Fatalf("LookupPrefix in the reader after the attach = %d, %v; want 8", n, err)

@@ -107,6 +107,9 @@ namespace Kvcache.Tests
                         Assert.Equal(0, reader.LookupPrefix(Prompt()), "tokens the reader's cache holds");
                         Assert.Equal(8, reader.AttachPrefix(0, Prompt()), "tokens attached from the store");
                         CheckAttached(reader, 0, writer, 0);
+                        CacheStats stats = reader.GetStats();
+                        Assert.Equal(1UL, stats.PrefixHits, "the reader's prefix hits");
+                        Assert.Equal(8UL, stats.PrefixTokensReused, "the reader's prefix tokens reused");
                         Assert.Equal(8, reader.LookupPrefix(Prompt()), "tokens the reader's cache holds after the attach (it publishes what it loads)");
                     }
                 }

@@ -103,6 +103,8 @@ fn a_write_through_store_carries_the_blocks_to_another_cache() {
     assert_eq!(reader.attach_prefix(0, &prefix).unwrap(), 8);
     fill(&mut writer, 1, 8);
     assert_eq!(probe(&mut reader, 0), probe(&mut writer, 1));
+    let stats = reader.stats().unwrap();
+    assert_eq!((stats.prefix_hits, stats.prefix_tokens_reused), (1, 8));
     // What the attach loaded, it published.
     assert_eq!(reader.lookup_prefix(&prefix).unwrap(), 8);
 }
