@@ -201,10 +201,12 @@ void report_serve(const std::string& p, const ServeResult& r, bool prefix_cache)
   report(p + "tokens_per_s", r.tokens_per_s());
   if (!prefix_cache) return;
   report(p + "published_tokens", r.published_tokens);
+  report(p + "lookup_tokens", r.lookup_tokens);
   report(p + "prefix_hits", r.prefix_hits);
   report(p + "prefix_tokens_reused", r.prefix_tokens_reused);
   report(p + "bytes_shared", r.bytes_shared);
   report(p + "bytes_cached_after", r.bytes_cached);
+  report(p + "bytes_reclaimed", r.bytes_reclaimed);
 }
 
 void report_chat(const std::string& p, const ChatResult& r) {
@@ -312,8 +314,8 @@ int run_prefix(Options& opts) {
   const int64_t expected_attached = int64_t{cfg.requests - 1} * cfg.prefix_tokens;
   if (on_serve.attached_tokens != expected_attached) {
     notes.push_back("requests 2.." + std::to_string(cfg.requests) + " attached " +
-                    std::to_string(on_serve.attached_tokens) + " tokens in all, not the " +
-                    std::to_string(expected_attached) + " of the system prompt each");
+                    std::to_string(on_serve.attached_tokens) + " tokens in all, not " +
+                    std::to_string(expected_attached) + " (the system prompt each)");
   }
   const size_t logits_rows = off_serve.logits.size() / static_cast<size_t>(mc.vocab_size);
   const size_t differing = differing_rows(off_serve.logits, on_serve.logits, mc.vocab_size);

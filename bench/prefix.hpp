@@ -79,6 +79,8 @@ class Engine {
   /// One decode step: token tokens[i] at positions[i] for sequence seqs[i]; logits() holds
   /// a row per sequence.
   void decode(int32_t n, const int32_t* seqs, const int32_t* tokens, const int32_t* positions);
+  /// kvc_prefix_lookup() of @p prompt less its last token: what start() would attach now.
+  int32_t lookup(const std::vector<int32_t>& prompt);
   /// kvc_prefix_publish() of the first @p n of @p tokens that @p seq holds; returns the
   /// tokens published.
   int32_t publish(int32_t seq, const int32_t* tokens, int32_t n);
@@ -96,6 +98,7 @@ class Engine {
   CachePtr cache_;
   EnginePtr engine_;
   std::vector<int32_t> positions_;
+  std::vector<int32_t> ones_;  // n_tokens of a decode step
   std::vector<float> logits_;
 };
 
@@ -114,10 +117,12 @@ struct ServeResult {
   int64_t prefill_tokens = 0;  ///< prompt tokens computed, all requests
   int64_t attached_tokens = 0; ///< prompt tokens attached from the prefix cache, all requests
   int64_t published_tokens = 0;
+  int32_t lookup_tokens = 0;   ///< kvc_prefix_lookup() for request 2 just before it arrives
   int64_t generated = 0;
   size_t bytes_peak = 0;       ///< kvc_cache_stats::bytes_peak over the scenario
   size_t bytes_shared = 0;     ///< bytes_shared with every request prefilled
   size_t bytes_cached = 0;     ///< bytes_cached once every sequence was removed
+  uint64_t bytes_reclaimed = 0;
   uint64_t prefix_hits = 0;
   uint64_t prefix_tokens_reused = 0;
   double ttft_first_s = 0;     ///< request 1's time to first token

@@ -42,14 +42,24 @@ Engine::Engine(const Run& run, bool prefix_cache, int32_t max_tokens)
   logits_.resize(static_cast<size_t>(max_tokens) * static_cast<size_t>(run.vocab));
 }
 
+namespace {
+
+// The prompt less its last token, which is left to compute for its logits.
+kvc_prefix prompt_prefix(const Run& run, const std::vector<int32_t>& prompt) {
+  kvc_prefix pf;
+  kvc_prefix_init(&pf, run.model_id.c_str(), prompt.data(),
+                  static_cast<int32_t>(prompt.size()) - 1);
+  return pf;
+}
+
+}  // namespace
+
 int32_t Engine::start(int32_t seq, const std::vector<int32_t>& prompt) {
   if (!prefix_cache_) {
     check(kvc_seq_create(cache_.get(), seq), "kvc_seq_create");
     return 0;
   }
-  kvc_prefix pf;
-  kvc_prefix_init(&pf, run_.model_id.c_str(), prompt.data(),
-                  static_cast<int32_t>(prompt.size()) - 1);
+  const kvc_prefix pf = prompt_prefix(run_, prompt);
   int32_t attached = 0;
   check(kvc_prefix_attach(cache_.get(), seq, &pf, &attached), "kvc_prefix_attach");
   if (attached < 0 || attached >= static_cast<int32_t>(prompt.size())) {
@@ -57,6 +67,13 @@ int32_t Engine::start(int32_t seq, const std::vector<int32_t>& prompt) {
                 std::to_string(prompt.size() - 1) + "-token prefix");
   }
   return attached;
+}
+
+int32_t Engine::lookup(const std::vector<int32_t>& prompt) {
+  const kvc_prefix pf = prompt_prefix(run_, prompt);
+  int32_t tokens = 0;
+  check(kvc_prefix_lookup(cache_.get(), &pf, &tokens), "kvc_prefix_lookup");
+  return tokens;
 }
 
 void Engine::prefill(int32_t seq, const std::vector<int32_t>& prompt, int32_t from) {
@@ -73,8 +90,8 @@ void Engine::prefill(int32_t seq, const std::vector<int32_t>& prompt, int32_t fr
 
 void Engine::decode(int32_t n, const int32_t* seqs, const int32_t* tokens,
                     const int32_t* positions) {
-  const std::vector<int32_t> ones(static_cast<size_t>(n), 1);
-  forward(n, seqs, ones.data(), tokens, positions, "decode");
+  ones_.resize(static_cast<size_t>(n), 1);
+  forward(n, seqs, ones_.data(), tokens, positions, "decode");
 }
 
 int32_t Engine::publish(int32_t seq, const int32_t* tokens, int32_t n) {

@@ -33,6 +33,7 @@ ServeResult serve(const Run& run, const Prompts& prompts, bool prefix_cache) {
     std::copy(prompts.questions[si].begin(), prompts.questions[si].end(),
               prompt.begin() + cfg.prefix_tokens);
     seqs[si] = i;
+    if (prefix_cache && i == 1) r.lookup_tokens = engine.lookup(prompt);
     Timer arrival;
     const int32_t from = engine.start(i, prompt);
     engine.prefill(i, prompt, from);
@@ -73,7 +74,9 @@ ServeResult serve(const Run& run, const Prompts& prompts, bool prefix_cache) {
   r.prefix_hits = live.prefix_hits;
   r.prefix_tokens_reused = live.prefix_tokens_reused;
   for (const int32_t seq : seqs) engine.remove(seq);
-  r.bytes_cached = engine.stats().bytes_cached;
+  const kvc_cache_stats after = engine.stats();
+  r.bytes_cached = after.bytes_cached;
+  r.bytes_reclaimed = after.bytes_reclaimed;
   return r;
 }
 

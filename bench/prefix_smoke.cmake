@@ -1,8 +1,9 @@
 # kvc.bench_prefix*: runs `kvc-bench prefix` on small sizes and checks its accounting against
 # what the prefix cache must do: without it every request prefills its whole prompt; with it
-# requests 2..N each attach the whole system prompt (one prefix hit each) and prefill only their
-# question, the peak K/V is smaller, the chat prefills less, and the logits of both modes are
-# bit-identical (prefix_logits_identical=1). Timings are not compared: speed is for the
+# requests 2..N each attach the whole system prompt (one prefix hit each; kvc_prefix_lookup
+# says so before request 2 arrives) and prefill only their question, the peak K/V is smaller,
+# the chat prefills less, and the logits of both modes are bit-identical
+# (prefix_logits_identical=1). Timings are not compared: speed is for the
 # benchmark itself.
 #
 #   cmake -DBENCH=<kvc-bench> -DREQUESTS=N -DPREFIX=N -DQUESTION=N -DNEW=N -DCHUNK=N
@@ -58,6 +59,7 @@ integer(prefix_on_prefill_tokens)
 integer(prefix_on_attached_tokens)
 integer(prefix_on_prefix_hits)
 integer(prefix_on_prefix_tokens_reused)
+integer(prefix_on_lookup_tokens)
 integer(prefix_off_peak_kv_bytes)
 integer(prefix_on_peak_kv_bytes)
 integer(prefix_chat_off_prefill_tokens)
@@ -73,6 +75,7 @@ foreach(pair IN ITEMS "prefix_off_prefill_tokens;${expected_off}"
                       "prefix_on_prefill_tokens;${expected_on}"
                       "prefix_on_attached_tokens;${expected_attached}"
                       "prefix_on_prefix_hits;${others}"
+                      "prefix_on_lookup_tokens;${PREFIX}"
                       "prefix_on_prefix_tokens_reused;${expected_attached}")
   list(GET pair 0 name)
   list(GET pair 1 expected)
