@@ -320,7 +320,7 @@ TEST_CASE("config: a store needs a non-empty name and a plugin, and scalar param
 TEST_CASE("config: unknown keys are reported at the key with the valid keys") {
   CHECK(config_error("threads: 1\ncolour: red\n") ==
         "cfg:2: colour: unknown key, expected one of threads, plugins, backend, cache, policy, "
-        "stores");
+        "prefix_cache, stores");
   CHECK(config_error("cache:\n  layers: 2\n  colour: red\n") ==
         "cfg:3: cache.colour: unknown key, expected one of layers, kv_heads, q_heads, head_dim, "
         "dtype, k_dtype, v_dtype, k_rotation, layout, block_tokens, growth_factor, memory_limit");

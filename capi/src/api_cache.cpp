@@ -21,6 +21,8 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
   p.k_dtype = c.k_dtype == c.v_dtype ? -1 : c.k_dtype;
   p.v_dtype = c.k_dtype == c.v_dtype ? -1 : c.v_dtype;
   p.k_rotation = c.k_rotation;
+  p.prefix_cache = c.prefix_cache.enabled ? 1 : 0;
+  p.prefix_write_through = c.prefix_cache.write_through ? 1 : 0;
   p.layout = c.layout;
   p.block_tokens = c.block_tokens;
   p.growth_factor = c.growth_factor;
@@ -48,6 +50,9 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
   c.k_dtype = p.k_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.k_dtype);
   c.v_dtype = p.v_dtype == -1 ? p.dtype : static_cast<kvc_dtype>(p.v_dtype);
   c.k_rotation = static_cast<kvc_rotation>(p.k_rotation);
+  c.prefix_cache.enabled = p.prefix_cache != 0;
+  if (p.prefix_store) c.prefix_cache.store = p.prefix_store;
+  c.prefix_cache.write_through = p.prefix_write_through != 0;
   c.layout = p.layout;
   c.block_tokens = p.block_tokens;
   c.growth_factor = p.growth_factor;
@@ -146,6 +151,8 @@ kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_p
     params.backend = cache->impl->config().backend.c_str();
     params.k_dtype = cache->impl->config().k_dtype;
     params.v_dtype = cache->impl->config().v_dtype;
+    const std::string& prefix_store = cache->impl->config().prefix_cache.store;
+    params.prefix_store = prefix_store.empty() ? nullptr : prefix_store.c_str();
     if (const kvc::Policy* policy = cache->impl->policy()) {
       const kvc::PolicyConfig& p = policy->config();
       params.policy = p.name.c_str();

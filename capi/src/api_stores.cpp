@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "checked_prefix.hpp"
 #include "handles.hpp"
 #include "offload.hpp"
 #include "prefix_transfer.hpp"
@@ -11,8 +12,6 @@
 namespace {
 
 constexpr size_t kMaxKeyBytes = 1024;
-constexpr int32_t kDefaultChunkTokens = 256;
-constexpr int32_t kMaxChunkTokens = 65536;
 
 // Every argument is checked before the store is looked up or asked anything.
 void require_store_name(const char* store) {
@@ -25,19 +24,6 @@ std::string checked_key(const char* key) {
   kvc::require(length > 0, "key is empty");
   kvc::require(length <= kMaxKeyBytes, "key is longer than 1024 bytes");
   return std::string(key, length);
-}
-
-kvc::PrefixRequest checked_prefix(const kvc_prefix* in) {
-  kvc_prefix defaults{};
-  defaults.chunk_tokens = kDefaultChunkTokens;
-  const kvc_prefix prefix = kvc::read_versioned(in, defaults, "prefix");
-  kvc::require(prefix.model != nullptr && *prefix.model != '\0', "prefix->model is NULL or empty");
-  kvc::require(prefix.n_tokens >= 0, "prefix->n_tokens is negative");
-  kvc::require(prefix.token_ids != nullptr || prefix.n_tokens == 0,
-               "prefix->token_ids is NULL and prefix->n_tokens > 0");
-  kvc::require(prefix.chunk_tokens >= 1 && prefix.chunk_tokens <= kMaxChunkTokens,
-               "prefix->chunk_tokens is outside 1..65536");
-  return {prefix.model, prefix.token_ids, prefix.n_tokens, prefix.chunk_tokens};
 }
 
 }  // namespace
@@ -79,7 +65,7 @@ void kvc_prefix_init_sized(kvc_prefix* prefix, size_t struct_size, const char* m
   p.model = model;
   p.token_ids = token_ids;
   p.n_tokens = n_tokens;
-  p.chunk_tokens = kDefaultChunkTokens;
+  p.chunk_tokens = kvc::kDefaultChunkTokens;
   kvc::init_versioned(prefix, struct_size, p);
 }
 
@@ -88,7 +74,7 @@ kvc_status* kvc_prefix_save(kvc_cache* cache, int32_t seq_id, const char* store,
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
-    const kvc::PrefixRequest p = checked_prefix(prefix);
+    const kvc::PrefixRequest p = kvc::checked_prefix(prefix, true);
     kvc::require(out_tokens_saved != nullptr, "out_tokens_saved is NULL");
     *out_tokens_saved = kvc::save_prefix(*cache->impl, seq_id, store, p);
   });
@@ -99,7 +85,7 @@ kvc_status* kvc_prefix_load(kvc_cache* cache, int32_t seq_id, const char* store,
   return kvc::guarded([&] {
     kvc::require(cache != nullptr, "cache is NULL");
     require_store_name(store);
-    const kvc::PrefixRequest p = checked_prefix(prefix);
+    const kvc::PrefixRequest p = kvc::checked_prefix(prefix, true);
     kvc::require(out_tokens_restored != nullptr, "out_tokens_restored is NULL");
     *out_tokens_restored = kvc::load_prefix(*cache->impl, seq_id, store, p);
   });

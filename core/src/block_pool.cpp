@@ -26,12 +26,20 @@ void BlockPool::note_used(size_t bytes) {
 }
 
 BlockPool::Taken BlockPool::take(size_t count, const std::vector<size_t>& sizes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   size_t bytes = 0;
   bool overflow = __builtin_mul_overflow(count, block_bytes_, &bytes);
   for (size_t size : sizes) overflow = __builtin_add_overflow(bytes, size, &bytes) || overflow;
   if (overflow) bytes = SIZE_MAX;
-  if (bytes > limit_ - counters_.bytes_used) throw_out_of_memory(bytes);
+  while (bytes > limit_ - counters_.bytes_used) {
+    // Cached blocks cannot cover more than they hold: a request beyond that fails at once.
+    const size_t missing = bytes - (limit_ - counters_.bytes_used);
+    if (!reclaimer_ || missing > counters_.bytes_cached) throw_out_of_memory(bytes);
+    lock.unlock();
+    const bool gave_back = reclaimer_(missing);
+    lock.lock();
+    if (!gave_back) throw_out_of_memory(bytes);
+  }
   Taken taken;
   taken.memory = allocate_locked(sizes);
   try {
@@ -90,38 +98,99 @@ std::vector<void*> BlockPool::allocate_locked(const std::vector<size_t>& sizes) 
   return allocations;
 }
 
+uint32_t BlockPool::owners_locked(const void* ptr) const {
+  const auto it = extra_owners_.find(ptr);
+  return 1 + (it == extra_owners_.end() ? 0 : it->second);
+}
+
+void BlockPool::reclassify(size_t bytes, uint32_t before, uint32_t after) {
+  if ((before >= 2) != (after >= 2)) {
+    if (after >= 2) {
+      counters_.bytes_shared += bytes;
+    } else {
+      counters_.bytes_shared -= bytes;
+    }
+  }
+  if ((before == 0) != (after == 0)) {
+    if (after == 0) {
+      counters_.bytes_cached += bytes;
+    } else {
+      counters_.bytes_cached -= bytes;
+    }
+  }
+}
+
 bool BlockPool::drop_owner(void* ptr, size_t bytes) {
   auto it = extra_owners_.find(ptr);
   if (it == extra_owners_.end()) return false;
+  const uint32_t before = sequence_owners_locked(ptr);
   if (--it->second == 0) {
     extra_owners_.erase(it);
     n_shared_.store(extra_owners_.size(), std::memory_order_release);
-    counters_.bytes_shared -= bytes;
   }
+  reclassify(bytes, before, before - 1);
   return true;
+}
+
+void BlockPool::add_owner_locked(void* ptr) {
+  ++extra_owners_[ptr];
+  n_shared_.store(extra_owners_.size(), std::memory_order_release);
 }
 
 void BlockPool::share(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (extra_owners_[ptr]++ == 0) counters_.bytes_shared += bytes;
-  n_shared_.store(extra_owners_.size(), std::memory_order_release);
+  const uint32_t before = sequence_owners_locked(ptr);
+  add_owner_locked(ptr);
+  reclassify(bytes, before, before + 1);
 }
 
 bool BlockPool::shared(const void* ptr) const {
   // A sequence's own segments cannot become shared while it is being written (fork takes the
-  // cache exclusively), so reading "nothing is shared" without the lock is enough; acquire:
-  // the other owner's last reads of a block it gave up happen before its writer's next write.
+  // cache exclusively, and publishing holds the sequence), so reading "nothing is shared"
+  // without the lock is enough; acquire: the other owner's last reads of a block it gave up
+  // happen before its writer's next write.
   if (n_shared_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   return extra_owners_.count(ptr) != 0;
 }
 
-void BlockPool::give_back_block(void* block) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (drop_owner(block, block_bytes_)) return;
+void BlockPool::free_block_locked(void* block) {
   free_blocks_.push_back(block);
   counters_.blocks_used -= 1;
   counters_.bytes_used -= block_bytes_;
+}
+
+void BlockPool::give_back_block(void* block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (drop_owner(block, block_bytes_)) return;
+  free_block_locked(block);
+}
+
+void BlockPool::hold(void* block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add_owner_locked(block);
+  held_.insert(block);
+}
+
+bool BlockPool::let_go(void* block) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_.erase(block);
+  const auto it = extra_owners_.find(block);
+  if (it != extra_owners_.end()) {  // sequences still hold it: they are its owners now
+    if (--it->second == 0) {
+      extra_owners_.erase(it);
+      n_shared_.store(extra_owners_.size(), std::memory_order_release);
+    }
+    return false;
+  }
+  counters_.bytes_cached -= block_bytes_;
+  free_block_locked(block);
+  return true;
+}
+
+bool BlockPool::only_held(const void* block) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_.count(block) != 0 && owners_locked(block) == 1;
 }
 
 void BlockPool::release(void* ptr, size_t bytes, void* stream) {
@@ -141,7 +210,8 @@ PoolCounters BlockPool::counters() const {
 
 size_t BlockPool::blocks_available() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return block_bytes_ == 0 ? 0 : (limit_ - counters_.bytes_used) / block_bytes_;
+  const size_t free_bytes = limit_ - counters_.bytes_used + (reclaimer_ ? counters_.bytes_cached : 0);
+  return block_bytes_ == 0 ? 0 : free_bytes / block_bytes_;
 }
 
 }  // namespace kvc

@@ -2,14 +2,19 @@
 // Paged caches take fixed-size blocks, recycled through a free list; contiguous caches take
 // allocations of any size. Every request is all-or-nothing. A block or allocation may have
 // several owners (forked sequences share K/V): it counts once, and goes back only when its
-// last owner gives it back. Thread-safe.
+// last owner gives it back. Besides sequences, the prefix cache may hold a block (hold()); a
+// block only it holds is cached, and a request that does not fit first asks the reclaimer to
+// give cached blocks back. Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -21,7 +26,8 @@ struct PoolCounters {
   size_t bytes_peak = 0;
   size_t bytes_reserved = 0;  // taken from the backend: used plus pooled free blocks
   size_t blocks_used = 0;
-  size_t bytes_shared = 0;    // of bytes_used, what more than one owner holds
+  size_t bytes_shared = 0;    // of bytes_used, what more than one sequence holds
+  size_t bytes_cached = 0;    // of bytes_used, blocks that only the prefix cache holds
 };
 
 class BlockPool {
@@ -55,6 +61,17 @@ class BlockPool {
   // Whether more than one owner holds it (a writer must copy it first).
   bool shared(const void* ptr) const;
 
+  // The prefix cache's hold on a block that a sequence holds: one more owner, not a sequence.
+  void hold(void* block);
+  // Drops that hold; returns whether the block went back to the free list (no other owner).
+  bool let_go(void* block);
+  // Whether the prefix cache is the block's only owner.
+  bool only_held(const void* block) const;
+  // Called without the pool's lock when a request lacks `bytes`: gives cached blocks back
+  // (let_go) and returns whether it gave any.
+  using Reclaimer = std::function<bool(size_t bytes)>;
+  void set_reclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
+
   PoolCounters counters() const;
   // Blocks that could still be taken before the limit.
   size_t blocks_available() const;
@@ -68,6 +85,15 @@ class BlockPool {
   std::vector<void*> allocate_locked(const std::vector<size_t>& sizes);
   // Drops one owner of a shared pointer; false when it had only one (the caller frees it).
   bool drop_owner(void* ptr, size_t bytes);
+  uint32_t owners_locked(const void* ptr) const;
+  uint32_t sequence_owners_locked(const void* ptr) const {
+    return owners_locked(ptr) - static_cast<uint32_t>(held_.count(ptr));
+  }
+  // Moves `bytes` between the shared and cached counts as a pointer's sequence owners go from
+  // `before` to `after`.
+  void reclassify(size_t bytes, uint32_t before, uint32_t after);
+  void add_owner_locked(void* ptr);
+  void free_block_locked(void* block);
 
   Backend& backend_;
   const size_t limit_;
@@ -75,6 +101,8 @@ class BlockPool {
   mutable std::mutex mutex_;
   std::vector<void*> free_blocks_;
   std::unordered_map<const void*, uint32_t> extra_owners_;  // only pointers with several owners
+  std::unordered_set<const void*> held_;  // blocks the prefix cache holds
+  Reclaimer reclaimer_;
   // extra_owners_.size(), read without the lock: with no fork, shared() costs nothing.
   std::atomic<size_t> n_shared_{0};
   PoolCounters counters_;

@@ -61,7 +61,13 @@ Cache::Cache(Context& context, const CacheConfig& config,
       sequences_(backend_, pool_, geometry_, config_.layers, config_.kv_heads, counters_),
       memory_(backend_, pool_, geometry_, schedule_, context.logger(), counters_),
       compressor_(context, config_, policy_.get(), schedule_, geometry_, backend_, pool_,
-                  sequences_, memory_, counters_) {}
+                  sequences_, memory_, counters_) {
+  const PrefixCacheConfig& prefix = config_.prefix_cache;
+  if (!prefix.enabled) return;
+  if (!prefix.store.empty()) context.store(prefix.store);  // NOT_FOUND naming it
+  prefix_index_ = std::make_unique<PrefixIndex>(pool_, config_.block_tokens);
+  pool_.set_reclaimer([this](size_t bytes) { return prefix_index_->reclaim(bytes); });
+}
 
 void Cache::check_new_sequence_id(int32_t seq_id) const { sequences_.check_new_id(seq_id); }
 
@@ -431,6 +437,13 @@ kvc_cache_stats Cache::stats() const {
   s.blocks_used = counters.blocks_used;
   s.blocks_free = pool_.blocks_available();
   s.bytes_shared = counters.bytes_shared;
+  s.bytes_cached = counters.bytes_cached;
+  if (prefix_index_) {
+    const PrefixIndexCounters prefix = prefix_index_->counters();
+    s.bytes_reclaimed = prefix.bytes_reclaimed;
+    s.prefix_hits = prefix.hits;
+    s.prefix_tokens_reused = prefix.tokens_reused;
+  }
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   s.sequences = static_cast<int32_t>(sequences_.size());
   return s;

@@ -22,9 +22,12 @@
 #include "head_storage.hpp"
 #include "kvcache_support/large_bytes.hpp"
 #include "policy.hpp"
+#include "prefix_index.hpp"
+#include "prefix_keys.hpp"
 #include "schedule.hpp"
 #include "sequence_image.hpp"
 #include "sequence_table.hpp"
+#include "store.hpp"
 
 namespace kvc {
 
@@ -94,7 +97,35 @@ class Cache {
 
   kvc_cache_stats stats() const;
 
+  // What besides token ids decides whether this cache may share a prefix chunk.
+  PrefixIdentity prefix_identity(const std::string& model, int32_t chunk_tokens) const;
+  // The prefix cache (kvcache.h, "prefix cache"; cache_prefix.cpp): each UNSUPPORTED in a cache
+  // without one, and returns tokens. The request's chunk_tokens is not read.
+  int32_t attach_prefix(int32_t seq_id, const PrefixRequest& prefix);
+  int32_t publish_prefix(int32_t seq_id, const PrefixRequest& prefix);
+  int32_t lookup_prefix(const PrefixRequest& prefix);
+
  private:
+  PrefixIndex& prefix_index() const;
+  // The links of the prefix's whole blocks, at most `max_blocks`; `keys` holds their keys.
+  std::vector<PrefixLink> prefix_links(const PrefixRequest& prefix, size_t max_blocks) const;
+  // A chunk read from the prefix store: its image, whose rows may lie in its bytes.
+  struct LoadedChunk {
+    StoredValue bytes;
+    SequenceImage image;
+  };
+  // The chunks of `links` from `first` on found in the prefix store, in turn, each checked; the
+  // caller holds no lock.
+  std::vector<LoadedChunk> load_prefix_chunks(const std::vector<PrefixLink>& links, size_t first,
+                                              const std::string& model) const;
+  // Blocks holding the loaded chunks' rows, [chunk][head]; all or nothing.
+  std::vector<std::vector<void*>> store_prefix_chunks(const std::vector<LoadedChunk>& chunks);
+  // A new sequence made of these full blocks ([block][head], each already owned for it), with
+  // zero statistics; on failure it gives them back.
+  std::unique_ptr<Sequence> sequence_of_blocks(const std::vector<std::vector<void*>>& blocks);
+  // The tokens a head holds at indices 0, 1, ... with positions 0, 1, ...
+  int32_t in_order_tokens(const HeadStorage& head);
+
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
   // Refuses an append whose positions do not increase strictly within each sequence, from
   // after the newest position each of its (layer, KV head) heads holds (cache_positions.cpp).
@@ -152,6 +183,7 @@ class Cache {
   SequenceTable sequences_;  // destroyed before the pool, to which it gives its memory back
   HeadMemory memory_;
   Compressor compressor_;
+  std::unique_ptr<PrefixIndex> prefix_index_;  // NULL: no prefix cache; holds pool blocks
 };
 
 }  // namespace kvc

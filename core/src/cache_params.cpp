@@ -67,6 +67,18 @@ std::optional<CacheParamProblem> find_cache_param_problem(const CacheConfig& c) 
                                        format_number(c.growth_factor));
   }
   if (c.memory_limit == 0) return refuse("memory_limit", "> 0");
+  const PrefixCacheConfig& prefix = c.prefix_cache;
+  if (prefix.enabled && c.layout != KVC_LAYOUT_PAGED) {
+    return CacheParamProblem{"prefix_cache",
+                             "prefix_cache needs the paged layout: its unit is the block"};
+  }
+  if (!prefix.enabled && (!prefix.store.empty() || prefix.write_through)) {
+    return CacheParamProblem{"prefix_cache",
+                             "prefix_cache: a store or write_through needs prefix caching enabled"};
+  }
+  if (prefix.write_through && prefix.store.empty()) {
+    return CacheParamProblem{"prefix_cache", "prefix_cache: write_through needs a store"};
+  }
   return std::nullopt;
 }
 

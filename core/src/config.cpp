@@ -99,6 +99,7 @@ const Choices<kvc_rotation> kRotations{{"none", KVC_ROTATION_NONE},
                                        {"hadamard", KVC_ROTATION_HADAMARD}};
 const Choices<kvc_layout> kLayouts{{"paged", KVC_LAYOUT_PAGED},
                                    {"contiguous", KVC_LAYOUT_CONTIGUOUS}};
+const Choices<bool> kBooleans{{"true", true}, {"false", false}};
 const Choices<PrefillCompression> kPrefillModes{{"none", PrefillCompression::none},
                                                 {"per_chunk", PrefillCompression::per_chunk},
                                                 {"once", PrefillCompression::once}};
@@ -192,6 +193,11 @@ class ConfigReader {
            cache_section = f;
          }},
         {"policy", [&](const Field& f) { config.policy = read_policy(f); }},
+        {"prefix_cache",
+         [&](const Field& f) {
+           read_prefix_cache(f, config.cache.prefix_cache);
+           cache_fields.emplace("prefix_cache", f);
+         }},
         {"stores", [&](const Field& f) { config.stores = read_stores(f); }},
     };
     read_section(document, keys);
@@ -394,6 +400,15 @@ class ConfigReader {
     read_section(section, keys);
     cache.k_dtype = k.value_or(both.value_or(cache.k_dtype));
     cache.v_dtype = v.value_or(both.value_or(cache.v_dtype));
+  }
+
+  void read_prefix_cache(const Field& section, PrefixCacheConfig& prefix) const {
+    const std::vector<KeyReader> keys{
+        {"enabled", [&](const Field& f) { prefix.enabled = read_choice(f, kBooleans); }},
+        {"store", [&](const Field& f) { prefix.store = read_name(f); }},
+        {"write_through", [&](const Field& f) { prefix.write_through = read_choice(f, kBooleans); }},
+    };
+    read_section(section, keys);
   }
 
   // The shared defaults and checks; a refused value is reported at its key's line.

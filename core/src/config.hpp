@@ -12,6 +12,17 @@
 
 namespace kvc {
 
+// `prefix_cache:` (kvcache.h, "prefix cache").
+struct PrefixCacheConfig {
+  bool enabled = false;
+  std::string store;  // continues lookups and takes write-through; empty: none
+  bool write_through = false;
+
+  bool operator==(const PrefixCacheConfig& other) const {
+    return enabled == other.enabled && store == other.store && write_through == other.write_through;
+  }
+};
+
 struct CacheConfig {
   int32_t layers = 1;
   int32_t kv_heads = 1;
@@ -27,6 +38,7 @@ struct CacheConfig {
   std::string backend = "cpu";
   int32_t backend_device = -1;  // `backend.device`; -1: the backend's choice
   std::vector<std::pair<std::string, std::string>> backend_params;  // scalar values as written
+  PrefixCacheConfig prefix_cache;
 };
 
 enum class PrefillCompression { none, per_chunk, once };

@@ -23,6 +23,14 @@ struct PrefixIdentity {
   int32_t chunk_tokens;
 };
 
+// A checked kvc_prefix.
+struct PrefixRequest {
+  std::string model;
+  const int32_t* token_ids;  // n_tokens ids
+  int32_t n_tokens;
+  int32_t chunk_tokens;  // >= 1
+};
+
 // The keys of chunks 0, 1, ... in turn ("kvc-prefix-" and 64 lowercase hex digits): one
 // SHA-256 state carried forward, so each token is hashed once, and only as far as asked.
 class PrefixKeys {

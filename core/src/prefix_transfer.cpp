@@ -8,16 +8,6 @@
 #include "stored_image.hpp"
 
 namespace kvc {
-namespace {
-
-PrefixIdentity identity_of(const Cache& cache, const PrefixRequest& prefix) {
-  const CacheConfig& c = cache.config();
-  return {prefix.model, c.layers,     c.kv_heads,          c.q_heads,          c.head_dim,
-          c.k_dtype,    c.v_dtype,    c.k_rotation,        cache.stored_stats(), prefix.chunk_tokens};
-}
-
-}  // namespace
-
 int32_t save_prefix(Cache& cache, int32_t seq_id, const std::string& store,
                     const PrefixRequest& prefix) {
   const Store& target = cache.context().store(store);
@@ -25,7 +15,7 @@ int32_t save_prefix(Cache& cache, int32_t seq_id, const std::string& store,
   const int32_t tokens = n_chunks * prefix.chunk_tokens;
   const SequenceImage image = cache.export_sequence(seq_id, static_cast<size_t>(tokens));
   check_prefix_heads(image, seq_id, tokens);
-  PrefixKeys keys(identity_of(cache, prefix), prefix.token_ids);
+  PrefixKeys keys(cache.prefix_identity(prefix.model, prefix.chunk_tokens), prefix.token_ids);
   for (int32_t c = 0; c < n_chunks; ++c) {
     const std::string key = keys.next();
     if (target.exists(key)) continue;
@@ -39,7 +29,7 @@ int32_t load_prefix(Cache& cache, int32_t seq_id, const std::string& store,
                     const PrefixRequest& prefix) {
   const Store& source = cache.context().store(store);
   cache.check_new_sequence_id(seq_id);
-  const PrefixIdentity identity = identity_of(cache, prefix);
+  const PrefixIdentity identity = cache.prefix_identity(prefix.model, prefix.chunk_tokens);
   PrefixKeys keys(identity, prefix.token_ids);
   SequenceImage joined;
   int32_t found = 0;

@@ -10,14 +10,6 @@
 
 namespace kvc {
 
-// A checked kvc_prefix.
-struct PrefixRequest {
-  std::string model;
-  const int32_t* token_ids;  // n_tokens ids
-  int32_t n_tokens;
-  int32_t chunk_tokens;  // >= 1
-};
-
 // Writes the whole chunks of sequence `seq_id`'s first n_tokens tokens that the store lacks;
 // returns the tokens they cover.
 int32_t save_prefix(Cache& cache, int32_t seq_id, const std::string& store,

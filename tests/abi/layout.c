@@ -50,6 +50,9 @@ int main(void) {
   FIELD(kvc_cache_params, k_dtype);
   FIELD(kvc_cache_params, v_dtype);
   FIELD(kvc_cache_params, k_rotation);
+  FIELD(kvc_cache_params, prefix_cache);
+  FIELD(kvc_cache_params, prefix_store);
+  FIELD(kvc_cache_params, prefix_write_through);
   SIZE(kvc_cache_stats);
   FIELD(kvc_cache_stats, struct_size);
   FIELD(kvc_cache_stats, bytes_used);
@@ -63,6 +66,10 @@ int main(void) {
   FIELD(kvc_cache_stats, blocks_free);
   FIELD(kvc_cache_stats, sequences);
   FIELD(kvc_cache_stats, bytes_shared);
+  FIELD(kvc_cache_stats, bytes_cached);
+  FIELD(kvc_cache_stats, bytes_reclaimed);
+  FIELD(kvc_cache_stats, prefix_hits);
+  FIELD(kvc_cache_stats, prefix_tokens_reused);
   SIZE(kvc_segment_view);
   FIELD(kvc_segment_view, k);
   FIELD(kvc_segment_view, v);

@@ -1,0 +1,405 @@
+// The prefix cache through the C API: an attached prefix gives the attention of a full
+// prefill bit for bit, cached blocks outlive their sequences and are reclaimed least recently
+// used first (leaves first) exactly when memory is needed, compression never changes a shared
+// block, the prefix store continues and takes what the cache publishes, and misuse is refused.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "host_reads.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using kvt::Status;
+
+constexpr int kLayers = 2;
+constexpr int kKvHeads = 2;
+constexpr int kQHeads = 4;
+constexpr int kHeadDim = 16;
+constexpr int kBlock = 8;
+const char* const kModel = "test-model";
+
+// The engine's K, V and Q of a token depend on its id and position only, as a model's do.
+struct Chunk {
+  std::vector<float> q, k, v;
+  std::vector<int32_t> pos;
+};
+
+Chunk chunk_of(const std::vector<int32_t>& ids, int32_t first, int32_t end) {
+  Chunk c;
+  for (int32_t p = first; p < end; ++p) {
+    std::mt19937 rng(static_cast<uint32_t>(ids[static_cast<size_t>(p)] * 7919 + p));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int i = 0; i < kQHeads * kHeadDim; ++i) c.q.push_back(u(rng));
+    for (int i = 0; i < kKvHeads * kHeadDim; ++i) c.k.push_back(u(rng));
+    for (int i = 0; i < kKvHeads * kHeadDim; ++i) c.v.push_back(u(rng));
+    c.pos.push_back(p);
+  }
+  return c;
+}
+
+// append_attend of a chunk on every layer; the outputs of all layers, concatenated.
+std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
+  const int32_t n = static_cast<int32_t>(c.pos.size());
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, c.pos.data());
+  std::vector<float> all;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    std::vector<float> out(c.q.size());
+    kvc_tensor q = kvt::tensor(c.q.data(), KVC_DTYPE_F32);
+    kvc_tensor k = kvt::tensor(c.k.data(), KVC_DTYPE_F32);
+    kvc_tensor v = kvt::tensor(c.v.data(), KVC_DTYPE_F32);
+    kvc_tensor_mut o = kvt::tensor_mut(out.data());
+    KVT_REQUIRE_OK(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
+    all.insert(all.end(), out.begin(), out.end());
+  }
+  return all;
+}
+
+std::vector<int32_t> prompt(int32_t n, int32_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 30000);
+  return ids;
+}
+
+kvc_cache_params params(bool prefix_cache, size_t memory_limit = size_t{64} << 20) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kHeadDim;
+  p.dtype = KVC_DTYPE_F16;
+  p.block_tokens = kBlock;
+  p.memory_limit = memory_limit;
+  p.prefix_cache = prefix_cache ? 1 : 0;
+  return p;
+}
+
+kvc_prefix prefix_of(const std::vector<int32_t>& ids, int32_t n = -1) {
+  kvc_prefix prefix;
+  kvc_prefix_init(&prefix, kModel, ids.data(), n < 0 ? static_cast<int32_t>(ids.size()) : n);
+  return prefix;
+}
+
+int32_t publish(kvc_cache* cache, int32_t seq, const std::vector<int32_t>& ids, int32_t n = -1) {
+  const kvc_prefix prefix = prefix_of(ids, n);
+  int32_t tokens = -1;
+  KVT_REQUIRE_OK(kvc_prefix_publish(cache, seq, &prefix, &tokens));
+  return tokens;
+}
+
+int32_t attach(kvc_cache* cache, int32_t seq, const std::vector<int32_t>& ids, int32_t n = -1) {
+  const kvc_prefix prefix = prefix_of(ids, n);
+  int32_t tokens = -1;
+  KVT_REQUIRE_OK(kvc_prefix_attach(cache, seq, &prefix, &tokens));
+  return tokens;
+}
+
+int32_t lookup(kvc_cache* cache, const std::vector<int32_t>& ids) {
+  const kvc_prefix prefix = prefix_of(ids);
+  int32_t tokens = -1;
+  KVT_REQUIRE_OK(kvc_prefix_lookup(cache, &prefix, &tokens));
+  return tokens;
+}
+
+// A sequence holding the prompt's first n tokens, prefilled in one chunk, then published.
+void prefill_and_publish(kvc_cache* cache, int32_t seq, const std::vector<int32_t>& ids) {
+  KVT_REQUIRE_OK(kvc_seq_create(cache, seq));
+  feed(cache, seq, chunk_of(ids, 0, static_cast<int32_t>(ids.size())));
+  publish(cache, seq, ids);
+}
+
+// The memory of one full block on every (layer, KV head) of a cache made with `p`.
+size_t node_bytes(kvc_context* ctx, const kvc_cache_params& p) {
+  kvt::CachePtr probe = kvt::make_cache(ctx, p);
+  KVT_REQUIRE_OK(kvc_seq_create(probe.get(), 0));
+  feed(probe.get(), 0, chunk_of(prompt(kBlock, 99), 0, kBlock));
+  return kvt::get_stats(probe.get()).bytes_used;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache: an attached prefix then its rest give a full prefill's attention, bit for bit") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
+  kvt::CachePtr reference = kvt::make_cache(ctx.get(), params(false));
+  const std::vector<int32_t> system = prompt(21, 1);
+  std::vector<int32_t> request = system;
+  const std::vector<int32_t> question = prompt(11, 2);
+  request.resize(16);  // the question starts after the system prompt's two whole blocks
+  request.insert(request.end(), question.begin(), question.end());
+
+  prefill_and_publish(cache.get(), 0, system);
+  CHECK(lookup(cache.get(), system) == 16);
+  CHECK(lookup(cache.get(), request) == 16);
+  std::vector<int32_t> other = request;
+  other[9] += 1;  // differs in the second block
+  CHECK(lookup(cache.get(), other) == 8);
+
+  const kvc_cache_stats before = kvt::get_stats(cache.get());
+  CHECK(attach(cache.get(), 1, request) == 16);
+  const kvc_cache_stats attached = kvt::get_stats(cache.get());
+  CHECK(attached.bytes_used == before.bytes_used);  // nothing copied: no statistics tracked
+  CHECK(attached.bytes_shared == 2 * kLayers * kKvHeads * (before.bytes_used / before.blocks_used));
+  CHECK(attached.prefix_hits == 1);
+  CHECK(attached.prefix_tokens_reused == 16);
+  CHECK(attached.sequences == 2);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int h = 0; h < kKvHeads; ++h) CHECK(kvt::seq_length(cache.get(), 1, layer, h) == 16);
+  }
+
+  // The rest, in the chunk a full prefill would compute too.
+  const Chunk rest = chunk_of(request, 16, static_cast<int32_t>(request.size()));
+  KVT_REQUIRE_OK(kvc_seq_create(reference.get(), 1));
+  feed(reference.get(), 1, chunk_of(request, 0, 16));
+  CHECK(feed(cache.get(), 1, rest) == feed(reference.get(), 1, rest));
+  CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(reference.get(), 1));
+  const Chunk next = chunk_of(std::vector<int32_t>(40, 5), 27, 28);
+  CHECK(feed(cache.get(), 1, next) == feed(reference.get(), 1, next));
+  // The publisher was not changed by the attached branch.
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 21);
+}
+
+TEST_CASE("prefix cache: blocks outlive their sequences, counted as cached, and attach again") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
+  const std::vector<int32_t> ids = prompt(20, 3);
+  prefill_and_publish(cache.get(), 0, ids);
+  const size_t block_bytes = kvt::get_stats(cache.get()).bytes_used / kvt::get_stats(cache.get()).blocks_used;
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.sequences == 0);
+  CHECK(s.bytes_cached == 2 * kLayers * kKvHeads * block_bytes);  // the open third block went back
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.blocks_free == s.bytes_limit / block_bytes);
+  CHECK(attach(cache.get(), 1, ids) == 16);
+  s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_cached == 0);
+  CHECK(s.bytes_shared == 0);  // one sequence holds them (the cache's hold is not a sequence)
+  CHECK(s.tokens_stored == 16u * kLayers * kKvHeads);
+  // A second attach shares them between the two sequences.
+  CHECK(attach(cache.get(), 2, ids) == 16);
+  CHECK(kvt::get_stats(cache.get()).bytes_shared == 2 * kLayers * kKvHeads * block_bytes);
+  CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(cache.get(), 2));
+  // Appending to an attached sequence opens a new block; the cached ones stay unchanged.
+  feed(cache.get(), 1, chunk_of(ids, 16, 20));
+  CHECK(kvt::stored_positions(cache.get(), 2, 0, 0).size() == 16);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 2));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 2 * kLayers * kKvHeads * block_bytes);
+  CHECK(kvt::get_stats(cache.get()).prefix_hits == 2);
+}
+
+TEST_CASE("prefix cache: memory is reclaimed least recently used first, leaves first, never failing live sequences") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // Room for 6 whole blocks on every head: three prompts of 2 blocks, cached.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 6 * node));
+  const std::vector<int32_t> a = prompt(16, 10), b = prompt(16, 11), c = prompt(16, 12);
+  int32_t seq = 0;
+  for (const auto* ids : {&a, &b, &c}) {
+    prefill_and_publish(cache.get(), seq, *ids);
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+  }
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 6 * node);
+  CHECK(lookup(cache.get(), a) == 16);  // a is now more recent than b
+
+  // A new prompt of one block needs one node's memory: b's second block goes, a leaf.
+  const std::vector<int32_t> d = prompt(8, 13);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  feed(cache.get(), seq, chunk_of(d, 0, 8));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_reclaimed == node);
+  CHECK(s.bytes_cached == 5 * node);
+  CHECK(lookup(cache.get(), a) == 16);
+  CHECK(lookup(cache.get(), b) == 8);
+  CHECK(lookup(cache.get(), c) == 16);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+
+  // A long run of requests under the limit never fails while the live ones fit.
+  for (int round = 0; round < 30; ++round) {
+    const std::vector<int32_t> ids = prompt(8 + round % 17, 100 + round % 3);
+    const int32_t got = attach(cache.get(), seq, ids);
+    const int32_t n = static_cast<int32_t>(ids.size());
+    if (got < n) feed(cache.get(), seq, chunk_of(ids, got, n));
+    publish(cache.get(), seq, ids);
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), seq++));
+    s = kvt::get_stats(cache.get());
+    REQUIRE(s.bytes_used <= s.bytes_limit);
+  }
+  CHECK(kvt::get_stats(cache.get()).prefix_hits > 0);
+
+  // Live sequences alone that do not fit are OUT_OF_MEMORY, changing nothing.
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  const kvc_cache_stats full = kvt::get_stats(cache.get());
+  // 13 blocks on each of the layer's heads: more than the 6 nodes' 12 of the limit.
+  const std::vector<int32_t> long_ids = prompt(13 * kBlock, 14);
+  const Chunk too_long = chunk_of(long_ids, 0, 13 * kBlock);
+  const int32_t n = 13 * kBlock;
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, too_long.pos.data());
+  kvc_tensor k = kvt::tensor(too_long.k.data(), KVC_DTYPE_F32);
+  kvc_tensor v = kvt::tensor(too_long.v.data(), KVC_DTYPE_F32);
+  KVT_CHECK_ERR(kvc_append(cache.get(), 0, &batch, &k, &v), KVC_ERR_OUT_OF_MEMORY);
+  CHECK(kvt::stats_equal(full, kvt::get_stats(cache.get())));
+}
+
+TEST_CASE("prefix cache: a compression never changes a shared block, and publishes stop at the first evicted token") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = params(true);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 8;
+  p.budget = 12;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const std::vector<int32_t> ids = prompt(40, 5);
+  prefill_and_publish(cache.get(), 0, ids);
+  CHECK(attach(cache.get(), 1, ids) == 40 / kBlock * kBlock);
+  const std::vector<unsigned char> attached = kvt::stored_bytes(cache.get(), 1);
+  // The publisher compresses: its first block holds the sinks and evicted tokens after them.
+  const int32_t zero = 0;
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &zero));
+  CHECK(kvt::stored_positions(cache.get(), 0, 0, 0).size() == 12);
+  CHECK(kvt::stored_bytes(cache.get(), 1) == attached);
+  CHECK(lookup(cache.get(), ids) == 40);
+  // Compressed heads hold positions 0..3 in order, then a gap: nothing whole to publish.
+  CHECK(publish(cache.get(), 0, prompt(40, 6)) == 0);
+
+  // A compression that keeps the first block whole leaves it shared.
+  kvc_cache_params q = params(true);
+  q.policy = "streaming";
+  q.sinks = kBlock;
+  q.recent = kBlock;
+  q.budget = 2 * kBlock;
+  kvt::CachePtr sinks = kvt::make_cache(ctx.get(), q);
+  prefill_and_publish(sinks.get(), 0, ids);
+  CHECK(attach(sinks.get(), 1, ids) == 40);
+  const size_t shared_before = kvt::get_stats(sinks.get()).bytes_shared;
+  KVT_REQUIRE_OK(kvc_compress(sinks.get(), -1, 1, &zero));
+  const size_t block_bytes = shared_before / (5 * kLayers * kKvHeads);
+  // Block 0 (the sinks) is still shared with sequence 1; the others were copied or let go.
+  CHECK(kvt::get_stats(sinks.get()).bytes_shared == block_bytes * kLayers * kKvHeads);
+  CHECK(publish(sinks.get(), 0, ids) == kBlock);
+}
+
+TEST_CASE("prefix cache: the prefix store continues an attach and takes the blocks published") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache_params writer = params(true);
+  writer.prefix_store = "mem";
+  writer.prefix_write_through = 1;
+  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
+  kvc_cache_params reader = params(true);
+  reader.prefix_store = "mem";
+  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  const std::vector<int32_t> ids = prompt(30, 7);
+  prefill_and_publish(first.get(), 0, ids);
+
+  // The same keys: kvc_prefix_load with chunks of block_tokens finds what the cache wrote.
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  kvc_prefix chunks = prefix_of(ids);
+  chunks.chunk_tokens = kBlock;
+  int32_t loaded = -1;
+  KVT_REQUIRE_OK(kvc_prefix_load(plain.get(), 0, "mem", &chunks, &loaded));
+  CHECK(loaded == 24);
+
+  CHECK(lookup(second.get(), ids) == 0);
+  CHECK(attach(second.get(), 0, ids) == 24);
+  CHECK(kvt::stored_bytes(second.get(), 0) == kvt::stored_bytes(plain.get(), 0));
+  CHECK(lookup(second.get(), ids) == 24);  // published as it was loaded
+  CHECK(attach(second.get(), 1, ids) == 24);
+  CHECK(kvt::get_stats(second.get()).bytes_shared > 0);
+}
+
+TEST_CASE("prefix cache: misuse is refused, naming the problem, changing nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
+  const std::vector<int32_t> ids = prompt(16, 8);
+  const kvc_prefix prefix = prefix_of(ids);
+  int32_t tokens = -7;
+  {
+    Status s(kvc_prefix_attach(plain.get(), 0, &prefix, &tokens));
+    CHECK(s.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(s.message(), "prefix_cache"));
+  }
+  KVT_CHECK_ERR(kvc_prefix_publish(plain.get(), 0, &prefix, &tokens), KVC_ERR_UNSUPPORTED);
+  KVT_CHECK_ERR(kvc_prefix_lookup(plain.get(), &prefix, &tokens), KVC_ERR_UNSUPPORTED);
+  KVT_CHECK_ERR(kvc_prefix_attach(nullptr, 0, &prefix, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, nullptr, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &prefix, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), -1, &prefix, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  KVT_CHECK_ERR(kvc_prefix_publish(cache.get(), 3, &prefix, &tokens), KVC_ERR_NOT_FOUND);
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &prefix, nullptr), KVC_ERR_INVALID_ARGUMENT);
+  kvc_prefix bad = prefix;
+  bad.n_tokens = -1;
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  bad = prefix;
+  bad.model = "";
+  KVT_CHECK_ERR(kvc_prefix_lookup(cache.get(), &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  bad = prefix;
+  bad.token_ids = nullptr;
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &bad, &tokens), KVC_ERR_INVALID_ARGUMENT);
+  CHECK(tokens == -7);
+  // chunk_tokens is not read by the prefix cache's calls.
+  bad = prefix;
+  bad.chunk_tokens = 0;
+  KVT_CHECK_OK(kvc_prefix_lookup(cache.get(), &bad, &tokens));
+  CHECK(tokens == 0);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  KVT_CHECK_ERR(kvc_prefix_attach(cache.get(), 0, &prefix, &tokens), KVC_ERR_ALREADY_EXISTS);
+  CHECK(kvt::get_stats(cache.get()).prefix_hits == 0);
+  CHECK(kvt::get_stats(cache.get()).sequences == 1);
+
+  // Parameters that cannot work are refused at creation.
+  const auto refused = [&](kvc_cache_params p, kvc_status_code code, const char* words) {
+    kvc_cache* made = nullptr;
+    Status s(kvc_cache_create(ctx.get(), &p, &made));
+    CHECK(s.code() == code);
+    CHECK(kvt::contains(s.message(), words));
+    CHECK(made == nullptr);
+  };
+  kvc_cache_params p = params(true);
+  p.layout = KVC_LAYOUT_CONTIGUOUS;
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "paged");
+  p = params(true);
+  p.prefix_write_through = 1;
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "store");
+  p = params(false);
+  p.prefix_store = "mem";
+  refused(p, KVC_ERR_INVALID_ARGUMENT, "enabled");
+  p = params(true);
+  p.prefix_store = "nowhere";
+  refused(p, KVC_ERR_NOT_FOUND, "nowhere");
+}
+
+TEST_CASE("prefix cache: YAML prefix_cache section") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache* made = nullptr;
+  KVT_REQUIRE_OK(kvc_cache_create_from_yaml(
+      ctx.get(),
+      "cache: { layers: 2, head_dim: 16 }\nprefix_cache: { enabled: true, store: mem, write_through: true }\n",
+      &made));
+  kvt::CachePtr cache(made);
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  KVT_REQUIRE_OK(kvc_cache_get_params(cache.get(), &p));
+  CHECK(p.prefix_cache == 1);
+  CHECK(p.prefix_write_through == 1);
+  REQUIRE(p.prefix_store != nullptr);
+  CHECK(std::string(p.prefix_store) == "mem");
+  made = nullptr;
+  Status s(kvc_cache_create_from_yaml(ctx.get(), "prefix_cache: { enabled: yes please }\n", &made));
+  CHECK(s.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(s.message(), "prefix_cache.enabled"));
+  Status contiguous(kvc_cache_create_from_yaml(
+      ctx.get(), "cache: { layout: contiguous }\nprefix_cache: { enabled: true }\n", &made));
+  CHECK(contiguous.code() == KVC_ERR_CONFIG);
+  CHECK(kvt::contains(contiguous.message(), "paged"));
+}
