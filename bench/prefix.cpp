@@ -69,8 +69,10 @@ const char* const kPrefixHelp =
     "                        kvc-llama's --token-ids), instead of --text\n"
     "  --progress=0|1        progress on stderr (default 1)\n"
     "Figures of each mode are prefix_off_* (without the prefix cache) and prefix_on_* (with\n"
-    "it), prefix_chat_off_* and prefix_chat_on_* for the chat; prefix_throughput_ratio is\n"
-    "generated tokens/s end to end, on over off. The last lines:\n"
+    "it), prefix_chat_off_* and prefix_chat_on_* for the chat; prefix_ttft_median_ratio is\n"
+    "the median TTFT of requests 2..N off over on (less moved by other work on a shared\n"
+    "machine than the mean), prefix_throughput_ratio generated tokens/s end to end, on over\n"
+    "off. The last lines:\n"
     "prefix_prefill_tokens_ratio, prefix_peak_kv_ratio, prefix_ttft_ratio (each off over on;\n"
     "TTFT: the mean of requests 2..N) and prefix_logits_identical (1: every prefill's last\n"
     "logits and every decode step's are bit-identical in both modes).\n";
@@ -192,15 +194,18 @@ void report_serve(const std::string& p, const ServeResult& r, bool prefix_cache)
   report(p + "prefill_tokens", r.prefill_tokens);
   report(p + "attached_tokens", r.attached_tokens);
   report(p + "peak_kv_bytes", r.bytes_peak);
-  report(p + "ttft_first_s", r.ttft_first_s);
-  report(p + "ttft_rest_mean_s", r.ttft_rest_mean_s);
+  report(p + "ttft_first_s", r.ttft.first());
+  report(p + "ttft_rest_mean_s", r.ttft.rest_mean());
+  report(p + "ttft_rest_median_s", r.ttft.rest_median());
   report(p + "prefill_s", r.prefill_s);
+  report(p + "start_s", r.start_s);
   report(p + "decode_s", r.decode_s);
   report(p + "total_s", r.total_s);
   report(p + "generated_tokens", r.generated);
   report(p + "tokens_per_s", r.tokens_per_s());
   if (!prefix_cache) return;
   report(p + "published_tokens", r.published_tokens);
+  report(p + "publish_s", r.publish_s);
   report(p + "lookup_tokens", r.lookup_tokens);
   report(p + "prefix_hits", r.prefix_hits);
   report(p + "prefix_tokens_reused", r.prefix_tokens_reused);
@@ -211,11 +216,12 @@ void report_serve(const std::string& p, const ServeResult& r, bool prefix_cache)
 
 void report_chat(const std::string& p, const ChatResult& r) {
   report(p + "prefill_tokens", r.prefill_tokens);
-  for (size_t t = 0; t < r.ttft_s.size(); ++t) {
+  for (size_t t = 0; t < r.ttft.s.size(); ++t) {
     report(p + "turn" + std::to_string(t + 1) + "_prefill_tokens", r.turn_prefill_tokens[t]);
-    report(p + "turn" + std::to_string(t + 1) + "_ttft_s", r.ttft_s[t]);
+    report(p + "turn" + std::to_string(t + 1) + "_ttft_s", r.ttft.s[t]);
   }
-  report(p + "ttft_rest_mean_s", r.ttft_rest_mean_s);
+  report(p + "ttft_rest_mean_s", r.ttft.rest_mean());
+  report(p + "start_s", r.start_s);
   report(p + "total_s", r.total_s);
 }
 
@@ -303,7 +309,7 @@ int run_prefix(Options& opts) {
     progress_line(cfg, std::to_string(cfg.requests) + " requests, " + mode + ": prefill " +
                            seconds(s.prefill_s) + " (" + std::to_string(s.prefill_tokens) +
                            " tokens), decode " + seconds(s.decode_s) + ", TTFT " +
-                           seconds(s.ttft_first_s) + " first, " + seconds(s.ttft_rest_mean_s) +
+                           seconds(s.ttft.first()) + " first, " + seconds(s.ttft.rest_mean()) +
                            " the others");
     ChatResult& c = on ? on_chat : off_chat;
     c = prefix::chat(run, prompts, on);
@@ -354,14 +360,16 @@ int run_prefix(Options& opts) {
   report("prefix_chat_prefill_tokens_ratio",
          ratio(static_cast<double>(off_chat.prefill_tokens),
                static_cast<double>(on_chat.prefill_tokens)));
-  report("prefix_chat_ttft_ratio", ratio(off_chat.ttft_rest_mean_s, on_chat.ttft_rest_mean_s));
+  report("prefix_chat_ttft_ratio", ratio(off_chat.ttft.rest_mean(), on_chat.ttft.rest_mean()));
+  report("prefix_ttft_median_ratio",
+         ratio(off_serve.ttft.rest_median(), on_serve.ttft.rest_median()));
   report("prefix_throughput_ratio", ratio(on_serve.tokens_per_s(), off_serve.tokens_per_s()));
   report("prefix_prefill_tokens_ratio",
          ratio(static_cast<double>(off_serve.prefill_tokens),
                static_cast<double>(on_serve.prefill_tokens)));
   report("prefix_peak_kv_ratio", ratio(static_cast<double>(off_serve.bytes_peak),
                                        static_cast<double>(on_serve.bytes_peak)));
-  report("prefix_ttft_ratio", ratio(off_serve.ttft_rest_mean_s, on_serve.ttft_rest_mean_s));
+  report("prefix_ttft_ratio", ratio(off_serve.ttft.rest_mean(), on_serve.ttft.rest_mean()));
   report("prefix_logits_identical", differing == 0 && logits_rows > 0 ? 1 : 0);
   return 0;
 }

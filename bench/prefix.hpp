@@ -10,6 +10,7 @@
 
 #include "kv_formats.hpp"
 #include "llama_handles.hpp"
+#include "timer.hpp"
 
 namespace kvc_bench {
 namespace prefix {
@@ -110,6 +111,24 @@ size_t sequence_estimate(const Run& run, int32_t prompt_tokens, int32_t new_toke
 /// cold caches and the first touch of the weights and the engine's buffers.
 void warm_up(const Run& run, const Prompts& prompts);
 
+/// Times to first token in arrival order, each from the arrival of a request (or chat turn) to
+/// the choice of its first new token.
+struct Ttft {
+  std::vector<double> s;
+
+  double first() const { return s.empty() ? 0 : s.front(); }
+  /// The mean of the second and later ones: those that can find their prefix cached.
+  double rest_mean() const {
+    double sum = 0;
+    for (size_t i = 1; i < s.size(); ++i) sum += s[i];
+    return s.size() > 1 ? sum / static_cast<double>(s.size() - 1) : 0;
+  }
+  /// Their median, which a burst of other work on a shared machine moves less.
+  double rest_median() const {
+    return s.size() > 1 ? median(std::vector<double>(s.begin() + 1, s.end())) : 0;
+  }
+};
+
 /// Scenario 1 in one mode: the requests arrive one after the other, each prefilled (its
 /// time to first token measured from its arrival), then decoded together, every sequence
 /// live, in batched steps.
@@ -125,9 +144,10 @@ struct ServeResult {
   uint64_t bytes_reclaimed = 0;
   uint64_t prefix_hits = 0;
   uint64_t prefix_tokens_reused = 0;
-  double ttft_first_s = 0;     ///< request 1's time to first token
-  double ttft_rest_mean_s = 0; ///< the mean over requests 2..N
+  Ttft ttft;                   ///< per request
   double prefill_s = 0;        ///< every request's prefill (the sum of the TTFTs)
+  double start_s = 0;          ///< of which creating the sequences (kvc_prefix_attach with it)
+  double publish_s = 0;        ///< kvc_prefix_publish, all requests
   double decode_s = 0;
   double total_s = 0;
   /// The logits of every prefill's last position (request order), then of every decode step
@@ -145,8 +165,8 @@ ServeResult serve(const Run& run, const Prompts& prompts, bool prefix_cache);
 struct ChatResult {
   int64_t prefill_tokens = 0;
   std::vector<int64_t> turn_prefill_tokens;
-  std::vector<double> ttft_s;  ///< per turn
-  double ttft_rest_mean_s = 0; ///< over turns 2..
+  Ttft ttft;                   ///< per turn
+  double start_s = 0;          ///< creating the sequences (kvc_prefix_attach with it), all turns
   double total_s = 0;
 };
 ChatResult chat(const Run& run, const Prompts& prompts, bool prefix_cache);

@@ -21,7 +21,6 @@ ChatResult chat(const Run& run, const Prompts& prompts, bool prefix_cache) {
   const int32_t seq = 0;
   std::vector<int32_t> prompt;  // the conversation so far, then this turn's user text
   Timer total;
-  double ttft_rest = 0;
   for (int32_t t = 0; t < cfg.turns; ++t) {
     const std::vector<int32_t>& user = prompts.turns[static_cast<size_t>(t)];
     const std::vector<int32_t>& reply = prompts.replies[static_cast<size_t>(t)];
@@ -30,12 +29,12 @@ ChatResult chat(const Run& run, const Prompts& prompts, bool prefix_cache) {
 
     Timer arrival;
     const int32_t from = engine.start(seq, prompt);
+    r.start_s += arrival.seconds();
     engine.prefill(seq, prompt, from);
     const int32_t first = argmax(engine.logits(), run.vocab);  // as a server would pick it
     clobber_memory(&first);
     const double ttft = arrival.seconds();
-    r.ttft_s.push_back(ttft);
-    if (t > 0) ttft_rest += ttft;
+    r.ttft.s.push_back(ttft);
     r.turn_prefill_tokens.push_back(prompt_len - from);
     r.prefill_tokens += prompt_len - from;
 
@@ -49,7 +48,6 @@ ChatResult chat(const Run& run, const Prompts& prompts, bool prefix_cache) {
     if (prefix_cache) engine.publish(seq, prompt.data(), prompt_len + cfg.reply_tokens - 1);
     engine.remove(seq);
   }
-  r.ttft_rest_mean_s = cfg.turns > 1 ? ttft_rest / (cfg.turns - 1) : 0;
   r.total_s = total.seconds();
   return r;
 }

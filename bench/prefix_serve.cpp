@@ -26,7 +26,6 @@ ServeResult serve(const Run& run, const Prompts& prompts, bool prefix_cache) {
   const int32_t prompt_len = cfg.prefix_tokens + cfg.question_tokens;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   Timer total;
-  double ttft_rest = 0;
   for (int32_t i = 0; i < n; ++i) {
     const size_t si = static_cast<size_t>(i);
     std::copy(prompts.system.begin(), prompts.system.end(), prompt.begin());
@@ -36,23 +35,23 @@ ServeResult serve(const Run& run, const Prompts& prompts, bool prefix_cache) {
     if (prefix_cache && i == 1) r.lookup_tokens = engine.lookup(prompt);
     Timer arrival;
     const int32_t from = engine.start(i, prompt);
+    r.start_s += arrival.seconds();
     engine.prefill(i, prompt, from);
     next[si] = argmax(engine.logits(), run.vocab);
     const double ttft = arrival.seconds();
     keep_logits(1);
+    r.ttft.s.push_back(ttft);
     r.prefill_s += ttft;
-    if (i == 0) {
-      r.ttft_first_s = ttft;
-    } else {
-      ttft_rest += ttft;
-    }
     r.attached_tokens += from;
     r.prefill_tokens += prompt_len - from;
     // Every prompt is published, as a server that cannot tell which prefixes will recur does;
     // after the first, only the question's blocks are new.
-    if (prefix_cache) r.published_tokens += engine.publish(i, prompt.data(), prompt_len);
+    if (prefix_cache) {
+      Timer publish;
+      r.published_tokens += engine.publish(i, prompt.data(), prompt_len);
+      r.publish_s += publish.seconds();
+    }
   }
-  r.ttft_rest_mean_s = ttft_rest / (n - 1);
   r.bytes_shared = engine.stats().bytes_shared;
 
   // The first new token came from each prefill; the others from batched steps over all.
