@@ -1,6 +1,7 @@
 // The header-only C++ RAII wrapper (kvcache.hpp): errors become kvcache::Error with the C code,
 // handles own and release their C objects, the data path gives the reference's results, and
-// the sequence operations (fork, truncate, remove_range, export/import) behave as in C.
+// the sequence operations (fork, truncate, remove_range, export/import) and the prefix cache
+// (publish, lookup, attach) behave as in C.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -37,7 +38,8 @@ bool same_params(const kvc_cache_params& a, const kvc_cache_params& b) {
          a.sinks == b.sinks && a.recent == b.recent && a.n_policy_params == b.n_policy_params &&
          a.prefill == b.prefill && a.decode_every == b.decode_every &&
          a.decode_slack == b.decode_slack && a.k_dtype == b.k_dtype && a.v_dtype == b.v_dtype &&
-         a.k_rotation == b.k_rotation;
+         a.k_rotation == b.k_rotation && a.prefix_cache == b.prefix_cache &&
+         a.prefix_store == b.prefix_store && a.prefix_write_through == b.prefix_write_through;
 }
 
 }  // namespace
@@ -399,4 +401,117 @@ TEST_CASE("cpp wrapper: every other call, against the C call's result") {
   for (const kvc_segment_view& s : b) pos_b.insert(pos_b.end(), s.pos, s.pos + s.count);
   CHECK(pos_a == pos_b);
   CHECK(pos_a.back() == kTokens - 1);
+}
+
+namespace {
+
+constexpr int32_t kPrefixLayers = 2, kPrefixHeadDim = 16, kPrefixTokens = 10;
+
+// A paged f32 cache of one KV head, with prefix caching unless @p enabled is 0.
+kvcache::Cache prefix_cache(kvcache::Context& ctx, int32_t enabled = 1) {
+  kvc_cache_params p = kvcache::cache_params();
+  p.layers = kPrefixLayers;
+  p.kv_heads = 1;
+  p.head_dim = kPrefixHeadDim;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  p.prefix_cache = enabled;
+  return kvcache::Cache(ctx, p);
+}
+
+// The K rows of tokens 0..kPrefixTokens-1 on @p layer, each value naming its layer, token and
+// dimension; V is their negation.
+std::vector<float> prefix_keys(int32_t layer) {
+  std::vector<float> k(kPrefixTokens * kPrefixHeadDim);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(1000 * layer) + static_cast<float>(i);
+  return k;
+}
+
+std::vector<float> negated(std::vector<float> values) {
+  for (float& x : values) x = -x;
+  return values;
+}
+
+// Creates @p seq holding tokens 0..kPrefixTokens-1 (prefix_keys) on every layer.
+void fill_prefix(kvcache::Cache& cache, int32_t seq) {
+  cache.create_sequence(seq);
+  const std::vector<int32_t> pos = positions(0, kPrefixTokens);
+  const int32_t n = kPrefixTokens;
+  for (int32_t layer = 0; layer < kPrefixLayers; ++layer) {
+    const std::vector<float> k = prefix_keys(layer), v = negated(k);
+    const kvc_tensor kt{k.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    const kvc_tensor vt{v.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
+    cache.append(layer, kvcache::batch(1, &seq, &n, pos.data()), kt, vt);
+  }
+}
+
+// The K then the V values @p seq stores on @p layer, in storage order.
+std::vector<float> stored_rows(const kvcache::Cache& cache, int32_t seq, int32_t layer) {
+  std::vector<float> k, v;
+  for (const kvc_segment_view& s : cache.view(seq, layer, 0)) {
+    const auto* sk = static_cast<const float*>(s.k);
+    const auto* sv = static_cast<const float*>(s.v);
+    k.insert(k.end(), sk, sk + s.count * kPrefixHeadDim);
+    v.insert(v.end(), sv, sv + s.count * kPrefixHeadDim);
+  }
+  k.insert(k.end(), v.begin(), v.end());
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("cpp wrapper: the prefix cache publishes, looks up and attaches whole blocks") {
+  kvcache::Context ctx;
+  kvcache::Cache cache = prefix_cache(ctx);
+  CHECK(cache.params().prefix_cache == 1);
+  fill_prefix(cache, 0);
+  const std::vector<int32_t> ids = {21, 22, 23, 24, 25, 26, 27, 28, 29, 30};
+  const kvc_prefix prefix = kvcache::prefix("cpp-model", ids);
+
+  // 10 tokens fill two blocks of 4: 8 tokens are published and found.
+  CHECK(cache.prefix_publish(0, prefix) == 8);
+  CHECK(cache.prefix_lookup(prefix) == 8);
+  std::vector<int32_t> diverging = ids;
+  diverging[5] = 99;
+  CHECK(cache.prefix_lookup(kvcache::prefix("cpp-model", diverging)) == 4);
+
+  CHECK(cache.prefix_attach(1, prefix) == 8);
+  CHECK(cache.stats().bytes_shared > 0);
+  for (int32_t layer = 0; layer < kPrefixLayers; ++layer) {
+    CHECK(cache.length(1, layer, 0) == 8);
+    CHECK(stored_positions(cache, 1, layer, 0) == positions(0, 8));
+    const std::vector<float> k = prefix_keys(layer);
+    std::vector<float> expected(k.begin(), k.begin() + 8 * kPrefixHeadDim);
+    const std::vector<float> v = negated(expected);
+    expected.insert(expected.end(), v.begin(), v.end());
+    CHECK(stored_rows(cache, 1, layer) == expected);
+  }
+
+  // The published blocks outlive the sequences that held them.
+  cache.remove_sequence(0);
+  cache.remove_sequence(1);
+  const kvc_cache_stats stats = cache.stats();
+  CHECK(stats.bytes_cached > 0);
+  CHECK(stats.bytes_cached == stats.bytes_used);
+  CHECK(stats.prefix_hits == 1);
+  CHECK(stats.prefix_tokens_reused == 8);
+  CHECK(cache.prefix_lookup(prefix) == 8);
+}
+
+TEST_CASE("cpp wrapper: prefix cache misuse throws the C status code") {
+  kvcache::Context ctx;
+  kvcache::Cache plain = prefix_cache(ctx, 0);
+  fill_prefix(plain, 0);
+  const std::vector<int32_t> ids = positions(100, 100 + kPrefixTokens);
+  const kvc_prefix prefix = kvcache::prefix("cpp-model", ids);
+  CHECK(code_of([&] { plain.prefix_attach(1, prefix); }) == KVC_ERR_UNSUPPORTED);
+  CHECK(code_of([&] { plain.prefix_publish(0, prefix); }) == KVC_ERR_UNSUPPORTED);
+  CHECK(code_of([&] { (void)plain.length(1, 0, 0); }) == KVC_ERR_NOT_FOUND);
+
+  kvcache::Cache cache = prefix_cache(ctx);
+  fill_prefix(cache, 0);
+  CHECK(cache.prefix_publish(0, prefix) == 8);
+  CHECK(code_of([&] { cache.prefix_attach(0, prefix); }) == KVC_ERR_ALREADY_EXISTS);
+  CHECK(cache.length(0, 1, 0) == kPrefixTokens);
+  CHECK(cache.stats().prefix_hits == 0);
 }

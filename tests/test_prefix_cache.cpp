@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "host_reads.hpp"
@@ -19,7 +20,7 @@ using kvt::Status;
 constexpr int kLayers = 2;
 constexpr int kKvHeads = 2;
 constexpr int kQHeads = 4;
-constexpr int kHeadDim = 16;
+constexpr int kHeadDim = 32;  // a whole group of the quantized formats
 constexpr int kBlock = 8;
 const char* const kModel = "test-model";
 
@@ -42,21 +43,28 @@ Chunk chunk_of(const std::vector<int32_t>& ids, int32_t first, int32_t end) {
   return c;
 }
 
-// append_attend of a chunk on every layer; the outputs of all layers, concatenated.
-std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
+// append_attend of a chunk on every layer: the outputs of all layers, concatenated, in `all`;
+// false when a call fails. Safe on any thread.
+bool try_feed(kvc_cache* cache, int32_t seq, const Chunk& c, std::vector<float>& all) {
   const int32_t n = static_cast<int32_t>(c.pos.size());
   kvc_batch batch;
   kvc_batch_init(&batch, 1, &seq, &n, c.pos.data());
-  std::vector<float> all;
+  all.clear();
   for (int layer = 0; layer < kLayers; ++layer) {
     std::vector<float> out(c.q.size());
     kvc_tensor q = kvt::tensor(c.q.data(), KVC_DTYPE_F32);
     kvc_tensor k = kvt::tensor(c.k.data(), KVC_DTYPE_F32);
     kvc_tensor v = kvt::tensor(c.v.data(), KVC_DTYPE_F32);
     kvc_tensor_mut o = kvt::tensor_mut(out.data());
-    KVT_REQUIRE_OK(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o));
+    if (!Status(kvc_append_attend(cache, layer, &batch, &q, &k, &v, nullptr, &o)).ok()) return false;
     all.insert(all.end(), out.begin(), out.end());
   }
+  return true;
+}
+
+std::vector<float> feed(kvc_cache* cache, int32_t seq, const Chunk& c) {
+  std::vector<float> all;
+  REQUIRE(try_feed(cache, seq, c, all));
   return all;
 }
 
@@ -126,44 +134,57 @@ size_t node_bytes(kvc_context* ctx, const kvc_cache_params& p) {
 }  // namespace
 
 TEST_CASE("prefix cache: an attached prefix then its rest give a full prefill's attention, bit for bit") {
-  kvt::ContextPtr ctx = kvt::make_context();
-  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true));
-  kvt::CachePtr reference = kvt::make_cache(ctx.get(), params(false));
-  const std::vector<int32_t> system = prompt(21, 1);
-  std::vector<int32_t> request = system;
-  const std::vector<int32_t> question = prompt(11, 2);
-  request.resize(16);  // the question starts after the system prompt's two whole blocks
-  request.insert(request.end(), question.begin(), question.end());
+  struct Storage {
+    kvc_dtype format;
+    kvc_rotation rotation;
+  };
+  for (const Storage storage : {Storage{KVC_DTYPE_F16, KVC_ROTATION_NONE},
+                                Storage{KVC_DTYPE_Q8_0, KVC_ROTATION_NONE},
+                                Storage{KVC_DTYPE_Q4_0, KVC_ROTATION_HADAMARD}}) {
+    CAPTURE(storage.format);
+    kvt::ContextPtr ctx = kvt::make_context();
+    kvc_cache_params p = params(true);
+    p.dtype = storage.format;
+    p.k_rotation = storage.rotation;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    p.prefix_cache = 0;
+    kvt::CachePtr reference = kvt::make_cache(ctx.get(), p);
+    const std::vector<int32_t> system = prompt(21, 1);
+    std::vector<int32_t> request = system;
+    const std::vector<int32_t> question = prompt(11, 2);
+    request.resize(16);  // the question starts after the system prompt's two whole blocks
+    request.insert(request.end(), question.begin(), question.end());
 
-  prefill_and_publish(cache.get(), 0, system);
-  CHECK(lookup(cache.get(), system) == 16);
-  CHECK(lookup(cache.get(), request) == 16);
-  std::vector<int32_t> other = request;
-  other[9] += 1;  // differs in the second block
-  CHECK(lookup(cache.get(), other) == 8);
+    prefill_and_publish(cache.get(), 0, system);
+    CHECK(lookup(cache.get(), system) == 16);
+    CHECK(lookup(cache.get(), request) == 16);
+    std::vector<int32_t> other = request;
+    other[9] += 1;  // differs in the second block
+    CHECK(lookup(cache.get(), other) == 8);
 
-  const kvc_cache_stats before = kvt::get_stats(cache.get());
-  CHECK(attach(cache.get(), 1, request) == 16);
-  const kvc_cache_stats attached = kvt::get_stats(cache.get());
-  CHECK(attached.bytes_used == before.bytes_used);  // nothing copied: no statistics tracked
-  CHECK(attached.bytes_shared == 2 * kLayers * kKvHeads * (before.bytes_used / before.blocks_used));
-  CHECK(attached.prefix_hits == 1);
-  CHECK(attached.prefix_tokens_reused == 16);
-  CHECK(attached.sequences == 2);
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int h = 0; h < kKvHeads; ++h) CHECK(kvt::seq_length(cache.get(), 1, layer, h) == 16);
+    const kvc_cache_stats before = kvt::get_stats(cache.get());
+    CHECK(attach(cache.get(), 1, request) == 16);
+    const kvc_cache_stats attached = kvt::get_stats(cache.get());
+    CHECK(attached.bytes_used == before.bytes_used);  // nothing copied: no statistics tracked
+    CHECK(attached.bytes_shared == 2 * kLayers * kKvHeads * (before.bytes_used / before.blocks_used));
+    CHECK(attached.prefix_hits == 1);
+    CHECK(attached.prefix_tokens_reused == 16);
+    CHECK(attached.sequences == 2);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (int h = 0; h < kKvHeads; ++h) CHECK(kvt::seq_length(cache.get(), 1, layer, h) == 16);
+    }
+
+    // The rest, in the chunk a full prefill would compute too.
+    const Chunk rest = chunk_of(request, 16, static_cast<int32_t>(request.size()));
+    KVT_REQUIRE_OK(kvc_seq_create(reference.get(), 1));
+    feed(reference.get(), 1, chunk_of(request, 0, 16));
+    CHECK(feed(cache.get(), 1, rest) == feed(reference.get(), 1, rest));
+    CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(reference.get(), 1));
+    const Chunk next = chunk_of(std::vector<int32_t>(40, 5), 27, 28);
+    CHECK(feed(cache.get(), 1, next) == feed(reference.get(), 1, next));
+    // The publisher was not changed by the attached branch.
+    CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 21);
   }
-
-  // The rest, in the chunk a full prefill would compute too.
-  const Chunk rest = chunk_of(request, 16, static_cast<int32_t>(request.size()));
-  KVT_REQUIRE_OK(kvc_seq_create(reference.get(), 1));
-  feed(reference.get(), 1, chunk_of(request, 0, 16));
-  CHECK(feed(cache.get(), 1, rest) == feed(reference.get(), 1, rest));
-  CHECK(kvt::stored_bytes(cache.get(), 1) == kvt::stored_bytes(reference.get(), 1));
-  const Chunk next = chunk_of(std::vector<int32_t>(40, 5), 27, 28);
-  CHECK(feed(cache.get(), 1, next) == feed(reference.get(), 1, next));
-  // The publisher was not changed by the attached branch.
-  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 21);
 }
 
 TEST_CASE("prefix cache: blocks outlive their sequences, counted as cached, and attach again") {
@@ -311,10 +332,80 @@ TEST_CASE("prefix cache: the prefix store continues an attach and takes the bloc
 
   CHECK(lookup(second.get(), ids) == 0);
   CHECK(attach(second.get(), 0, ids) == 24);
+  CHECK(kvt::get_stats(second.get()).prefix_hits == 1);  // an attach from the store is a hit
+  CHECK(kvt::get_stats(second.get()).prefix_tokens_reused == 24);
   CHECK(kvt::stored_bytes(second.get(), 0) == kvt::stored_bytes(plain.get(), 0));
   CHECK(lookup(second.get(), ids) == 24);  // published as it was loaded
   CHECK(attach(second.get(), 1, ids) == 24);
   CHECK(kvt::get_stats(second.get()).bytes_shared > 0);
+}
+
+TEST_CASE("prefix cache: threads attaching, publishing and removing under a tight limit get a full prefill's attention") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // 12 nodes: the live sequences always fit (4 x 3 blocks at most), the 18 blocks of all
+  // the requests do not.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 12 * node));
+  kvt::CachePtr reference = kvt::make_cache(ctx.get(), params(false));
+  constexpr int kSystems = 3, kQuestions = 4, kThreads = 4, kRounds = 25;
+  // Request (s, q): system prompt s (two blocks), question q (one block).
+  std::vector<std::vector<int32_t>> requests;
+  std::vector<std::vector<float>> expected;  // the question chunk's attention
+  for (int sys = 0; sys < kSystems; ++sys) {
+    for (int q = 0; q < kQuestions; ++q) {
+      std::vector<int32_t> ids = prompt(2 * kBlock, 20 + sys);
+      const std::vector<int32_t> question = prompt(kBlock, 40 + q);
+      ids.insert(ids.end(), question.begin(), question.end());
+      const int32_t seq = static_cast<int32_t>(requests.size());
+      KVT_REQUIRE_OK(kvc_seq_create(reference.get(), seq));
+      feed(reference.get(), seq, chunk_of(ids, 0, 2 * kBlock));
+      expected.push_back(feed(reference.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock)));
+      requests.push_back(std::move(ids));
+    }
+  }
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const size_t r = static_cast<size_t>((t * 7 + round * 5) % (kSystems * kQuestions));
+        const std::vector<int32_t>& ids = requests[r];
+        const int32_t seq = t * 1000 + round;
+        const kvc_prefix prefix = prefix_of(ids, 3 * kBlock - 1);
+        int32_t got = -1;
+        if (!Status(kvc_prefix_attach(cache.get(), seq, &prefix, &got)).ok()) {
+          ++failures[static_cast<size_t>(t)];
+          continue;
+        }
+        std::vector<float> out;
+        if ((got < 2 * kBlock && !try_feed(cache.get(), seq, chunk_of(ids, got, 2 * kBlock), out)) ||
+            !try_feed(cache.get(), seq, chunk_of(ids, 2 * kBlock, 3 * kBlock), out)) {
+          ++failures[static_cast<size_t>(t)];
+        } else if (out != expected[r]) {
+          ++mismatches[static_cast<size_t>(t)];
+        }
+        const kvc_prefix whole = prefix_of(ids);
+        int32_t published = -1;
+        if (!Status(kvc_prefix_publish(cache.get(), seq, &whole, &published)).ok() ||
+            published != 3 * kBlock) {
+          ++failures[static_cast<size_t>(t)];
+        }
+        if (!Status(kvc_seq_remove(cache.get(), seq)).ok()) ++failures[static_cast<size_t>(t)];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CAPTURE(t);
+    CHECK(mismatches[static_cast<size_t>(t)] == 0);
+    CHECK(failures[static_cast<size_t>(t)] == 0);
+  }
+  const kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.sequences == 0);
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(s.prefix_hits > 0);
+  CHECK(s.bytes_reclaimed > 0);
 }
 
 TEST_CASE("prefix cache: misuse is refused, naming the problem, changing nothing") {

@@ -161,6 +161,7 @@ int32_t Cache::attach_prefix(int32_t seq_id, const PrefixRequest& prefix) {
   }
   std::unique_ptr<Sequence> sequence = sequence_of_blocks(blocks);
   sequences_.add(seq_id, std::move(sequence));
+  index.count_attach(blocks.size());
   return static_cast<int32_t>(blocks.size()) * config_.block_tokens;
 }
 

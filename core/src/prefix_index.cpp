@@ -49,11 +49,14 @@ std::vector<std::vector<void*>> PrefixIndex::attach(const std::vector<PrefixLink
     for (void* block : node->blocks) pool_.share(block, block_bytes);
     blocks.push_back(node->blocks);
   }
-  if (!blocks.empty()) {
-    counters_.hits += 1;
-    counters_.tokens_reused += blocks.size() * static_cast<uint64_t>(block_tokens_);
-  }
   return blocks;
+}
+
+void PrefixIndex::count_attach(size_t blocks) {
+  if (blocks == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.hits += 1;
+  counters_.tokens_reused += blocks * static_cast<uint64_t>(block_tokens_);
 }
 
 size_t PrefixIndex::publish(const std::vector<PrefixLink>& links,

@@ -42,8 +42,10 @@ class PrefixIndex {
   // The number of links, from the first, that are findable; marks them used.
   size_t match(const std::vector<PrefixLink>& links);
   // The blocks ([link][head]) of the findable run of links from the first, each with one more
-  // owner (BlockPool::share) for a new sequence; marks them used and counts the attach.
+  // owner (BlockPool::share) for a new sequence; marks them used.
   std::vector<std::vector<void*>> attach(const std::vector<PrefixLink>& links);
+  // Counts an attach that gave a sequence `blocks` blocks (from the index or a store).
+  void count_attach(size_t blocks);
   // Makes links[j] findable with blocks[j] ([head], full blocks a sequence holds), for each
   // j < blocks.size() <= links.size() in turn; a link already findable keeps its blocks. Stops
   // at a key that another prompt's block holds. Returns the links findable from the first.

@@ -1,12 +1,13 @@
 // The input as a program of C API calls on one small cache: its first bytes choose the shape,
 // storage, memory limit and policy, the rest is a list of calls (sequence operations, append,
-// attend, append_attend, compress, report_stats, export/import, queries, and the store calls:
-// offload, restore, drop, prefix save and load) whose arguments come from the input, bad ones
+// attend, append_attend, compress, report_stats, export/import, queries, the store calls:
+// offload, restore, drop, prefix save and load, and the prefix cache's attach, publish and
+// lookup) whose arguments come from the input, bad ones
 // included; a batch is made by kvc_batch_init or by kvc_batch_init_sized with a size from the
 // input, which must write exactly that many bytes, or none below the oldest layout. After every call: an error changed neither kvc_cache_stats nor any sequence's
 // lengths, bytes_used is within the limit, and the cache holds the sequences the calls
 // created, their lengths summing to tokens_stored; at the end, with every sequence removed, it
-// holds nothing. Each program has its own context and host stores ("big", never full, whose
+// holds nothing but the prefix cache's blocks. Each program has its own context and host stores ("big", never full, whose
 // contents the program models exactly, and "tiny", which refuses most values), so a run does
 // not depend on the inputs before it.
 #include <algorithm>
@@ -33,7 +34,7 @@ constexpr double kGrowthFactors[] = {2.0, 1.01, 1.5, 16.0};
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
 constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
 constexpr int kMaxCalls = 200;
-constexpr int kOps = 21;
+constexpr int kOps = 24;
 
 constexpr const char* kStoresYaml =
     "threads: 1\n"
@@ -116,8 +117,9 @@ class Program {
         kvf::require_ok(kvc_seq_remove(cache_, id), "kvc_seq_remove");
       }
       const kvc_cache_stats s = kvf::stats_of(cache_);
-      kvf::check(s.bytes_used == 0 && s.tokens_stored == 0 && s.blocks_used == 0 &&
-                     s.bytes_shared == 0 && s.sequences == 0,
+      kvf::check(s.bytes_used == s.bytes_cached && s.tokens_stored == 0 &&
+                     (s.blocks_used == 0) == (s.bytes_cached == 0) && s.bytes_shared == 0 &&
+                     s.sequences == 0 && (prefix_cache_ || s.bytes_cached == 0),
                  "with every sequence removed the cache still holds something");
       kvc_cache_destroy(cache_);
     }
@@ -145,6 +147,9 @@ class Program {
     p.block_tokens = 1 + (storage >> 3) % 8;
     p.growth_factor = kGrowthFactors[storage >> 6];
     p.memory_limit = kMemoryLimits[limits % 4];
+    // Prefix caching (the limits' high bits, which the limit and policy do not read); a
+    // contiguous cache refuses it.
+    p.prefix_cache = prefix_cache_ = (limits >> 6) % 2;
     const size_t policy = (limits >> 2) % (std::size(kPolicies) + 1);
     if (policy > 0) {
       p.policy = kPolicies[policy - 1];
@@ -429,6 +434,12 @@ class Program {
         return prefix_save();
       case 20:
         return prefix_load();
+      case 21:
+        return prefix_publish();
+      case 22:
+        return prefix_attach();
+      case 23:
+        return prefix_lookup();
       default:
         return query();
     }
@@ -498,7 +509,8 @@ class Program {
     std::vector<int32_t> tokens;
     kvc_prefix prefix;
     std::string model;
-    bool valid;
+    bool valid;            // for the store calls
+    bool valid_for_cache;  // for the prefix cache's, which do not read chunk_tokens
   };
   void read_prefix(Prefix& p) {
     const uint8_t b = in_.u8();
@@ -508,8 +520,8 @@ class Program {
     const int32_t chunk = kChunkTokens[in_.pick(std::size(kChunkTokens))];
     kvc_prefix_init(&p.prefix, p.model.c_str(), p.tokens.data(), n);
     if (chunk != 3) p.prefix.chunk_tokens = chunk;  // 3 keeps the default, 256
-    p.valid = n >= 0 && !p.model.empty() && p.prefix.chunk_tokens >= 1 &&
-              p.prefix.chunk_tokens <= 65536;
+    p.valid_for_cache = n >= 0 && !p.model.empty();
+    p.valid = p.valid_for_cache && p.prefix.chunk_tokens >= 1 && p.prefix.chunk_tokens <= 65536;
   }
 
   bool prefix_save() {
@@ -572,6 +584,69 @@ class Program {
     }
     next_[id] = restored;
     return true;
+  }
+
+  // ---------------------------------------------------------------- prefix cache
+  // A prefix cache call's result: a failure leaves `tokens` alone, a success reports whole
+  // blocks of the prefix, and a cache without a prefix cache refuses every call.
+  bool prefix_result(kvc_status* status, const Prefix& p, int32_t tokens, const char* call) {
+    const kvc_status_code code = code_of(status);
+    if (code != KVC_OK) {
+      kvf::check(tokens == -12345, std::string("a failed ") + call + " set its out-parameter");
+      kvf::check(prefix_cache_ || code == KVC_ERR_UNSUPPORTED || !p.valid_for_cache,
+                 std::string(call) + " in a cache without a prefix cache is not UNSUPPORTED");
+      return false;
+    }
+    kvf::check(prefix_cache_ && p.valid_for_cache && tokens >= 0 &&
+                   tokens <= p.prefix.n_tokens && tokens % block_tokens() == 0,
+               std::string(call) + " reports " + std::to_string(tokens) + " tokens");
+    return true;
+  }
+  int32_t block_tokens() const {
+    kvc_cache_params p;
+    kvc_cache_params_init(&p);
+    kvf::require_ok(kvc_cache_get_params(cache_, &p), "kvc_cache_get_params");
+    return p.block_tokens;
+  }
+
+  bool prefix_publish() {
+    const int32_t id = seq_id();
+    Prefix p;
+    read_prefix(p);
+    int32_t published = -12345;
+    if (!prefix_result(kvc_prefix_publish(cache_, id, &p.prefix, &published), p, published,
+                       "kvc_prefix_publish")) {
+      return false;
+    }
+    int32_t found = -12345;
+    kvf::require_ok(kvc_prefix_lookup(cache_, &p.prefix, &found), "kvc_prefix_lookup");
+    kvf::check(found >= published, "a lookup right after a publish finds fewer tokens");
+    return true;
+  }
+
+  bool prefix_attach() {
+    const int32_t id = seq_id();
+    Prefix p;
+    read_prefix(p);
+    int32_t attached = -12345;
+    if (!prefix_result(kvc_prefix_attach(cache_, id, &p.prefix, &attached), p, attached,
+                       "kvc_prefix_attach")) {
+      return false;
+    }
+    live_.insert(id);
+    for (int32_t n : lengths(id)) {
+      kvf::check(n == attached, "an attached sequence holds other than the attached tokens");
+    }
+    next_[id] = attached;
+    return true;
+  }
+
+  bool prefix_lookup() {
+    Prefix p;
+    read_prefix(p);
+    int32_t found = -12345;
+    return prefix_result(kvc_prefix_lookup(cache_, &p.prefix, &found), p, found,
+                         "kvc_prefix_lookup");
   }
 
   int32_t max_length(int32_t id) const {
@@ -724,6 +799,7 @@ class Program {
   kvc_context* context_ = nullptr;
   kvc_cache* cache_ = nullptr;
   int32_t layers_ = 0, kv_heads_ = 0, q_heads_ = 0, head_dim_ = 0;
+  bool prefix_cache_ = false;
   kvc_dtype dtype_ = KVC_DTYPE_F32;    // of K
   kvc_dtype v_dtype_ = KVC_DTYPE_F32;  // of V
   int32_t k_rotation_ = KVC_ROTATION_NONE;

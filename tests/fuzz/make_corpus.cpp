@@ -98,7 +98,8 @@ void images(const std::string& dir) {
 // an opcode byte and its argument bytes.
 enum Op : uint8_t { kCreate = 0, kRemove, kFork, kTruncate, kRemoveRange, kReserve, kAppend,
                     kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery,
-                    kOffload = 16, kRestore, kDrop, kPrefixSave, kPrefixLoad };
+                    kOffload = 16, kRestore, kDrop, kPrefixSave, kPrefixLoad, kPrefixPublish,
+                    kPrefixAttach, kPrefixLookup };
 
 std::vector<uint8_t> program(std::vector<uint8_t> setup, const std::vector<uint8_t>& calls) {
   setup.insert(setup.end(), calls.begin(), calls.end());
@@ -167,6 +168,27 @@ void programs(const std::string& dir) {
        {kDrop, 0, 0, kDrop, 0, 0, kOffload, 1, 2, 1, kRestore, 2, 2, 1, kRemove, 3}});
   write(dir + "/stores_paged_f32", program({0x08, 0x18, 0x03, 0x00, 0x00, 0x00}, stores));
   write(dir + "/stores_contiguous_f16_h2o", program({0x08, 0x1C, 0x13, 0x20, 0x00, 0x00}, stores));
+  // The prefix cache (limits bit 6), blocks of 4: seq 0's 16 tokens published, attached by
+  // seq 1 whole and by seq 2 up to the block where its ids differ, seq 0 removed (its blocks
+  // cached), a lookup, a decode step on seq 1 and attaches that reclaim under the 16 KiB limit.
+  std::vector<uint8_t> prefix_cache = {
+      kCreate, 0,
+      kAppendAttend, 0, /*batch*/ 0, 0, 135, 0, /*q k v*/ 0, 1, 0, 2, 0, 3, /*params, out*/ 1, 1,
+      kAppendAttend, 0, 0, 0, 135, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+      kPrefixPublish, 0, 16};
+  const auto add_cache = [&prefix_cache](std::initializer_list<std::vector<uint8_t>> parts) {
+    for (const std::vector<uint8_t>& part : parts) {
+      prefix_cache.insert(prefix_cache.end(), part.begin(), part.end());
+    }
+  };
+  add_cache({ids, {0},
+             {kPrefixAttach, 1, 16}, ids, {0},
+             {kPrefixAttach, 2, 16}, other, {0},
+             {kRemove, 0, kPrefixLookup, 16}, ids, {0},
+             {kAppendAttend, 0, 0, 1, 0, 0, 0, 1, 0, 2, 0, 3, 1, 1,
+              kRemove, 1, kRemove, 2, kPrefixAttach, 3, 16}, other, {0},
+             {kPrefixAttach, 0, 16}, ids, {0}});
+  write(dir + "/prefix_cache_paged_f32", program({0x08, 0x10, 0x42, 0x00, 0x00, 0x00}, prefix_cache));
 }
 
 }  // namespace

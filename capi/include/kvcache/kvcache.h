@@ -341,7 +341,8 @@ typedef struct kvc_cache_stats {
   uint64_t tokens_evicted; /**< tokens removed by compression, summed likewise */
   uint64_t bytes_copied;   /**< bytes moved by growth of contiguous segments */
   size_t blocks_used;      /**< paged: blocks holding tokens */
-  size_t blocks_free;      /**< paged: blocks that still fit under the limit */
+  size_t blocks_free;      /**< paged: blocks that still fit under the limit, cached ones
+                                counted as free (they are given back when needed) */
   int32_t sequences;       /**< live sequences */
   /** Of bytes_used, what more than one sequence holds (blocks shared by kvc_seq_fork and
    * kvc_prefix_attach). */

@@ -226,7 +226,8 @@ class Cache {
                      const kvc_attention_params* params = nullptr) {
     check(kvc_append_attend(get(), layer, &batch, &q, &k, &v, params, &out));
   }
-  /** @brief See kvc_cache_get_stats() (bytes_shared: blocks several forked sequences hold). */
+  /** @brief See kvc_cache_get_stats() (bytes_shared: blocks several sequences hold, forked or
+   * attached; bytes_cached: blocks only the prefix cache holds). */
   kvc_cache_stats stats() const {
     kvc_cache_stats s;
     kvc_cache_stats_init(&s);
@@ -288,6 +289,25 @@ class Cache {
     int32_t restored = 0;
     check(kvc_prefix_load(get(), seq_id, store.c_str(), &prefix, &restored));
     return restored;
+  }
+  /** @brief See kvc_prefix_attach() (a cache with prefix_cache); returns the tokens attached (a
+   * multiple of block_tokens). */
+  int32_t prefix_attach(int32_t seq_id, const kvc_prefix& prefix) {
+    int32_t attached = 0;
+    check(kvc_prefix_attach(get(), seq_id, &prefix, &attached));
+    return attached;
+  }
+  /** @brief See kvc_prefix_publish(); returns the tokens the findable blocks cover. */
+  int32_t prefix_publish(int32_t seq_id, const kvc_prefix& prefix) {
+    int32_t published = 0;
+    check(kvc_prefix_publish(get(), seq_id, &prefix, &published));
+    return published;
+  }
+  /** @brief See kvc_prefix_lookup(): the tokens prefix_attach() would attach from the cache now. */
+  int32_t prefix_lookup(const kvc_prefix& prefix) const {
+    int32_t tokens = 0;
+    check(kvc_prefix_lookup(get(), &prefix, &tokens));
+    return tokens;
   }
   /** @brief The C handle, still owned by this object. */
   kvc_cache* get() const { return handle_.get(); }

@@ -41,6 +41,8 @@ func TestCallsWithADoneContextReturnItsErrorAndChangeNothing(t *testing.T) {
 		_, calls["ExportCtx"] = cache.ExportCtx(done, 0)
 		_, calls["SavePrefixCtx"] = cache.SavePrefixCtx(done, 0, "mem", prefix)
 		_, calls["LoadPrefixCtx"] = cache.LoadPrefixCtx(done, 1, "mem", prefix)
+		_, calls["PublishPrefixCtx"] = cache.PublishPrefixCtx(done, 0, prefix)
+		_, calls["AttachPrefixCtx"] = cache.AttachPrefixCtx(done, 1, prefix)
 		_, calls["ExportTo"] = cache.ExportTo(done, 0, &bytesSink{})
 		calls["ImportFrom"] = cache.ImportFrom(done, 1, &endless{})
 		for name, err := range calls {

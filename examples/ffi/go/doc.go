@@ -22,20 +22,21 @@
 // A Context is safe for concurrent use, and so is a Cache: calls on sequences (Append,
 // Attend, Compress, Truncate, Export, ...) share a sync.RWMutex, and the library serialises
 // those that name the same sequence. Calls that change the set of sequences (CreateSeq,
-// RemoveSeq, Fork, Import, ImportFile, ImportFrom, Offload, Restore, LoadPrefix), View (it
-// copies the storage that a concurrent call could change) and Close take it exclusively, so
-// they wait for calls in progress instead of racing them. The library keeps no thread-local
-// state, so it does not matter that a goroutine may move between OS threads from one call to
-// the next.
+// RemoveSeq, Fork, Import, ImportFile, ImportFrom, Offload, Restore, LoadPrefix,
+// AttachPrefix), View (it copies the storage that a concurrent call could change) and Close
+// take it exclusively, so they wait for calls in progress instead of racing them. The library
+// keeps no thread-local state, so it does not matter that a goroutine may move between OS
+// threads from one call to the next.
 //
 // # Contexts
 //
 // The calls that may take long, Compress, the exports and imports, and the store calls
-// (Offload, Restore, SavePrefix, LoadPrefix), have ...Ctx variants taking a context.Context,
-// and ExportTo and ImportFrom stream the export image to an io.Writer and from an io.Reader.
-// They return ctx.Err() when the context is done before the C call starts, checked again once
-// the cache's lock is held, and, for the streams, between 1 MiB chunks. A C call in progress
-// is not interrupted: it runs to its end.
+// (Offload, Restore, SavePrefix, LoadPrefix, and PublishPrefix and AttachPrefix, which may
+// write to or read from the cache's PrefixStore), have ...Ctx variants taking a
+// context.Context, and ExportTo and ImportFrom stream the export image to an io.Writer and
+// from an io.Reader. They return ctx.Err() when the context is done before the C call starts,
+// checked again once the cache's lock is held, and, for the streams, between 1 MiB chunks. A C
+// call in progress is not interrupted: it runs to its end.
 //
 // # Installing and building
 //

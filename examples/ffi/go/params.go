@@ -108,6 +108,9 @@ type CacheParams struct {
 	DecodeEvery, DecodeSlack         int32
 	KDType, VDType                   DType // the storage format of K or V alone; AsDType: DType
 	KRotation                        Rotation
+	PrefixCache                      bool   // publish and attach prompt prefixes (prefix.go); paged only
+	PrefixStore                      string // with PrefixCache: a store AttachPrefix continues in; "": none
+	PrefixWriteThrough               bool   // with PrefixStore: PublishPrefix also writes the blocks there
 }
 
 // DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
@@ -119,27 +122,30 @@ func DefaultCacheParams() CacheParams {
 
 func paramsFromC(p *C.kvc_cache_params) CacheParams {
 	return CacheParams{
-		Layers:       int32(p.layers),
-		KVHeads:      int32(p.kv_heads),
-		QHeads:       int32(p.q_heads),
-		HeadDim:      int32(p.head_dim),
-		DType:        DType(p.dtype),
-		Layout:       Layout(p.layout),
-		BlockTokens:  int32(p.block_tokens),
-		GrowthFactor: float64(p.growth_factor),
-		MemoryLimit:  uint64(p.memory_limit),
-		Backend:      C.GoString(p.backend),
-		Policy:       C.GoString(p.policy),
-		Budget:       int32(p.budget),
-		BudgetRatio:  float64(p.budget_ratio),
-		Sinks:        int32(p.sinks),
-		Recent:       int32(p.recent),
-		Prefill:      PrefillCompression(p.prefill),
-		DecodeEvery:  int32(p.decode_every),
-		DecodeSlack:  int32(p.decode_slack),
-		KDType:       DType(p.k_dtype),
-		VDType:       DType(p.v_dtype),
-		KRotation:    Rotation(p.k_rotation),
+		Layers:             int32(p.layers),
+		KVHeads:            int32(p.kv_heads),
+		QHeads:             int32(p.q_heads),
+		HeadDim:            int32(p.head_dim),
+		DType:              DType(p.dtype),
+		Layout:             Layout(p.layout),
+		BlockTokens:        int32(p.block_tokens),
+		GrowthFactor:       float64(p.growth_factor),
+		MemoryLimit:        uint64(p.memory_limit),
+		Backend:            C.GoString(p.backend),
+		Policy:             C.GoString(p.policy),
+		Budget:             int32(p.budget),
+		BudgetRatio:        float64(p.budget_ratio),
+		Sinks:              int32(p.sinks),
+		Recent:             int32(p.recent),
+		Prefill:            PrefillCompression(p.prefill),
+		DecodeEvery:        int32(p.decode_every),
+		DecodeSlack:        int32(p.decode_slack),
+		KDType:             DType(p.k_dtype),
+		VDType:             DType(p.v_dtype),
+		KRotation:          Rotation(p.k_rotation),
+		PrefixCache:        p.prefix_cache != 0,
+		PrefixStore:        C.GoString(p.prefix_store),
+		PrefixWriteThrough: p.prefix_write_through != 0,
 	}
 }
 
@@ -178,5 +184,16 @@ func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
 	c.k_dtype = C.int32_t(p.KDType)
 	c.v_dtype = C.int32_t(p.VDType)
 	c.k_rotation = C.int32_t(p.KRotation)
+	c.prefix_cache = cBool(p.PrefixCache)
+	c.prefix_store = m.optional(p.PrefixStore)
+	c.prefix_write_through = cBool(p.PrefixWriteThrough)
 	return c
+}
+
+// cBool is b as a C flag.
+func cBool(b bool) C.int32_t {
+	if b {
+		return 1
+	}
+	return 0
 }

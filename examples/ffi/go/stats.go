@@ -15,7 +15,13 @@ type CacheStats struct {
 	BlocksUsed    uint64 // paged: blocks holding tokens
 	BlocksFree    uint64 // paged: blocks that still fit under the limit
 	Sequences     int32  // live sequences
-	BytesShared   uint64 // of BytesUsed, what forked sequences share
+	BytesShared   uint64 // of BytesUsed, what several sequences share (Fork, AttachPrefix)
+	// Of BytesUsed, blocks that only the prefix cache holds (no live sequence), given back,
+	// least recently used first, as soon as a call needs the memory.
+	BytesCached        uint64
+	BytesReclaimed     uint64 // bytes of cached blocks given back so far to make room
+	PrefixHits         uint64 // AttachPrefix calls that attached at least one block
+	PrefixTokensReused uint64 // tokens those calls attached, summed
 }
 
 // Stats reads the cache's counters.
@@ -29,16 +35,20 @@ func (cache *Cache) Stats() (CacheStats, error) {
 		return CacheStats{}, err
 	}
 	return CacheStats{
-		BytesUsed:     uint64(s.bytes_used),
-		BytesPeak:     uint64(s.bytes_peak),
-		BytesLimit:    uint64(s.bytes_limit),
-		BytesReserved: uint64(s.bytes_reserved),
-		TokensStored:  uint64(s.tokens_stored),
-		TokensEvicted: uint64(s.tokens_evicted),
-		BytesCopied:   uint64(s.bytes_copied),
-		BlocksUsed:    uint64(s.blocks_used),
-		BlocksFree:    uint64(s.blocks_free),
-		Sequences:     int32(s.sequences),
-		BytesShared:   uint64(s.bytes_shared),
+		BytesUsed:          uint64(s.bytes_used),
+		BytesPeak:          uint64(s.bytes_peak),
+		BytesLimit:         uint64(s.bytes_limit),
+		BytesReserved:      uint64(s.bytes_reserved),
+		TokensStored:       uint64(s.tokens_stored),
+		TokensEvicted:      uint64(s.tokens_evicted),
+		BytesCopied:        uint64(s.bytes_copied),
+		BlocksUsed:         uint64(s.blocks_used),
+		BlocksFree:         uint64(s.blocks_free),
+		Sequences:          int32(s.sequences),
+		BytesShared:        uint64(s.bytes_shared),
+		BytesCached:        uint64(s.bytes_cached),
+		BytesReclaimed:     uint64(s.bytes_reclaimed),
+		PrefixHits:         uint64(s.prefix_hits),
+		PrefixTokensReused: uint64(s.prefix_tokens_reused),
 	}, nil
 }

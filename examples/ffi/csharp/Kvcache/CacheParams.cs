@@ -53,6 +53,12 @@ namespace Kvcache
         public DType? VDType { get; set; }
         /// <summary>The rotation of K.</summary>
         public Rotation KRotation { get; set; } = Rotation.None;
+        /// <summary>Prefix caching (Cache.PublishPrefix, AttachPrefix, LookupPrefix); paged layout only.</summary>
+        public bool PrefixCache { get; set; }
+        /// <summary>With PrefixCache: a store of the context that AttachPrefix continues in where the cache has no more blocks; null: none.</summary>
+        public string PrefixStore { get; set; }
+        /// <summary>With PrefixStore: PublishPrefix also writes the blocks it makes findable to it.</summary>
+        public bool PrefixWriteThrough { get; set; }
 
         internal static CacheParams FromNative(NativeCacheParams p)
         {
@@ -66,6 +72,8 @@ namespace Kvcache
                 KDType = p.KDType < 0 ? (DType?)null : (DType)p.KDType,
                 VDType = p.VDType < 0 ? (DType?)null : (DType)p.VDType,
                 KRotation = p.KRotation,
+                PrefixCache = p.PrefixCache != 0, PrefixStore = NativeMethods.String(p.PrefixStore),
+                PrefixWriteThrough = p.PrefixWriteThrough != 0,
             };
         }
 
@@ -87,6 +95,8 @@ namespace Kvcache
                 KDType = KDType.HasValue ? (int)KDType.Value : SameAsDType,
                 VDType = VDType.HasValue ? (int)VDType.Value : SameAsDType,
                 KRotation = KRotation,
+                PrefixCache = PrefixCache ? 1 : 0, PrefixStore = memory.Utf8(PrefixStore),
+                PrefixWriteThrough = PrefixWriteThrough ? 1 : 0,
             };
             if (PolicyParams.Count > 0) {
                 var entries = new NativeKeyValue[PolicyParams.Count];

@@ -20,6 +20,10 @@ namespace Kvcache
         System.UIntPtr blocksFree;
         int sequences;
         System.UIntPtr bytesShared;
+        System.UIntPtr bytesCached;
+        ulong bytesReclaimed;
+        ulong prefixHits;
+        ulong prefixTokensReused;
 
         internal static CacheStats Empty()
         {
@@ -46,7 +50,18 @@ namespace Kvcache
         public ulong BlocksFree { get { return blocksFree.ToUInt64(); } }
         /// <summary>Live sequences.</summary>
         public int Sequences { get { return sequences; } }
-        /// <summary>Of BytesUsed, what more than one sequence holds (blocks shared by a fork).</summary>
+        /// <summary>Of BytesUsed, what more than one sequence holds (blocks shared by a fork or by AttachPrefix).</summary>
         public ulong BytesShared { get { return bytesShared.ToUInt64(); } }
+        /// <summary>
+        /// Of BytesUsed, blocks that only the prefix cache holds (no live sequence), given back,
+        /// least recently used first, as soon as a call needs the memory.
+        /// </summary>
+        public ulong BytesCached { get { return bytesCached.ToUInt64(); } }
+        /// <summary>Bytes of cached blocks given back so far to make room.</summary>
+        public ulong BytesReclaimed { get { return bytesReclaimed; } }
+        /// <summary>AttachPrefix calls that attached at least one block.</summary>
+        public ulong PrefixHits { get { return prefixHits; } }
+        /// <summary>Tokens those calls attached, summed.</summary>
+        public ulong PrefixTokensReused { get { return prefixTokensReused; } }
     }
 }

@@ -145,6 +145,16 @@ namespace Kvcache
         internal static extern StatusHandle kvc_prefix_load(CacheHandle cache, int seq, [MarshalAs(Utf8)] string store,
                                                             ref NativePrefix prefix, out int tokensRestored);
 
+        // prefix cache
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_prefix_attach(CacheHandle cache, int seq, ref NativePrefix prefix,
+                                                              out int tokensAttached);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_prefix_publish(CacheHandle cache, int seq, ref NativePrefix prefix,
+                                                               out int tokensPublished);
+        [DllImport(Lib)]
+        internal static extern StatusHandle kvc_prefix_lookup(CacheHandle cache, ref NativePrefix prefix, out int tokens);
+
         // The binding fills its structs itself, struct_size being its mirror's size; the tests
         // call the *_init_sized functions with that size to check the mirrors' defaults.
         [DllImport(Lib)] internal static extern void kvc_cache_params_init_sized(IntPtr buffer, UIntPtr size);

@@ -52,6 +52,9 @@ namespace Kvcache
         public int KDType;
         public int VDType;
         public Rotation KRotation;
+        public int PrefixCache;
+        public IntPtr PrefixStore;
+        public int PrefixWriteThrough;
     }
 
     [StructLayout(LayoutKind.Sequential)]

@@ -7,8 +7,10 @@ namespace Kvcache
     /// A prompt prefix whose K/V is shared through a store in chunks of ChunkTokens tokens
     /// (kvc_prefix), each keyed by the model, the cache's shape and every token id up to the
     /// chunk's end, so that any cache of the same shape, in any process, finds the chunks it
-    /// shares. ChunkTokens starts at the header's default, set here as CacheParams' defaults
-    /// are.
+    /// shares (Cache.SavePrefix, LoadPrefix); and the prompt whose blocks a cache with
+    /// CacheParams.PrefixCache publishes and attaches (Cache.PublishPrefix, AttachPrefix,
+    /// LookupPrefix), whose unit is the cache's block: they ignore ChunkTokens. ChunkTokens
+    /// starts at the header's default, set here as CacheParams' defaults are.
     /// </summary>
     public sealed class Prefix
     {

@@ -68,6 +68,9 @@ namespace Kvcache.Tests
                 Assert.Equal(library.KDType, mirror.KDType, "k_dtype");
                 Assert.Equal(library.VDType, mirror.VDType, "v_dtype");
                 Assert.Equal(library.KRotation, mirror.KRotation, "k_rotation");
+                Assert.Equal(library.PrefixCache, mirror.PrefixCache, "prefix_cache");
+                Assert.Equal(library.PrefixStore, mirror.PrefixStore, "prefix_store");
+                Assert.Equal(library.PrefixWriteThrough, mirror.PrefixWriteThrough, "prefix_write_through");
             }
             FromInit<CacheStats>((b, n) => NativeMethods.kvc_cache_stats_init_sized(b, n));
             FromInit<NativePolicyInfo>((b, n) => NativeMethods.kvc_policy_info_init_sized(b, n));

@@ -44,6 +44,7 @@ mod error;
 mod logger;
 mod params;
 mod policy;
+mod prefix_cache;
 mod seq_ops;
 mod shard;
 mod stats;

@@ -185,6 +185,14 @@ pub struct CacheParams {
     pub v_dtype: Option<DType>,
     /// The rotation of K.
     pub k_rotation: Rotation,
+    /// Prefix caching (`Cache::attach_prefix`, `publish_prefix`, `lookup_prefix`); paged
+    /// layout only.
+    pub prefix_cache: bool,
+    /// With `prefix_cache`: a store of the context that `attach_prefix` continues in where the
+    /// cache has no more blocks; None: none.
+    pub prefix_store: Option<String>,
+    /// With `prefix_store`: `publish_prefix` also writes the blocks it makes findable to it.
+    pub prefix_write_through: bool,
 }
 
 /// Builder methods `name(self, value) -> Self`, one per field.
@@ -250,6 +258,9 @@ impl Default for CacheParams {
                 sys::KVC_ROTATION_HADAMARD => Rotation::Hadamard,
                 _ => Rotation::None,
             },
+            prefix_cache: raw.prefix_cache != 0,
+            prefix_store: None,
+            prefix_write_through: raw.prefix_write_through != 0,
         }
     }
 }
@@ -276,6 +287,8 @@ impl CacheParams {
         decode_every: i32,
         decode_slack: i32,
         k_rotation: Rotation,
+        prefix_cache: bool,
+        prefix_write_through: bool,
     }
 
     optional_setters! {
@@ -285,6 +298,7 @@ impl CacheParams {
         recent: i32,
         k_dtype: DType,
         v_dtype: DType,
+        prefix_store: String,
     }
 
     /// Adds a policy-specific parameter, as in YAML.
@@ -297,6 +311,8 @@ impl CacheParams {
     pub(crate) fn with_raw<T>(&self, f: impl FnOnce(&sys::kvc_cache_params) -> Result<T>) -> Result<T> {
         let backend = self.backend.as_deref().map(|name| c_string("backend", name)).transpose()?;
         let policy = self.policy.as_deref().map(|name| c_string("policy", name)).transpose()?;
+        let prefix_store =
+            self.prefix_store.as_deref().map(|name| c_string("prefix_store", name)).transpose()?;
         let policy_params = self
             .policy_params
             .iter()
@@ -338,6 +354,9 @@ impl CacheParams {
         raw.k_dtype = self.k_dtype.map_or(-1, DType::raw);
         raw.v_dtype = self.v_dtype.map_or(-1, DType::raw);
         raw.k_rotation = self.k_rotation.raw();
+        raw.prefix_cache = i32::from(self.prefix_cache);
+        raw.prefix_store = prefix_store.as_ref().map_or(ptr::null(), |name| name.as_ptr());
+        raw.prefix_write_through = i32::from(self.prefix_write_through);
         f(&raw)
     }
 }

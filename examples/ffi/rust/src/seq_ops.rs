@@ -220,6 +220,23 @@ macro_rules! sequence_calls {
                     })
                 }
 
+                /// Makes the full blocks of the sequence that hold the first tokens of `prefix` (the
+                /// token ids of positions 0, 1, ...) findable by `Cache::attach_prefix`, and returns the
+                /// tokens they cover: the whole blocks that every (layer, KV head) holds in order from
+                /// position 0. With the cache's `prefix_write_through`, also writes them to its
+                /// `prefix_store`. `Unsupported` for a cache without `prefix_cache`.
+                pub fn publish_prefix(&self, seq_id: i32, prefix: &Prefix) -> Result<i32> {
+                    let h = self.access(&[seq_id])?;
+                    prefix.with_raw(|raw| {
+                        let mut published = 0;
+                        // SAFETY: the handle may name the sequence; the struct's pointers outlive the call.
+                        check(unsafe {
+                            sys::kvc_prefix_publish(h.raw.as_ptr(), seq_id, raw, &mut published)
+                        })?;
+                        Ok(published)
+                    })
+                }
+
                 /// Tokens stored for (sequence, layer, KV head).
                 pub fn length(&self, seq_id: i32, layer: i32, kv_head: i32) -> Result<i32> {
                     let h = self.access(&[seq_id])?;

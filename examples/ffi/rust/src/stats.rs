@@ -17,8 +17,18 @@ pub struct Stats {
     pub blocks_used: usize,
     pub blocks_free: usize,
     pub sequences: i32,
-    /// Of `bytes_used`, what more than one sequence holds (blocks shared by a fork).
+    /// Of `bytes_used`, what more than one sequence holds (blocks shared by a fork or by
+    /// `Cache::attach_prefix`).
     pub bytes_shared: usize,
+    /// Of `bytes_used`, blocks that only the prefix cache holds (no live sequence), given back,
+    /// least recently used first, as soon as a call needs the memory.
+    pub bytes_cached: usize,
+    /// Bytes of cached blocks given back so far to make room.
+    pub bytes_reclaimed: u64,
+    /// `Cache::attach_prefix` calls that attached at least one block.
+    pub prefix_hits: u64,
+    /// Tokens those calls attached, summed.
+    pub prefix_tokens_reused: u64,
 }
 
 impl Stats {
@@ -42,6 +52,10 @@ impl Stats {
                 blocks_free: raw.blocks_free,
                 sequences: raw.sequences,
                 bytes_shared: raw.bytes_shared,
+                bytes_cached: raw.bytes_cached,
+                bytes_reclaimed: raw.bytes_reclaimed,
+                prefix_hits: raw.prefix_hits,
+                prefix_tokens_reused: raw.prefix_tokens_reused,
             })
         }
     }

@@ -12,7 +12,9 @@ use crate::sys;
 
 /// A prompt prefix whose K/V is shared through a store in chunks of `chunk_tokens` tokens,
 /// each chunk keyed by the model, the cache's shape and every token id up to the chunk's end,
-/// so that any cache of the same shape, in any process, finds the chunks it shares.
+/// so that any cache of the same shape, in any process, finds the chunks it shares; and, with
+/// `chunk_tokens` ignored, the prompt the prefix cache publishes and attaches by blocks
+/// (prefix_cache.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prefix {
     /// Identifies the weights (e.g. a hash of the model file), not empty: K/V of one model must

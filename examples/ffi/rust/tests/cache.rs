@@ -75,7 +75,10 @@ fn the_builder_sets_every_field() {
         .decode_slack(5)
         .k_dtype(DType::Bf16)
         .v_dtype(DType::F16)
-        .k_rotation(Rotation::Hadamard);
+        .k_rotation(Rotation::Hadamard)
+        .prefix_cache(true)
+        .prefix_store("mem")
+        .prefix_write_through(true);
     let expected = CacheParams {
         layers: 3,
         kv_heads: 2,
@@ -99,6 +102,9 @@ fn the_builder_sets_every_field() {
         k_dtype: Some(DType::Bf16),
         v_dtype: Some(DType::F16),
         k_rotation: Rotation::Hadamard,
+        prefix_cache: true,
+        prefix_store: Some("mem".into()),
+        prefix_write_through: true,
     };
     assert_eq!(params, expected);
 }

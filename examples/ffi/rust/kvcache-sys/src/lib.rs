@@ -121,6 +121,9 @@ pub struct kvc_cache_params {
     pub k_dtype: i32,
     pub v_dtype: i32,
     pub k_rotation: i32,
+    pub prefix_cache: i32,
+    pub prefix_store: *const c_char,
+    pub prefix_write_through: i32,
 }
 
 #[repr(C)]
@@ -137,6 +140,10 @@ pub struct kvc_cache_stats {
     pub blocks_free: usize,
     pub sequences: i32,
     pub bytes_shared: usize,
+    pub bytes_cached: usize,
+    pub bytes_reclaimed: u64,
+    pub prefix_hits: u64,
+    pub prefix_tokens_reused: u64,
 }
 
 #[repr(C)]
@@ -424,5 +431,23 @@ extern "C" {
         store: *const c_char,
         prefix: *const kvc_prefix,
         out_tokens_restored: *mut i32,
+    ) -> *mut kvc_status;
+
+    pub fn kvc_prefix_attach(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        prefix: *const kvc_prefix,
+        out_tokens_attached: *mut i32,
+    ) -> *mut kvc_status;
+    pub fn kvc_prefix_publish(
+        cache: *mut kvc_cache,
+        seq_id: i32,
+        prefix: *const kvc_prefix,
+        out_tokens_published: *mut i32,
+    ) -> *mut kvc_status;
+    pub fn kvc_prefix_lookup(
+        cache: *mut kvc_cache,
+        prefix: *const kvc_prefix,
+        out_tokens: *mut i32,
     ) -> *mut kvc_status;
 }
