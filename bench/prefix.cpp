@@ -235,8 +235,9 @@ int run_prefix(Options& opts) {
   char err[1024] = {0};
   kvl_model* raw_model = nullptr;
   const bool real = !cfg.model_path.empty();
-  const int32_t longest = std::max(cfg.prefix_tokens + cfg.question_tokens + cfg.new_tokens,
-                                   cfg.turns * (cfg.turn_tokens + cfg.reply_tokens));
+  const int32_t request_tokens = cfg.prefix_tokens + cfg.question_tokens + cfg.new_tokens;
+  const int32_t chat_tokens = cfg.turns * (cfg.turn_tokens + cfg.reply_tokens);
+  const int32_t longest = std::max(request_tokens, chat_tokens);
   if (real) {
     if (kvl_model_load(cfg.model_path.c_str(), &raw_model, err, sizeof err) != 0) {
       throw Error(std::string("kvl_model_load: ") + err);
@@ -286,14 +287,14 @@ int run_prefix(Options& opts) {
   run.vocab = mc.vocab_size;
   run.model_id = real ? "kvc-bench prefix: " + cfg.model_path
                       : "kvc-bench prefix: random weights, seed " + std::to_string(cfg.seed);
-  run.memory_limit = size_t{1} << 30;  // for the probe
+  run.memory_limit = size_t{1} << 30;  // for the probes of sequence_estimate
   run.memory_limit =
       cfg.memory_limit != 0
           ? cfg.memory_limit
           : 2 * std::max(static_cast<size_t>(cfg.requests) *
                              prefix::sequence_estimate(
                                  run, cfg.prefix_tokens + cfg.question_tokens, cfg.new_tokens),
-                         prefix::sequence_estimate(run, longest - cfg.reply_tokens,
+                         prefix::sequence_estimate(run, chat_tokens - cfg.reply_tokens,
                                                    cfg.reply_tokens));
 
   for (const std::string& n : notes) progress_line(cfg, "note: " + n);
