@@ -42,7 +42,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/stat.h>
 #include <time.h>
 
 #include "batchmax.hpp"
@@ -53,7 +52,7 @@
 #include "timer.hpp"
 
 #if defined(KVC_BENCH_HAVE_LLAMA)
-#include "llama.h"
+#include "llama_handles.hpp"
 #endif
 
 namespace kvc_bench {
@@ -153,19 +152,6 @@ struct Config {
   bool progress = true;
   bool interleave = true;
 };
-
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-std::string dir_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-}
 
 bool contains(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
@@ -284,29 +270,6 @@ Config read_config(Options& opts) {
   return cfg;
 }
 
-// ------------------------------------------------------------------- handles
-
-struct ContextDeleter {
-  void operator()(kvc_context* c) const { kvc_context_destroy(c); }
-};
-struct CacheDeleter {
-  void operator()(kvc_cache* c) const { kvc_cache_destroy(c); }
-};
-struct ModelDeleter {
-  void operator()(kvl_model* m) const { kvl_model_free(m); }
-};
-struct EngineDeleter {
-  void operator()(kvl_engine* e) const { kvl_engine_free(e); }
-};
-struct TokenizerDeleter {
-  void operator()(kvl_tokenizer* t) const { kvl_tokenizer_free(t); }
-};
-using ContextPtr = std::unique_ptr<kvc_context, ContextDeleter>;
-using CachePtr = std::unique_ptr<kvc_cache, CacheDeleter>;
-using ModelPtr = std::unique_ptr<kvl_model, ModelDeleter>;
-using EnginePtr = std::unique_ptr<kvl_engine, EngineDeleter>;
-using TokenizerPtr = std::unique_ptr<kvl_tokenizer, TokenizerDeleter>;
-
 struct ModeSpec {
   const char* name;
   bool compress;
@@ -389,27 +352,6 @@ kvc_cache_stats get_stats(const kvc_cache* cache) {
   st.struct_size = sizeof st;
   check(kvc_cache_get_stats(cache, &st), "kvc_cache_get_stats");
   return st;
-}
-
-// The first index of the largest value (0 when row[0] is NaN), as a scan keeping the best index
-// would give. That scan reloads row[best] on every element, a dependency chain of about 13
-// cycles per element, a visible part of a decode step over a 32000-token vocabulary. Independent
-// lane maxima first (vectorised), then the first index that holds the maximum.
-int32_t argmax(const float* row, int32_t n) {
-  constexpr int32_t kLanes = 16;
-  float lane[kLanes];
-  for (float& m : lane) m = row[0];
-  int32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int32_t j = 0; j < kLanes; ++j) lane[j] = row[i + j] > lane[j] ? row[i + j] : lane[j];
-  }
-  float most = row[0];
-  for (const float m : lane) most = m > most ? m : most;
-  for (; i < n; ++i) most = row[i] > most ? row[i] : most;
-  for (int32_t k = 0; k < n; ++k) {
-    if (row[k] == most) return k;
-  }
-  return 0;
 }
 
 // -log softmax(row)[target], in double.
@@ -746,15 +688,6 @@ void warm_up(kvc_context* ctx, const kvl_model* model, const Config& cfg, const 
     const int32_t pos = len + s;
     forward(&one, &t, &pos);
   }
-}
-
-std::string find_tokenizer(const std::string& model_path, int32_t vocab) {
-  const std::string dir = dir_of(model_path);
-  for (const std::string& name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
-    if (is_file(dir + "/" + name)) return dir + "/" + name;
-  }
-  throw UsageError("--model needs --tokenizer: no tok" + std::to_string(vocab) +
-                   ".bin or tokenizer.bin beside " + model_path);
 }
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }

@@ -42,6 +42,10 @@ const Subcommand kSubcommands[] = {
      " full cache, compress once (chunked or layer-wise), compress per prefill chunk (also with"
      " q8_0 and q8_0/q4_0 K/V)",
      kBatchmaxHelp, run_batchmax},
+    {"prefix",
+     "16 requests sharing a 2048-token system prompt, and a 4-turn chat, without and with the"
+     " prefix cache: prefill tokens, peak K/V, time to first token, logits bit-identical",
+     kPrefixHelp, run_prefix},
 };
 
 void print_usage(std::FILE* out) {

@@ -23,6 +23,12 @@ extern const char* const kGrowthHelp;
 int run_batchmax(Options& opts);
 extern const char* const kBatchmaxHelp;
 
+/// prefix: requests sharing a system prompt, and a chat whose turns extend each other, served
+/// without and with the prefix cache (kvc_prefix_attach / kvc_prefix_publish): prefill tokens,
+/// peak K/V, time to first token and tokens/s of each, and the logits bit for bit.
+int run_prefix(Options& opts);
+extern const char* const kPrefixHelp;
+
 /// compress: compressing a cache to half vs one decode attention step over it.
 int run_compress(Options& opts);
 extern const char* const kCompressHelp;
