@@ -17,6 +17,11 @@
 // --reply_tokens of (teacher-forced) reply: without the prefix cache each turn prefills the
 // whole conversation; with it, each turn attaches what the previous turns published.
 //
+// Scenario 3, with the prefix cache only: --pressure_requests requests over
+// --pressure_prompts drifting system prompts under a memory limit that holds one request and
+// about --pressure_cached prompts (prefix_pressure.cpp): no request may fail, and the most
+// recently used prompts must still be found at the end.
+//
 // The last four lines are the ratios of the targets, each without over with the prefix
 // cache: prefill tokens computed, peak K/V bytes and the mean time to first token of requests
 // 2..N; then prefix_logits_identical.
@@ -50,6 +55,10 @@ const char* const kPrefixHelp =
     "  --turns=N             chat turns (default 4)\n"
     "  --turn_tokens=N       user tokens each turn adds (default 256)\n"
     "  --reply_tokens=N      reply tokens each turn adds, teacher-forced (default 64)\n"
+    "  --pressure_requests=N scenario 3: requests, one at a time (default 48)\n"
+    "  --pressure_prompts=N  its distinct system prompts (default 8)\n"
+    "  --pressure_prefix_tokens=N  the tokens of each (default 256)\n"
+    "  --pressure_cached=N   system prompts its memory limit holds beside a request (default 3)\n"
     "  --dtype=D --k_format=D --v_format=D  K/V storage formats (default f16)\n"
     "  --block_tokens=N      paged block size, the prefix cache's unit (default 16)\n"
     "  --threads=N           kvcache context threads, 0 = all cores (default 0)\n"
@@ -72,7 +81,9 @@ const char* const kPrefixHelp =
     "it), prefix_chat_off_* and prefix_chat_on_* for the chat; prefix_ttft_median_ratio is\n"
     "the median TTFT of requests 2..N off over on (less moved by other work on a shared\n"
     "machine than the mean), prefix_throughput_ratio generated tokens/s end to end, on over\n"
-    "off. The last lines:\n"
+    "off. prefix_pressure_* are scenario 3's: failed requests (0 when the cache gave back\n"
+    "cached blocks whenever a request needed them), reclaimed bytes, and the tokens found at\n"
+    "the end of each system prompt, the most recently used first. The last lines:\n"
     "prefix_prefill_tokens_ratio, prefix_peak_kv_ratio, prefix_ttft_ratio (each off over on;\n"
     "TTFT: the mean of requests 2..N) and prefix_logits_identical (1: every prefill's last\n"
     "logits and every decode step's are bit-identical in both modes).\n";
@@ -107,6 +118,10 @@ Config read_config(Options& opts) {
   cfg.turns = get_count(opts, "turns", 4, 1);
   cfg.turn_tokens = get_count(opts, "turn_tokens", 256, 2);
   cfg.reply_tokens = get_count(opts, "reply_tokens", 64, 1);
+  cfg.pressure_requests = get_count(opts, "pressure_requests", 48, 1);
+  cfg.pressure_prompts = get_count(opts, "pressure_prompts", 8, 1);
+  cfg.pressure_prefix_tokens = get_count(opts, "pressure_prefix_tokens", 256, 1);
+  cfg.pressure_cached = get_count(opts, "pressure_cached", 3, 0);
   cfg.formats = read_kv_formats(opts);
   cfg.block_tokens = get_count(opts, "block_tokens", 16, 1);
   cfg.threads = static_cast<int32_t>(opts.get_int("threads", 0, 0, 4096));
@@ -214,6 +229,24 @@ void report_serve(const std::string& p, const ServeResult& r, bool prefix_cache)
   report(p + "bytes_reclaimed", r.bytes_reclaimed);
 }
 
+void report_pressure(const prefix::PressureResult& r) {
+  report("prefix_pressure_requests", r.requests);
+  report("prefix_pressure_failed", r.failed);
+  report("prefix_pressure_limit_bytes", r.bytes_limit);
+  report("prefix_pressure_peak_bytes", r.bytes_peak);
+  report("prefix_pressure_cached_bytes", r.bytes_cached);
+  report("prefix_pressure_reclaimed_bytes", r.bytes_reclaimed);
+  report("prefix_pressure_hits", r.prefix_hits);
+  report("prefix_pressure_tokens_reused", r.tokens_reused);
+  std::string found;
+  for (int32_t n : r.found_by_recency) found += (found.empty() ? "" : ",") + std::to_string(n);
+  report("prefix_pressure_found_by_recency", found);
+  // How many prompts, from the most recently used on, are still found whole.
+  size_t kept = 0;
+  while (kept < r.found_by_recency.size() && r.found_by_recency[kept] == r.prompt_tokens) ++kept;
+  report("prefix_pressure_recent_kept", kept);
+}
+
 void report_chat(const std::string& p, const ChatResult& r) {
   report(p + "prefill_tokens", r.prefill_tokens);
   for (size_t t = 0; t < r.ttft.s.size(); ++t) {
@@ -318,6 +351,11 @@ int run_prefix(Options& opts) {
                            std::to_string(c.prefill_tokens) + " prefill tokens, " +
                            seconds(c.total_s));
   }
+  const prefix::PressureResult pressure = prefix::pressure(run);
+  progress_line(cfg, std::to_string(pressure.requests) + " requests under a " +
+                         std::to_string(pressure.bytes_limit) + "-byte limit: " +
+                         std::to_string(pressure.failed) + " failed" +
+                         (pressure.first_failure.empty() ? "" : " (" + pressure.first_failure + ")"));
   const int64_t expected_attached = int64_t{cfg.requests - 1} * cfg.prefix_tokens;
   if (on_serve.attached_tokens != expected_attached) {
     notes.push_back("requests 2.." + std::to_string(cfg.requests) + " attached " +
@@ -358,6 +396,7 @@ int run_prefix(Options& opts) {
   report("prefix_chat_reply_tokens", cfg.reply_tokens);
   report_chat("prefix_chat_off_", off_chat);
   report_chat("prefix_chat_on_", on_chat);
+  report_pressure(pressure);
   report("prefix_chat_prefill_tokens_ratio",
          ratio(static_cast<double>(off_chat.prefill_tokens),
                static_cast<double>(on_chat.prefill_tokens)));

@@ -1,6 +1,7 @@
 // kvc-bench prefix: the pieces shared by prefix.cpp (options, model, prompts, report),
 // prefix_engine.cpp (one cache and its engine), prefix_serve.cpp (requests sharing a system
-// prompt) and prefix_chat.cpp (a chat whose turns extend each other).
+// prompt), prefix_chat.cpp (a chat whose turns extend each other) and prefix_pressure.cpp
+// (requests under a memory limit smaller than their prefixes).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,10 @@ struct Config {
   int32_t turns = 4;             ///< chat turns
   int32_t turn_tokens = 256;     ///< user tokens each chat turn adds
   int32_t reply_tokens = 64;     ///< reply tokens each chat turn adds
+  int32_t pressure_requests = 48;       ///< scenario 3's requests
+  int32_t pressure_prompts = 8;         ///< its distinct system prompts
+  int32_t pressure_prefix_tokens = 256; ///< the tokens of each
+  int32_t pressure_cached = 3;          ///< system prompts its memory limit holds besides a request
   KvFormats formats;
   int32_t block_tokens = 16;
   int32_t threads = 0;
@@ -170,6 +175,24 @@ struct ChatResult {
   double total_s = 0;
 };
 ChatResult chat(const Run& run, const Prompts& prompts, bool prefix_cache);
+
+/// Scenario 3, with the prefix cache (prefix_pressure.cpp): requests over drifting system
+/// prompts under a memory limit smaller than the blocks they publish.
+struct PressureResult {
+  int32_t requests = 0;
+  int32_t failed = 0;             ///< requests a call failed for (none may)
+  std::string first_failure;
+  size_t bytes_limit = 0;
+  size_t bytes_peak = 0;
+  size_t bytes_cached = 0;        ///< at the end
+  uint64_t bytes_reclaimed = 0;
+  uint64_t prefix_hits = 0;
+  uint64_t tokens_reused = 0;
+  int32_t prompt_tokens = 0;      ///< of each system prompt
+  /// kvc_prefix_lookup() of each system prompt at the end, the most recently used first.
+  std::vector<int32_t> found_by_recency;
+};
+PressureResult pressure(const Run& run);
 
 }  // namespace prefix
 }  // namespace kvc_bench

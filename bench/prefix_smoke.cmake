@@ -3,7 +3,9 @@
 # requests 2..N each attach the whole system prompt (one prefix hit each; kvc_prefix_lookup
 # says so before request 2 arrives) and prefill only their question, the peak K/V is smaller,
 # the chat prefills less, and the logits of both modes are bit-identical
-# (prefix_logits_identical=1). Timings are not compared: speed is for the
+# (prefix_logits_identical=1); under a memory limit smaller than the prompts they publish, no
+# request fails, cached blocks are reclaimed, the peak stays within the limit and the most
+# recently used prompt is still found whole. Timings are not compared: speed is for the
 # benchmark itself.
 #
 #   cmake -DBENCH=<kvc-bench> -DREQUESTS=N -DPREFIX=N -DQUESTION=N -DNEW=N -DCHUNK=N
@@ -23,7 +25,9 @@ endforeach()
 execute_process(
   COMMAND "${BENCH}" prefix --requests=${REQUESTS} --prefix_tokens=${PREFIX}
           --question_tokens=${QUESTION} --new_tokens=${NEW} --chunk_tokens=${CHUNK}
-          --turns=3 --turn_tokens=64 --reply_tokens=16 --progress=0 ${ARGS}
+          --turns=3 --turn_tokens=64 --reply_tokens=16 --pressure_requests=16
+          --pressure_prompts=6 --pressure_prefix_tokens=64 --pressure_cached=2 --progress=0
+          ${ARGS}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   fail("kvc-bench prefix exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
@@ -65,6 +69,11 @@ integer(prefix_on_peak_kv_bytes)
 integer(prefix_chat_off_prefill_tokens)
 integer(prefix_chat_on_prefill_tokens)
 integer(prefix_logits_identical)
+integer(prefix_pressure_failed)
+integer(prefix_pressure_reclaimed_bytes)
+integer(prefix_pressure_peak_bytes)
+integer(prefix_pressure_limit_bytes)
+integer(prefix_pressure_recent_kept)
 
 math(EXPR prompt "${PREFIX} + ${QUESTION}")
 math(EXPR others "${REQUESTS} - 1")
@@ -93,6 +102,15 @@ if(NOT prefix_chat_on_prefill_tokens LESS prefix_chat_off_prefill_tokens)
 endif()
 if(NOT prefix_logits_identical EQUAL 1)
   fail("the logits differ between the modes:\n${out}")
+endif()
+if(NOT prefix_pressure_failed EQUAL 0)
+  fail("${prefix_pressure_failed} requests failed under the memory limit:\n${out}\n${err}")
+endif()
+if(prefix_pressure_reclaimed_bytes EQUAL 0 OR prefix_pressure_recent_kept LESS 1 OR
+   prefix_pressure_peak_bytes GREATER prefix_pressure_limit_bytes)
+  fail("under the memory limit: ${prefix_pressure_reclaimed_bytes} bytes reclaimed, "
+       "${prefix_pressure_recent_kept} recent prompts found whole, peak "
+       "${prefix_pressure_peak_bytes} of ${prefix_pressure_limit_bytes} bytes:\n${out}")
 endif()
 message("prefix_smoke: prefill tokens ${prefix_off_prefill_tokens} -> "
         "${prefix_on_prefill_tokens}, peak K/V ${prefix_off_peak_kv_bytes} -> "
