@@ -494,3 +494,40 @@ TEST_CASE("prefix cache: YAML prefix_cache section") {
   CHECK(contiguous.code() == KVC_ERR_CONFIG);
   CHECK(kvt::contains(contiguous.message(), "paged"));
 }
+
+TEST_CASE("prefix cache: a write to a block only the cache shares is not OUT_OF_MEMORY when the live sequence fits") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // Room for exactly the publisher's two blocks on every head: no spare block for a copy.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 2 * node));
+  const std::vector<int32_t> ids = prompt(2 * kBlock, 30);
+  prefill_and_publish(cache.get(), 0, ids);
+  KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, kBlock + 4));
+  // Without the cache's hold the append writes the truncated block in place; with it the
+  // block is copied first, and the cache gives it up when the copy does not fit.
+  std::vector<int32_t> other = ids;
+  other[kBlock + 4] += 1;
+  std::vector<float> out;
+  CHECK(try_feed(cache.get(), 0, chunk_of(other, kBlock + 4, kBlock + 5), out));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(s.bytes_cached == 0);
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == kBlock + 5);
+  // The first block is still findable; the second, rewritten, is not.
+  CHECK(lookup(cache.get(), ids) == kBlock);
+
+  // A compression that moves tokens into the published blocks, likewise.
+  kvc_cache_params p = params(true, 2 * node);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 4;
+  p.budget = 8;
+  kvt::CachePtr compressing = kvt::make_cache(ctx.get(), p);
+  prefill_and_publish(compressing.get(), 0, ids);
+  const int32_t zero = 0;
+  KVT_REQUIRE_OK(kvc_compress(compressing.get(), -1, 1, &zero));
+  s = kvt::get_stats(compressing.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(kvt::stored_positions(compressing.get(), 0, 1, 1).size() == 8);
+  CHECK(lookup(compressing.get(), ids) == 0);
+}

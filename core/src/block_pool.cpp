@@ -193,6 +193,19 @@ bool BlockPool::only_held(const void* block) const {
   return held_.count(block) != 0 && owners_locked(block) == 1;
 }
 
+bool BlockPool::give_up_holds(const std::vector<const void*>& blocks) {
+  std::vector<const void*> writable;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const void* block : blocks) {
+      if (held_.count(block) != 0 && owners_locked(block) == 2) writable.push_back(block);
+    }
+  }
+  if (writable.empty() || !releaser_) return false;
+  releaser_(writable);
+  return true;
+}
+
 void BlockPool::release(void* ptr, size_t bytes, void* stream) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

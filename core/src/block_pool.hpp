@@ -71,6 +71,14 @@ class BlockPool {
   // (let_go) and returns whether it gave any.
   using Reclaimer = std::function<bool(size_t bytes)>;
   void set_reclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
+  // For a writer whose private copies do not fit: ends the prefix cache's hold on those of
+  // `blocks` that one sequence (the writer) holds besides it, so that the writer may write
+  // them in place. Returns whether it ended any.
+  bool give_up_holds(const std::vector<const void*>& blocks);
+  // Called without the pool's lock by give_up_holds(): the prefix cache lets go of these
+  // blocks (and of what it can no longer find without them).
+  using Releaser = std::function<void(const std::vector<const void*>& blocks)>;
+  void set_releaser(Releaser releaser) { releaser_ = std::move(releaser); }
 
   PoolCounters counters() const;
   // Blocks that could still be taken before the limit.
@@ -103,6 +111,7 @@ class BlockPool {
   std::unordered_map<const void*, uint32_t> extra_owners_;  // only pointers with several owners
   std::unordered_set<const void*> held_;  // blocks the prefix cache holds
   Reclaimer reclaimer_;
+  Releaser releaser_;
   // extra_owners_.size(), read without the lock: with no fork, shared() costs nothing.
   std::atomic<size_t> n_shared_{0};
   PoolCounters counters_;
