@@ -531,3 +531,23 @@ TEST_CASE("prefix cache: a write to a block only the cache shares is not OUT_OF_
   CHECK(kvt::stored_positions(compressing.get(), 0, 1, 1).size() == 8);
   CHECK(lookup(compressing.get(), ids) == 0);
 }
+
+TEST_CASE("prefix cache: a \"once\" compression of a published prompt fits where the live sequence fits") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  kvc_cache_params p = params(true, 2 * node);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 4;
+  p.budget = 8;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 31);
+  prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));
+  // The first decode token compresses the prompt first: the sinks' block is rewritten.
+  std::vector<float> out;
+  CHECK(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+  const kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
+}

@@ -154,6 +154,11 @@ bool BlockPool::shared(const void* ptr) const {
   return extra_owners_.count(ptr) != 0;
 }
 
+bool BlockPool::shared_by_sequences(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sequence_owners_locked(ptr) >= 2;
+}
+
 void BlockPool::free_block_locked(void* block) {
   free_blocks_.push_back(block);
   counters_.blocks_used -= 1;

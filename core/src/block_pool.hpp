@@ -60,6 +60,8 @@ class BlockPool {
   void share(void* ptr, size_t bytes);
   // Whether more than one owner holds it (a writer must copy it first).
   bool shared(const void* ptr) const;
+  // Whether more than one owner besides the prefix cache holds it.
+  bool shared_by_sequences(const void* ptr) const;
 
   // The prefix cache's hold on a block that a sequence holds: one more owner, not a sequence.
   void hold(void* block);
