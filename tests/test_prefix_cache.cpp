@@ -551,3 +551,34 @@ TEST_CASE("prefix cache: a \"once\" compression of a published prompt fits where
   CHECK(s.bytes_used <= s.bytes_limit);
   CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
 }
+
+TEST_CASE("prefix cache: a block published under two keys is counted once and given back once") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 4 * node));
+  const std::vector<int32_t> ids = prompt(2 * kBlock, 32);
+  prefill_and_publish(cache.get(), 0, ids);
+  // The same blocks, findable under another model's keys too.
+  kvc_prefix other = prefix_of(ids);
+  other.model = "another-model";
+  int32_t tokens = -1;
+  KVT_REQUIRE_OK(kvc_prefix_publish(cache.get(), 0, &other, &tokens));
+  CHECK(tokens == 2 * kBlock);
+  CHECK(kvt::get_stats(cache.get()).bytes_shared == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.bytes_cached == 2 * node);
+  CHECK(s.bytes_used == s.bytes_cached);
+  // A sequence needing the whole limit makes the cache give every block back, once.
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 1));
+  feed(cache.get(), 1, chunk_of(prompt(4 * kBlock, 33), 0, 4 * kBlock));
+  s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_cached == 0);
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.bytes_used == 4 * node);
+  CHECK(lookup(cache.get(), ids) == 0);
+  CHECK(attach(cache.get(), 2, ids) == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
+  CHECK(kvt::get_stats(cache.get()).bytes_used == 0);
+}

@@ -174,14 +174,15 @@ void BlockPool::give_back_block(void* block) {
 void BlockPool::hold(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
   add_owner_locked(block);
-  held_.insert(block);
+  ++held_[block];
 }
 
 bool BlockPool::let_go(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
-  held_.erase(block);
+  const auto held = held_.find(block);
+  if (--held->second == 0) held_.erase(held);
   const auto it = extra_owners_.find(block);
-  if (it != extra_owners_.end()) {  // sequences still hold it: they are its owners now
+  if (it != extra_owners_.end()) {  // sequences or other holds keep it
     if (--it->second == 0) {
       extra_owners_.erase(it);
       n_shared_.store(extra_owners_.size(), std::memory_order_release);
@@ -195,7 +196,8 @@ bool BlockPool::let_go(void* block) {
 
 bool BlockPool::only_held(const void* block) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return held_.count(block) != 0 && owners_locked(block) == 1;
+  const uint32_t holds = holds_locked(block);
+  return holds != 0 && owners_locked(block) == holds;
 }
 
 bool BlockPool::give_up_holds(const std::vector<const void*>& blocks) {
@@ -203,7 +205,7 @@ bool BlockPool::give_up_holds(const std::vector<const void*>& blocks) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const void* block : blocks) {
-      if (held_.count(block) != 0 && owners_locked(block) == 2) writable.push_back(block);
+      if (holds_locked(block) != 0 && sequence_owners_locked(block) == 1) writable.push_back(block);
     }
   }
   if (writable.empty() || !releaser_) return false;
