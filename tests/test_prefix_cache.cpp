@@ -4,6 +4,7 @@
 // block, the prefix store continues and takes what the cache publishes, and misuse is refused.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -581,4 +582,136 @@ TEST_CASE("prefix cache: a block published under two keys is counted once and gi
   CHECK(attach(cache.get(), 2, ids) == 0);
   KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
   CHECK(kvt::get_stats(cache.get()).bytes_used == 0);
+}
+
+TEST_CASE("prefix cache: random calls keep every sequence as a cache without it stores it, and the counters exact") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    auto pick = [&](int32_t n) { return static_cast<int32_t>(rng() % static_cast<uint32_t>(n)); };
+    kvc_cache_params p = params(true, 26 * node);
+    p.policy = "streaming";
+    p.sinks = 4 + pick(2) * 4;
+    p.recent = 8;
+    p.budget = 24;
+    p.prefill = pick(2) ? KVC_PREFILL_ONCE : KVC_PREFILL_NONE;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    p.prefix_cache = 0;
+    p.memory_limit = size_t{64} << 20;
+    kvt::CachePtr reference = kvt::make_cache(ctx.get(), p);
+    struct Live {
+      std::vector<int32_t> ids;  // by position
+      int32_t next = 0;          // the next position to append
+    };
+    std::map<int32_t, Live> live;
+    int32_t next_id = 0;
+    const std::vector<int32_t> bases[] = {prompt(40, 50), prompt(40, 51)};
+    auto both = [&](auto&& call) {
+      KVT_REQUIRE_OK(call(cache.get()));
+      KVT_REQUIRE_OK(call(reference.get()));
+    };
+    auto append = [&](int32_t seq, Live& l, int32_t n) {
+      while (static_cast<int32_t>(l.ids.size()) < l.next + n) l.ids.push_back(pick(30000));
+      const Chunk c = chunk_of(l.ids, l.next, l.next + n);
+      std::vector<float> a, b;
+      REQUIRE(try_feed(cache.get(), seq, c, a));
+      REQUIRE(try_feed(reference.get(), seq, c, b));
+      CHECK(a == b);
+      l.next += n;
+    };
+    for (int step = 0; step < 60; ++step) {
+      CAPTURE(step);
+      const int op = pick(9);
+      if (live.empty() || (op == 0 && live.size() < 4)) {
+        Live l;
+        const std::vector<int32_t>& base = bases[pick(2)];
+        l.ids.assign(base.begin(), base.begin() + 8 + pick(33));
+        const int32_t seq = next_id++;
+        const int32_t got = attach(cache.get(), seq, l.ids);
+        KVT_REQUIRE_OK(kvc_seq_create(reference.get(), seq));
+        if (got > 0) feed(reference.get(), seq, chunk_of(l.ids, 0, got));
+        l.next = got;
+        const int32_t rest = static_cast<int32_t>(l.ids.size()) - got;
+        if (rest > 0) append(seq, l, rest);
+        live[seq] = l;
+        continue;
+      }
+      auto it = live.begin();
+      std::advance(it, pick(static_cast<int32_t>(live.size())));
+      const int32_t seq = it->first;
+      Live& l = it->second;
+      switch (op) {
+        case 1: append(seq, l, 1); break;
+        case 2: {
+          if (live.size() >= 4) break;
+          const int32_t to = next_id++;
+          both([&](kvc_cache* c) { return kvc_seq_fork(c, seq, to); });
+          live[to] = l;
+          break;
+        }
+        case 3: {
+          const int32_t at = pick(l.next + 1);
+          both([&](kvc_cache* c) { return kvc_seq_truncate(c, seq, at); });
+          l.ids.resize(static_cast<size_t>(at));
+          l.next = std::min(l.next, at);
+          break;
+        }
+        case 4: {
+          const int32_t first = pick(l.next + 1);
+          const int32_t end = first + pick(l.next - first + 1);
+          both([&](kvc_cache* c) { return kvc_seq_remove_range(c, seq, first, end); });
+          break;
+        }
+        case 5: both([&](kvc_cache* c) { return kvc_compress(c, -1, 1, &seq); }); break;
+        case 6: {
+          // Mostly this model's keys; sometimes another's, which finds the same blocks.
+          kvc_prefix prefix = prefix_of(l.ids, l.next);
+          if (pick(4) == 0) prefix.model = "another-model";
+          int32_t tokens = -1;
+          KVT_REQUIRE_OK(kvc_prefix_publish(cache.get(), seq, &prefix, &tokens));
+          break;
+        }
+        case 7: {
+          both([&](kvc_cache* c) { return kvc_seq_remove(c, seq); });
+          live.erase(it);
+          break;
+        }
+        case 8: {
+          if (live.size() >= 4) break;
+          const int32_t to = next_id++;
+          for (kvc_cache* c : {cache.get(), reference.get()}) {
+            const std::vector<uint8_t> bytes = kvt::export_bytes(c, seq);
+            KVT_REQUIRE_OK(kvc_seq_import(c, to, bytes.data(), bytes.size()));
+          }
+          live[to] = l;
+          break;
+        }
+        default: append(seq, l, 1 + pick(9)); break;
+      }
+      for (const auto& entry : live) {
+        CAPTURE(entry.first);
+        REQUIRE(kvt::stored_bytes(cache.get(), entry.first) ==
+                kvt::stored_bytes(reference.get(), entry.first));
+      }
+      const kvc_cache_stats s = kvt::get_stats(cache.get());
+      const kvc_cache_stats r = kvt::get_stats(reference.get());
+      REQUIRE(s.bytes_used <= s.bytes_limit);
+      REQUIRE(s.bytes_cached + s.bytes_shared <= s.bytes_used);
+      REQUIRE(s.bytes_used == s.blocks_used * (node / (kLayers * kKvHeads)));
+      REQUIRE(s.tokens_stored == r.tokens_stored);
+    }
+    for (const auto& entry : live) {
+      both([&](kvc_cache* c) { return kvc_seq_remove(c, entry.first); });
+    }
+    const kvc_cache_stats s = kvt::get_stats(cache.get());
+    CHECK(s.bytes_used == s.bytes_cached);
+    CHECK(s.bytes_shared == 0);
+    // Every cached block is given back to a sequence that needs the whole limit.
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), next_id));
+    feed(cache.get(), next_id, chunk_of(prompt(26 * kBlock, 52), 0, 26 * kBlock));
+    CHECK(kvt::get_stats(cache.get()).bytes_used == 26 * node);
+    CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  }
 }
