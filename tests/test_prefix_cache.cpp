@@ -2,6 +2,8 @@
 // prefill bit for bit, cached blocks outlive their sequences and are reclaimed least recently
 // used first (leaves first) exactly when memory is needed, compression never changes a shared
 // block, the prefix store continues and takes what the cache publishes, and misuse is refused.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -713,5 +715,43 @@ TEST_CASE("prefix cache: random calls keep every sequence as a cache without it 
     feed(cache.get(), next_id, chunk_of(prompt(26 * kBlock, 52), 0, 26 * kBlock));
     CHECK(kvt::get_stats(cache.get()).bytes_used == 26 * node);
     CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  }
+}
+
+TEST_CASE("prefix cache: a failed append after a \"once\" compression of a published prompt leaves it as it was") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
+  const size_t node = node_bytes(ctx.get(), params(false));
+  for (const size_t limit : {2 * node, 8 * node}) {
+    CAPTURE(limit);
+    kvc_cache_params p = params(true, limit);
+    p.backend = "fault";
+    p.policy = "streaming";
+    p.sinks = 4;
+    p.recent = 4;
+    p.budget = 8;
+    p.prefill = KVC_PREFILL_ONCE;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 34);
+    prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));
+    const std::vector<unsigned char> before = kvt::stored_bytes(cache.get(), 0);
+    // The attention after the compression and the append fails: both are undone.
+    void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(handle != nullptr);
+    auto arm = reinterpret_cast<void (*)(int, long, int32_t, const char*)>(dlsym(handle, "kvc_fault_arm"));
+    const bool found = arm != nullptr;
+    REQUIRE(found);
+    arm(2 /* attend */, 1, KVC_ERR_PLUGIN, "injected fault");
+    std::vector<float> out;
+    CHECK_FALSE(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+    arm(2, 0, KVC_ERR_PLUGIN, "disarmed");
+    dlclose(handle);
+    CHECK(kvt::stored_bytes(cache.get(), 0) == before);
+    const kvc_cache_stats s = kvt::get_stats(cache.get());
+    CHECK(s.bytes_used <= s.bytes_limit);
+    CHECK(s.bytes_cached + s.bytes_shared <= s.bytes_used);
+    // Retried, it succeeds.
+    CHECK(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+    CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
   }
 }
