@@ -1,7 +1,9 @@
 // The prefix cache through the C API: an attached prefix gives the attention of a full
 // prefill bit for bit, cached blocks outlive their sequences and are reclaimed least recently
 // used first (leaves first) exactly when memory is needed, compression never changes a shared
-// block, the prefix store continues and takes what the cache publishes, and misuse is refused.
+// block (and is written in place, the cache letting go of it, when its copy does not fit), the
+// prefix store continues and takes what the cache publishes, random calls keep the counters
+// exact and the sequences as a cache without a prefix cache stores them, and misuse is refused.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -754,4 +756,32 @@ TEST_CASE("prefix cache: a failed append after a \"once\" compression of a publi
     CHECK(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
     CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
   }
+}
+
+TEST_CASE("prefix cache: an attach continues its cached run with the store's chunks after it") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache_params writer = params(true);
+  writer.prefix_store = "mem";
+  writer.prefix_write_through = 1;
+  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
+  kvc_cache_params reader = params(true);
+  reader.prefix_store = "mem";
+  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  const std::vector<int32_t> ids = prompt(3 * kBlock, 35);
+  prefill_and_publish(first.get(), 0, ids);
+  // The reader has the first block cached itself; the store has all three.
+  prefill_and_publish(second.get(), 0, std::vector<int32_t>(ids.begin(), ids.begin() + kBlock));
+  KVT_REQUIRE_OK(kvc_seq_remove(second.get(), 0));
+  CHECK(lookup(second.get(), ids) == kBlock);
+  CHECK(attach(second.get(), 1, ids) == 3 * kBlock);
+  KVT_REQUIRE_OK(kvc_seq_create(plain.get(), 1));
+  feed(plain.get(), 1, chunk_of(ids, 0, 3 * kBlock));
+  CHECK(kvt::stored_bytes(second.get(), 1) == kvt::stored_bytes(plain.get(), 1));
+  CHECK(lookup(second.get(), ids) == 3 * kBlock);
+  KVT_REQUIRE_OK(kvc_seq_remove(second.get(), 1));
+  const kvc_cache_stats s = kvt::get_stats(second.get());
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.blocks_used == 3u * kLayers * kKvHeads);
 }
