@@ -520,6 +520,13 @@ TEST_CASE("prefix cache: a write to a block only the cache shares is not OUT_OF_
   CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == kBlock + 5);
   // The first block is still findable; the second, rewritten, is not.
   CHECK(lookup(cache.get(), ids) == kBlock);
+  // Once the sequence is gone the first block is a cached leaf, given back when needed.
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == node);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 1));
+  feed(cache.get(), 1, chunk_of(prompt(2 * kBlock, 36), 0, 2 * kBlock));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  CHECK(lookup(cache.get(), ids) == 0);
 
   // A compression that moves tokens into the published blocks, likewise.
   kvc_cache_params p = params(true, 2 * node);

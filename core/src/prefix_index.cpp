@@ -142,15 +142,16 @@ void PrefixIndex::drop(const std::vector<const void*>& blocks) {
       if (node->parent && removed.count(node->parent) && removed.insert(node).second) grew = true;
     }
   }
+  for (const Node* node : removed) {
+    if (node->parent && !removed.count(node->parent)) node->parent->children -= 1;
+  }
   size_t freed = 0;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
-    Node& node = *it->second;
-    if (!removed.count(&node)) {
+    if (!removed.count(it->second.get())) {
       ++it;
       continue;
     }
-    for (void* block : node.blocks) freed += pool_.let_go(block) ? pool_.block_bytes() : 0;
-    if (node.parent && !removed.count(node.parent)) node.parent->children -= 1;
+    for (void* block : it->second->blocks) freed += pool_.let_go(block) ? pool_.block_bytes() : 0;
     it = nodes_.erase(it);
   }
   counters_.bytes_reclaimed += freed;
