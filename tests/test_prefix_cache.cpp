@@ -1,9 +1,14 @@
 // The prefix cache through the C API: an attached prefix gives the attention of a full
 // prefill bit for bit, cached blocks outlive their sequences and are reclaimed least recently
 // used first (leaves first) exactly when memory is needed, compression never changes a shared
-// block, the prefix store continues and takes what the cache publishes, and misuse is refused.
+// block (and is written in place, the cache letting go of it, when its copy does not fit), the
+// prefix store continues and takes what the cache publishes, random calls keep the counters
+// exact and the sequences as a cache without a prefix cache stores them, and misuse is refused.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -493,4 +498,297 @@ TEST_CASE("prefix cache: YAML prefix_cache section") {
       ctx.get(), "cache: { layout: contiguous }\nprefix_cache: { enabled: true }\n", &made));
   CHECK(contiguous.code() == KVC_ERR_CONFIG);
   CHECK(kvt::contains(contiguous.message(), "paged"));
+}
+
+TEST_CASE("prefix cache: a write to a block only the cache shares is not OUT_OF_MEMORY when the live sequence fits") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  // Room for exactly the publisher's two blocks on every head: no spare block for a copy.
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 2 * node));
+  const std::vector<int32_t> ids = prompt(2 * kBlock, 30);
+  prefill_and_publish(cache.get(), 0, ids);
+  KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, kBlock + 4));
+  // Without the cache's hold the append writes the truncated block in place; with it the
+  // block is copied first, and the cache gives it up when the copy does not fit.
+  std::vector<int32_t> other = ids;
+  other[kBlock + 4] += 1;
+  std::vector<float> out;
+  CHECK(try_feed(cache.get(), 0, chunk_of(other, kBlock + 4, kBlock + 5), out));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(s.bytes_cached == 0);
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == kBlock + 5);
+  // The first block is still findable; the second, rewritten, is not.
+  CHECK(lookup(cache.get(), ids) == kBlock);
+  // Once the sequence is gone the first block is a cached leaf, given back when needed.
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == node);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 1));
+  feed(cache.get(), 1, chunk_of(prompt(2 * kBlock, 36), 0, 2 * kBlock));
+  CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  CHECK(lookup(cache.get(), ids) == 0);
+
+  // A compression that moves tokens into the published blocks, likewise.
+  kvc_cache_params p = params(true, 2 * node);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 4;
+  p.budget = 8;
+  kvt::CachePtr compressing = kvt::make_cache(ctx.get(), p);
+  prefill_and_publish(compressing.get(), 0, ids);
+  const int32_t zero = 0;
+  KVT_REQUIRE_OK(kvc_compress(compressing.get(), -1, 1, &zero));
+  s = kvt::get_stats(compressing.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(kvt::stored_positions(compressing.get(), 0, 1, 1).size() == 8);
+  CHECK(lookup(compressing.get(), ids) == 0);
+}
+
+TEST_CASE("prefix cache: a \"once\" compression of a published prompt fits where the live sequence fits") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  kvc_cache_params p = params(true, 2 * node);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 4;
+  p.budget = 8;
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 31);
+  prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));
+  // The first decode token compresses the prompt first: the sinks' block is rewritten.
+  std::vector<float> out;
+  CHECK(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+  const kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_used <= s.bytes_limit);
+  CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
+}
+
+TEST_CASE("prefix cache: a block published under two keys is counted once and given back once") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), params(true, 4 * node));
+  const std::vector<int32_t> ids = prompt(2 * kBlock, 32);
+  prefill_and_publish(cache.get(), 0, ids);
+  // The same blocks, findable under another model's keys too.
+  kvc_prefix other = prefix_of(ids);
+  other.model = "another-model";
+  int32_t tokens = -1;
+  KVT_REQUIRE_OK(kvc_prefix_publish(cache.get(), 0, &other, &tokens));
+  CHECK(tokens == 2 * kBlock);
+  CHECK(kvt::get_stats(cache.get()).bytes_shared == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+  kvc_cache_stats s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.bytes_cached == 2 * node);
+  CHECK(s.bytes_used == s.bytes_cached);
+  // A sequence needing the whole limit makes the cache give every block back, once.
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 1));
+  feed(cache.get(), 1, chunk_of(prompt(4 * kBlock, 33), 0, 4 * kBlock));
+  s = kvt::get_stats(cache.get());
+  CHECK(s.bytes_cached == 0);
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.bytes_used == 4 * node);
+  CHECK(lookup(cache.get(), ids) == 0);
+  CHECK(attach(cache.get(), 2, ids) == 0);
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
+  CHECK(kvt::get_stats(cache.get()).bytes_used == 0);
+}
+
+TEST_CASE("prefix cache: random calls keep every sequence as a cache without it stores it, and the counters exact") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t node = node_bytes(ctx.get(), params(false));
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    auto pick = [&](int32_t n) { return static_cast<int32_t>(rng() % static_cast<uint32_t>(n)); };
+    kvc_cache_params p = params(true, 26 * node);
+    p.policy = "streaming";
+    p.sinks = 4 + pick(2) * 4;
+    p.recent = 8;
+    p.budget = 24;
+    p.prefill = pick(2) ? KVC_PREFILL_ONCE : KVC_PREFILL_NONE;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    p.prefix_cache = 0;
+    p.memory_limit = size_t{64} << 20;
+    kvt::CachePtr reference = kvt::make_cache(ctx.get(), p);
+    struct Live {
+      std::vector<int32_t> ids;  // by position
+      int32_t next = 0;          // the next position to append
+    };
+    std::map<int32_t, Live> live;
+    int32_t next_id = 0;
+    const std::vector<int32_t> bases[] = {prompt(40, 50), prompt(40, 51)};
+    auto both = [&](auto&& call) {
+      KVT_REQUIRE_OK(call(cache.get()));
+      KVT_REQUIRE_OK(call(reference.get()));
+    };
+    auto append = [&](int32_t seq, Live& l, int32_t n) {
+      while (static_cast<int32_t>(l.ids.size()) < l.next + n) l.ids.push_back(pick(30000));
+      const Chunk c = chunk_of(l.ids, l.next, l.next + n);
+      std::vector<float> a, b;
+      REQUIRE(try_feed(cache.get(), seq, c, a));
+      REQUIRE(try_feed(reference.get(), seq, c, b));
+      CHECK(a == b);
+      l.next += n;
+    };
+    for (int step = 0; step < 60; ++step) {
+      CAPTURE(step);
+      const int op = pick(9);
+      if (live.empty() || (op == 0 && live.size() < 4)) {
+        Live l;
+        const std::vector<int32_t>& base = bases[pick(2)];
+        l.ids.assign(base.begin(), base.begin() + 8 + pick(33));
+        const int32_t seq = next_id++;
+        const int32_t got = attach(cache.get(), seq, l.ids);
+        KVT_REQUIRE_OK(kvc_seq_create(reference.get(), seq));
+        if (got > 0) feed(reference.get(), seq, chunk_of(l.ids, 0, got));
+        l.next = got;
+        const int32_t rest = static_cast<int32_t>(l.ids.size()) - got;
+        if (rest > 0) append(seq, l, rest);
+        live[seq] = l;
+        continue;
+      }
+      auto it = live.begin();
+      std::advance(it, pick(static_cast<int32_t>(live.size())));
+      const int32_t seq = it->first;
+      Live& l = it->second;
+      switch (op) {
+        case 1: append(seq, l, 1); break;
+        case 2: {
+          if (live.size() >= 4) break;
+          const int32_t to = next_id++;
+          both([&](kvc_cache* c) { return kvc_seq_fork(c, seq, to); });
+          live[to] = l;
+          break;
+        }
+        case 3: {
+          const int32_t at = pick(l.next + 1);
+          both([&](kvc_cache* c) { return kvc_seq_truncate(c, seq, at); });
+          l.ids.resize(static_cast<size_t>(at));
+          l.next = std::min(l.next, at);
+          break;
+        }
+        case 4: {
+          const int32_t first = pick(l.next + 1);
+          const int32_t end = first + pick(l.next - first + 1);
+          both([&](kvc_cache* c) { return kvc_seq_remove_range(c, seq, first, end); });
+          break;
+        }
+        case 5: both([&](kvc_cache* c) { return kvc_compress(c, -1, 1, &seq); }); break;
+        case 6: {
+          // Mostly this model's keys; sometimes another's, which finds the same blocks.
+          kvc_prefix prefix = prefix_of(l.ids, l.next);
+          if (pick(4) == 0) prefix.model = "another-model";
+          int32_t tokens = -1;
+          KVT_REQUIRE_OK(kvc_prefix_publish(cache.get(), seq, &prefix, &tokens));
+          break;
+        }
+        case 7: {
+          both([&](kvc_cache* c) { return kvc_seq_remove(c, seq); });
+          live.erase(it);
+          break;
+        }
+        case 8: {
+          if (live.size() >= 4) break;
+          const int32_t to = next_id++;
+          for (kvc_cache* c : {cache.get(), reference.get()}) {
+            const std::vector<uint8_t> bytes = kvt::export_bytes(c, seq);
+            KVT_REQUIRE_OK(kvc_seq_import(c, to, bytes.data(), bytes.size()));
+          }
+          live[to] = l;
+          break;
+        }
+        default: append(seq, l, 1 + pick(9)); break;
+      }
+      for (const auto& entry : live) {
+        CAPTURE(entry.first);
+        REQUIRE(kvt::stored_bytes(cache.get(), entry.first) ==
+                kvt::stored_bytes(reference.get(), entry.first));
+      }
+      const kvc_cache_stats s = kvt::get_stats(cache.get());
+      const kvc_cache_stats r = kvt::get_stats(reference.get());
+      REQUIRE(s.bytes_used <= s.bytes_limit);
+      REQUIRE(s.bytes_cached + s.bytes_shared <= s.bytes_used);
+      REQUIRE(s.bytes_used == s.blocks_used * (node / (kLayers * kKvHeads)));
+      REQUIRE(s.tokens_stored == r.tokens_stored);
+    }
+    for (const auto& entry : live) {
+      both([&](kvc_cache* c) { return kvc_seq_remove(c, entry.first); });
+    }
+    const kvc_cache_stats s = kvt::get_stats(cache.get());
+    CHECK(s.bytes_used == s.bytes_cached);
+    CHECK(s.bytes_shared == 0);
+    // Every cached block is given back to a sequence that needs the whole limit.
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), next_id));
+    feed(cache.get(), next_id, chunk_of(prompt(26 * kBlock, 52), 0, 26 * kBlock));
+    CHECK(kvt::get_stats(cache.get()).bytes_used == 26 * node);
+    CHECK(kvt::get_stats(cache.get()).bytes_cached == 0);
+  }
+}
+
+TEST_CASE("prefix cache: a failed append after a \"once\" compression of a published prompt leaves it as it was") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
+  const size_t node = node_bytes(ctx.get(), params(false));
+  for (const size_t limit : {2 * node, 8 * node}) {
+    CAPTURE(limit);
+    kvc_cache_params p = params(true, limit);
+    p.backend = "fault";
+    p.policy = "streaming";
+    p.sinks = 4;
+    p.recent = 4;
+    p.budget = 8;
+    p.prefill = KVC_PREFILL_ONCE;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 34);
+    prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));
+    const std::vector<unsigned char> before = kvt::stored_bytes(cache.get(), 0);
+    // The attention after the compression and the append fails: both are undone.
+    void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(handle != nullptr);
+    auto arm = reinterpret_cast<void (*)(int, long, int32_t, const char*)>(dlsym(handle, "kvc_fault_arm"));
+    const bool found = arm != nullptr;
+    REQUIRE(found);
+    arm(2 /* attend */, 1, KVC_ERR_PLUGIN, "injected fault");
+    std::vector<float> out;
+    CHECK_FALSE(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+    arm(2, 0, KVC_ERR_PLUGIN, "disarmed");
+    dlclose(handle);
+    CHECK(kvt::stored_bytes(cache.get(), 0) == before);
+    const kvc_cache_stats s = kvt::get_stats(cache.get());
+    CHECK(s.bytes_used <= s.bytes_limit);
+    CHECK(s.bytes_cached + s.bytes_shared <= s.bytes_used);
+    // Retried, it succeeds.
+    CHECK(try_feed(cache.get(), 0, chunk_of(ids, 2 * kBlock, 2 * kBlock + 1), out));
+    CHECK(kvt::stored_positions(cache.get(), 0, 1, 1).size() == 9);
+  }
+}
+
+TEST_CASE("prefix cache: an attach continues its cached run with the store's chunks after it") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
+  kvc_cache_params writer = params(true);
+  writer.prefix_store = "mem";
+  writer.prefix_write_through = 1;
+  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
+  kvc_cache_params reader = params(true);
+  reader.prefix_store = "mem";
+  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
+  const std::vector<int32_t> ids = prompt(3 * kBlock, 35);
+  prefill_and_publish(first.get(), 0, ids);
+  // The reader has the first block cached itself; the store has all three.
+  prefill_and_publish(second.get(), 0, std::vector<int32_t>(ids.begin(), ids.begin() + kBlock));
+  KVT_REQUIRE_OK(kvc_seq_remove(second.get(), 0));
+  CHECK(lookup(second.get(), ids) == kBlock);
+  CHECK(attach(second.get(), 1, ids) == 3 * kBlock);
+  KVT_REQUIRE_OK(kvc_seq_create(plain.get(), 1));
+  feed(plain.get(), 1, chunk_of(ids, 0, 3 * kBlock));
+  CHECK(kvt::stored_bytes(second.get(), 1) == kvt::stored_bytes(plain.get(), 1));
+  CHECK(lookup(second.get(), ids) == 3 * kBlock);
+  KVT_REQUIRE_OK(kvc_seq_remove(second.get(), 1));
+  const kvc_cache_stats s = kvt::get_stats(second.get());
+  CHECK(s.bytes_used == s.bytes_cached);
+  CHECK(s.bytes_shared == 0);
+  CHECK(s.blocks_used == 3u * kLayers * kKvHeads);
 }

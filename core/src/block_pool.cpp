@@ -154,6 +154,11 @@ bool BlockPool::shared(const void* ptr) const {
   return extra_owners_.count(ptr) != 0;
 }
 
+bool BlockPool::shared_by_sequences(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sequence_owners_locked(ptr) >= 2;
+}
+
 void BlockPool::free_block_locked(void* block) {
   free_blocks_.push_back(block);
   counters_.blocks_used -= 1;
@@ -169,14 +174,15 @@ void BlockPool::give_back_block(void* block) {
 void BlockPool::hold(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
   add_owner_locked(block);
-  held_.insert(block);
+  ++held_[block];
 }
 
 bool BlockPool::let_go(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
-  held_.erase(block);
+  const auto held = held_.find(block);
+  if (--held->second == 0) held_.erase(held);
   const auto it = extra_owners_.find(block);
-  if (it != extra_owners_.end()) {  // sequences still hold it: they are its owners now
+  if (it != extra_owners_.end()) {  // sequences or other holds keep it
     if (--it->second == 0) {
       extra_owners_.erase(it);
       n_shared_.store(extra_owners_.size(), std::memory_order_release);
@@ -190,7 +196,21 @@ bool BlockPool::let_go(void* block) {
 
 bool BlockPool::only_held(const void* block) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return held_.count(block) != 0 && owners_locked(block) == 1;
+  const uint32_t holds = holds_locked(block);
+  return holds != 0 && owners_locked(block) == holds;
+}
+
+bool BlockPool::give_up_holds(const std::vector<const void*>& blocks) {
+  std::vector<const void*> writable;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const void* block : blocks) {
+      if (holds_locked(block) != 0 && sequence_owners_locked(block) == 1) writable.push_back(block);
+    }
+  }
+  if (writable.empty() || !releaser_) return false;
+  releaser_(writable);
+  return true;
 }
 
 void BlockPool::release(void* ptr, size_t bytes, void* stream) {

@@ -13,7 +13,6 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -60,17 +59,28 @@ class BlockPool {
   void share(void* ptr, size_t bytes);
   // Whether more than one owner holds it (a writer must copy it first).
   bool shared(const void* ptr) const;
+  // Whether more than one owner besides the prefix cache holds it.
+  bool shared_by_sequences(const void* ptr) const;
 
-  // The prefix cache's hold on a block that a sequence holds: one more owner, not a sequence.
+  // A hold of the prefix cache on a block that a sequence holds: one more owner, not a
+  // sequence. A block findable by several keys has a hold for each.
   void hold(void* block);
   // Drops that hold; returns whether the block went back to the free list (no other owner).
   bool let_go(void* block);
-  // Whether the prefix cache is the block's only owner.
+  // Whether the prefix cache's holds are the block's only owners.
   bool only_held(const void* block) const;
   // Called without the pool's lock when a request lacks `bytes`: gives cached blocks back
   // (let_go) and returns whether it gave any.
   using Reclaimer = std::function<bool(size_t bytes)>;
   void set_reclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
+  // For a writer whose private copies do not fit: ends the prefix cache's hold on those of
+  // `blocks` that one sequence (the writer) holds besides it, so that the writer may write
+  // them in place. Returns whether it ended any.
+  bool give_up_holds(const std::vector<const void*>& blocks);
+  // Called without the pool's lock by give_up_holds(): the prefix cache lets go of these
+  // blocks (and of what it can no longer find without them).
+  using Releaser = std::function<void(const std::vector<const void*>& blocks)>;
+  void set_releaser(Releaser releaser) { releaser_ = std::move(releaser); }
 
   PoolCounters counters() const;
   // Blocks that could still be taken before the limit.
@@ -87,7 +97,11 @@ class BlockPool {
   bool drop_owner(void* ptr, size_t bytes);
   uint32_t owners_locked(const void* ptr) const;
   uint32_t sequence_owners_locked(const void* ptr) const {
-    return owners_locked(ptr) - static_cast<uint32_t>(held_.count(ptr));
+    return owners_locked(ptr) - holds_locked(ptr);
+  }
+  uint32_t holds_locked(const void* block) const {
+    const auto it = held_.find(block);
+    return it == held_.end() ? 0 : it->second;
   }
   // Moves `bytes` between the shared and cached counts as a pointer's sequence owners go from
   // `before` to `after`.
@@ -101,8 +115,10 @@ class BlockPool {
   mutable std::mutex mutex_;
   std::vector<void*> free_blocks_;
   std::unordered_map<const void*, uint32_t> extra_owners_;  // only pointers with several owners
-  std::unordered_set<const void*> held_;  // blocks the prefix cache holds
+  // Blocks the prefix cache holds, with its holds on each (one per key it is findable by).
+  std::unordered_map<const void*, uint32_t> held_;
   Reclaimer reclaimer_;
+  Releaser releaser_;
   // extra_owners_.size(), read without the lock: with no fork, shared() costs nothing.
   std::atomic<size_t> n_shared_{0};
   PoolCounters counters_;

@@ -67,6 +67,8 @@ Cache::Cache(Context& context, const CacheConfig& config,
   if (!prefix.store.empty()) context.store(prefix.store);  // NOT_FOUND naming it
   prefix_index_ = std::make_unique<PrefixIndex>(pool_, config_.block_tokens);
   pool_.set_reclaimer([this](size_t bytes) { return prefix_index_->reclaim(bytes); });
+  pool_.set_releaser(
+      [this](const std::vector<const void*>& blocks) { prefix_index_->drop(blocks); });
 }
 
 void Cache::check_new_sequence_id(int32_t seq_id) const { sequences_.check_new_id(seq_id); }

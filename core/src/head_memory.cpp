@@ -28,8 +28,15 @@ Replacements HeadMemory::ensure_room(const std::vector<HeadStorage*>& targets,
   try {
     taken = pool_.take(n_blocks, sizes);
   } catch (const Error& e) {
-    if (exact || e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
-    // Growth by the factor does not fit: grow only as much as needed.
+    if (e.code() != KVC_ERR_OUT_OF_MEMORY) throw;
+    // Growth by the factor, or the copy of an open block that only the prefix cache shares,
+    // does not fit: grow only as much as needed, writing such blocks in place.
+    std::vector<const void*> open_blocks;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!growth[i].unshare_open_block) continue;
+      open_blocks.push_back(targets[i]->segments()[targets[i]->open_segment(geometry_)].base);
+    }
+    if (!pool_.give_up_holds(open_blocks) && exact) throw;
     plan(true, growth, n_blocks, sizes);
     taken = pool_.take(n_blocks, sizes);
   }
@@ -113,7 +120,16 @@ Replacements HeadMemory::unshare_slots(const std::vector<SlotWrite>& writes, voi
   }
   if (targets.empty()) return {};
   const bool paged = geometry_.layout == KVC_LAYOUT_PAGED;
-  std::vector<void*> memory = paged ? pool_.take_blocks(targets.size()) : pool_.allocate(sizes);
+  std::vector<void*> memory;
+  try {
+    memory = paged ? pool_.take_blocks(targets.size()) : pool_.allocate(sizes);
+  } catch (const Error& e) {
+    // The copies do not fit: segments that only the prefix cache shares are written in place.
+    std::vector<const void*> bases;
+    for (const auto& [head, index] : targets) bases.push_back(head->segments()[index].base);
+    if (e.code() != KVC_ERR_OUT_OF_MEMORY || !pool_.give_up_holds(bases)) throw;
+    return unshare_slots(writes, stream);
+  }
   Replacements done;
   size_t used = 0;
   try {

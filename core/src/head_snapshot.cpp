@@ -29,7 +29,9 @@ HeadSnapshot capture_head(const HeadStorage& head, Backend& backend, BlockPool& 
   snapshot.effective_budget = head.effective_budget();
   snapshot.stats_capacity = head.stats_capacity();
   for (const Segment& s : head.segments()) {
-    HeadSnapshot::Part part{s, pool.shared(s.base), {}};
+    // A block only the prefix cache shares is copied: its hold may end and the block be
+    // written in place (BlockPool::give_up_holds).
+    HeadSnapshot::Part part{s, pool.shared_by_sequences(s.base), {}};
     if (!part.held) {
       part.bytes.resize(segment_bytes(s, g));
       backend.copy(part.bytes.data(), s.base, part.bytes.size(), KVC_COPY_DEVICE_TO_HOST);

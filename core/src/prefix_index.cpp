@@ -125,6 +125,38 @@ bool PrefixIndex::reclaim(size_t bytes) {
   return freed > 0;
 }
 
+void PrefixIndex::drop(const std::vector<const void*>& blocks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unordered_set<const void*> dropped(blocks.begin(), blocks.end());
+  std::unordered_set<const Node*> removed;
+  for (const auto& entry : nodes_) {
+    const std::vector<void*>& held = entry.second->blocks;
+    if (std::any_of(held.begin(), held.end(), [&](const void* b) { return dropped.count(b); })) {
+      removed.insert(entry.second.get());
+    }
+  }
+  for (bool grew = !removed.empty(); grew;) {
+    grew = false;
+    for (const auto& entry : nodes_) {
+      const Node* node = entry.second.get();
+      if (node->parent && removed.count(node->parent) && removed.insert(node).second) grew = true;
+    }
+  }
+  for (const Node* node : removed) {
+    if (node->parent && !removed.count(node->parent)) node->parent->children -= 1;
+  }
+  size_t freed = 0;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (!removed.count(it->second.get())) {
+      ++it;
+      continue;
+    }
+    for (void* block : it->second->blocks) freed += pool_.let_go(block) ? pool_.block_bytes() : 0;
+    it = nodes_.erase(it);
+  }
+  counters_.bytes_reclaimed += freed;
+}
+
 PrefixIndexCounters PrefixIndex::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;

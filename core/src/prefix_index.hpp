@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "block_pool.hpp"
@@ -55,6 +56,9 @@ class PrefixIndex {
   // leaves first, those with blocks that only the index holds before the others. Returns
   // whether it freed any.
   bool reclaim(size_t bytes);
+  // Lets go of these blocks, which a sequence is about to write: removes the nodes holding
+  // one, and the nodes under them, which no lookup reaches without them.
+  void drop(const std::vector<const void*>& blocks);
 
   PrefixIndexCounters counters() const;
 
