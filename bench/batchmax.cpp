@@ -53,6 +53,7 @@
 
 #if defined(KVC_BENCH_HAVE_LLAMA)
 #include "llama_handles.hpp"
+#include "llama_options.hpp"
 #endif
 
 namespace kvc_bench {
@@ -249,23 +250,7 @@ Config read_config(Options& opts) {
   if (opts.has("memory_limit_mib")) {
     cfg.memory_limit = static_cast<size_t>(limit_mib * 1024.0 * 1024.0);
   }
-  if (cfg.shape.dim % cfg.shape.n_heads != 0) {
-    throw UsageError("--dim must be a multiple of --heads");
-  }
-  if (cfg.shape.n_heads % cfg.shape.n_kv_heads != 0) {
-    throw UsageError("--heads must be a multiple of --kv_heads");
-  }
-  if ((cfg.shape.dim / cfg.shape.n_heads) % 2 != 0) {
-    throw UsageError("the head dimension (--dim / --heads) must be even for RoPE");
-  }
-  if (cfg.model_path.empty() && (opts.has("tokenizer") || text_given || opts.has("token_ids"))) {
-    throw UsageError(
-        "--tokenizer, --text and --token_ids need --model (a random model has no vocabulary)");
-  }
-  if (opts.has("token_ids") && (text_given || opts.has("tokenizer"))) {
-    throw UsageError("--token_ids is the text already encoded: give it without --text and "
-                     "--tokenizer");
-  }
+  check_llama_options(cfg.shape, cfg.model_path, opts, text_given);
   if (cfg.modes.empty()) throw UsageError("--modes: no mode given");
   return cfg;
 }

@@ -136,6 +136,14 @@ size_t node_bytes(kvc_context* ctx, const kvc_cache_params& p) {
   return kvt::get_stats(probe.get()).bytes_used;
 }
 
+// A cache whose prefix store is the context's "mem", writing its blocks through or not.
+kvt::CachePtr store_cache(kvc_context* ctx, bool write_through) {
+  kvc_cache_params p = params(true);
+  p.prefix_store = "mem";
+  p.prefix_write_through = write_through ? 1 : 0;
+  return kvt::make_cache(ctx, p);
+}
+
 }  // namespace
 
 TEST_CASE("prefix cache: an attached prefix then its rest give a full prefill's attention, bit for bit") {
@@ -317,13 +325,8 @@ TEST_CASE("prefix cache: a compression never changes a shared block, and publish
 
 TEST_CASE("prefix cache: the prefix store continues an attach and takes the blocks published") {
   kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
-  kvc_cache_params writer = params(true);
-  writer.prefix_store = "mem";
-  writer.prefix_write_through = 1;
-  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
-  kvc_cache_params reader = params(true);
-  reader.prefix_store = "mem";
-  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  kvt::CachePtr first = store_cache(ctx.get(), true);
+  kvt::CachePtr second = store_cache(ctx.get(), false);
   const std::vector<int32_t> ids = prompt(30, 7);
   prefill_and_publish(first.get(), 0, ids);
 
@@ -767,13 +770,8 @@ TEST_CASE("prefix cache: a failed append after a \"once\" compression of a publi
 
 TEST_CASE("prefix cache: an attach continues its cached run with the store's chunks after it") {
   kvt::ContextPtr ctx = kvt::make_context("stores:\n  mem: { plugin: host }\n");
-  kvc_cache_params writer = params(true);
-  writer.prefix_store = "mem";
-  writer.prefix_write_through = 1;
-  kvt::CachePtr first = kvt::make_cache(ctx.get(), writer);
-  kvc_cache_params reader = params(true);
-  reader.prefix_store = "mem";
-  kvt::CachePtr second = kvt::make_cache(ctx.get(), reader);
+  kvt::CachePtr first = store_cache(ctx.get(), true);
+  kvt::CachePtr second = store_cache(ctx.get(), false);
   kvt::CachePtr plain = kvt::make_cache(ctx.get(), params(false));
   const std::vector<int32_t> ids = prompt(3 * kBlock, 35);
   prefill_and_publish(first.get(), 0, ids);
