@@ -778,18 +778,7 @@ int run_batchmax(Options& opts) {
     req = batchmax::token_id_requests(cfg.ids_path, mc.vocab_size, kvl_model_bos(model.get()),
                                       cfg.requests, cfg.prompt_tokens, cfg.new_tokens);
   } else if (real) {
-    if (cfg.tokenizer_path.empty()) {
-      cfg.tokenizer_path = kvl_model_is_gguf(cfg.model_path.c_str())
-                               ? cfg.model_path
-                               : find_tokenizer(cfg.model_path, mc.vocab_size);
-    }
-    kvl_tokenizer* raw_tok = nullptr;
-    if (kvl_tokenizer_load(cfg.tokenizer_path.c_str(), mc.vocab_size, &raw_tok, err, sizeof err) !=
-        0) {
-      throw Error(std::string("kvl_tokenizer_load: ") + err);
-    }
-    tokenizer.reset(raw_tok);
-    if (!is_file(cfg.text_path)) throw Error("the text file '" + cfg.text_path + "' does not exist");
+    tokenizer = open_tokenizer(cfg.tokenizer_path, cfg.model_path, mc.vocab_size, cfg.text_path);
     req = batchmax::text_requests(tokenizer.get(), kvl_model_bos(model.get()), cfg.text_path,
                                   cfg.requests, cfg.prompt_tokens, cfg.new_tokens);
   } else {

@@ -1,6 +1,7 @@
 // What the kvc-bench subcommands that run the llama example engine (batchmax, prefix) share:
 // owning handles of the library's and the engine's objects, greedy token choice and the
-// tokenizer found beside a llama2.c checkpoint. Include only where KVC_BENCH_HAVE_LLAMA is set.
+// tokenizer opened (a GGUF file's own, or the one beside a llama2.c checkpoint). Include only
+// where KVC_BENCH_HAVE_LLAMA is set.
 #pragma once
 
 #include <sys/stat.h>
@@ -59,6 +60,25 @@ inline std::string find_tokenizer(const std::string& model_path, int32_t vocab) 
   }
   throw UsageError("--model needs --tokenizer: no tok" + std::to_string(vocab) +
                    ".bin or tokenizer.bin beside " + model_path);
+}
+
+/// The tokenizer of a real model: @p tokenizer_path, or when it is empty (then set) the GGUF
+/// file's own vocabulary or the llama2.c tokenizer beside the checkpoint; throws Error when it
+/// cannot be loaded or the text file @p text_path (which it will encode) does not exist.
+inline TokenizerPtr open_tokenizer(std::string& tokenizer_path, const std::string& model_path,
+                                   int32_t vocab, const std::string& text_path) {
+  if (tokenizer_path.empty()) {
+    tokenizer_path = kvl_model_is_gguf(model_path.c_str()) ? model_path
+                                                           : find_tokenizer(model_path, vocab);
+  }
+  char err[1024] = {0};
+  kvl_tokenizer* raw = nullptr;
+  if (kvl_tokenizer_load(tokenizer_path.c_str(), vocab, &raw, err, sizeof err) != 0) {
+    throw Error(std::string("kvl_tokenizer_load: ") + err);
+  }
+  TokenizerPtr tokenizer(raw);
+  if (!is_file(text_path)) throw Error("the text file '" + text_path + "' does not exist");
+  return tokenizer;
 }
 
 /// The first index of the largest value (0 when row[0] is NaN), as a scan keeping the best index

@@ -278,18 +278,7 @@ int run_prefix(Options& opts) {
 
   TokenizerPtr tokenizer;
   if (real && cfg.ids_path.empty()) {
-    if (cfg.tokenizer_path.empty()) {
-      cfg.tokenizer_path = kvl_model_is_gguf(cfg.model_path.c_str())
-                               ? cfg.model_path
-                               : find_tokenizer(cfg.model_path, mc.vocab_size);
-    }
-    kvl_tokenizer* raw_tok = nullptr;
-    if (kvl_tokenizer_load(cfg.tokenizer_path.c_str(), mc.vocab_size, &raw_tok, err, sizeof err) !=
-        0) {
-      throw Error(std::string("kvl_tokenizer_load: ") + err);
-    }
-    tokenizer.reset(raw_tok);
-    if (!is_file(cfg.text_path)) throw Error("the text file '" + cfg.text_path + "' does not exist");
+    tokenizer = open_tokenizer(cfg.tokenizer_path, cfg.model_path, mc.vocab_size, cfg.text_path);
   }
   const Prompts prompts = prefix::make_prompts(cfg, model.get(), tokenizer.get());
 
