@@ -128,7 +128,7 @@ namespace {
 using batchmax::ModeResult;
 using batchmax::Requests;
 
-struct Config {
+struct Config : LlamaOptions {
   int32_t requests = 20;
   int32_t prompt_tokens = 2048;
   int32_t new_tokens = 128;
@@ -142,12 +142,6 @@ struct Config {
   std::vector<std::string> format_modes;
   int32_t block_tokens = 16;
   int32_t threads = 0;
-  kvl_config shape{};
-  uint64_t seed = 1;
-  std::string model_path;
-  std::string tokenizer_path;
-  std::string text_path;
-  std::string ids_path;  // the text already encoded, instead of text_path
   std::string csv_path;
   std::string png_path;
   bool progress = true;
@@ -225,21 +219,13 @@ Config read_config(Options& opts) {
   }
   cfg.block_tokens = static_cast<int32_t>(opts.get_int("block_tokens", 16, 1, 1 << 16));
   cfg.threads = static_cast<int32_t>(opts.get_int("threads", 0, 0, 4096));
-  cfg.shape.dim = static_cast<int32_t>(opts.get_int("dim", 256, 2, 1 << 16));
-  cfg.shape.hidden_dim = static_cast<int32_t>(opts.get_int("hidden_dim", 768, 1, 1 << 18));
-  cfg.shape.n_layers = static_cast<int32_t>(opts.get_int("layers", 6, 1, 1024));
-  cfg.shape.n_heads = static_cast<int32_t>(opts.get_int("heads", 4, 1, 1024));
-  cfg.shape.n_kv_heads = static_cast<int32_t>(opts.get_int("kv_heads", cfg.shape.n_heads, 1, 1024));
-  cfg.shape.vocab_size = static_cast<int32_t>(opts.get_int("vocab", 32000, 4, 1 << 22));
-  cfg.shape.shared_classifier = 1;
-  cfg.shape.rope_theta = 10000.0f;
-  cfg.shape.norm_eps = 1e-5f;
-  cfg.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
-  cfg.model_path = opts.get_string("model", "");
-  cfg.tokenizer_path = opts.get_string("tokenizer", "");
-  const bool text_given = opts.has("text");
-  cfg.text_path = opts.get_string("text", "../shared/data/tom_sawyer.txt");
-  cfg.ids_path = opts.get_string("token_ids", "");
+  kvl_config shape{};  // kv_heads 0: as many as --heads
+  shape.dim = 256;
+  shape.hidden_dim = 768;
+  shape.n_layers = 6;
+  shape.n_heads = 4;
+  shape.vocab_size = 32000;
+  static_cast<LlamaOptions&>(cfg) = read_llama_options(opts, shape);
   cfg.csv_path = opts.get_string(
       "csv", is_dir("build/release") ? "build/release/batchmax.csv" : "batchmax.csv");
   cfg.png_path = opts.get_string("png", dir_of(cfg.csv_path) + "/batchmax.png");
@@ -250,7 +236,7 @@ Config read_config(Options& opts) {
   if (opts.has("memory_limit_mib")) {
     cfg.memory_limit = static_cast<size_t>(limit_mib * 1024.0 * 1024.0);
   }
-  check_llama_options(cfg.shape, cfg.model_path, opts, text_given);
+  check_llama_options(cfg, opts);
   if (cfg.modes.empty()) throw UsageError("--modes: no mode given");
   return cfg;
 }

@@ -40,7 +40,6 @@
 
 #if defined(KVC_BENCH_HAVE_LLAMA)
 #include "prefix.hpp"
-#include "llama_options.hpp"
 #endif
 
 namespace kvc_bench {
@@ -127,21 +126,14 @@ Config read_config(Options& opts) {
   cfg.block_tokens = get_count(opts, "block_tokens", 16, 1);
   cfg.threads = static_cast<int32_t>(opts.get_int("threads", 0, 0, 4096));
   const double limit_mib = opts.get_double("memory_limit_mib", 0, 1e-3, 1e9);
-  cfg.shape.dim = get_count(opts, "dim", 64, 2);
-  cfg.shape.hidden_dim = get_count(opts, "hidden_dim", 172, 1);
-  cfg.shape.n_layers = get_count(opts, "layers", 5, 1);
-  cfg.shape.n_heads = get_count(opts, "heads", 8, 1);
-  cfg.shape.n_kv_heads = get_count(opts, "kv_heads", 4, 1);
-  cfg.shape.vocab_size = get_count(opts, "vocab", 512, 4);
-  cfg.shape.shared_classifier = 1;
-  cfg.shape.rope_theta = 10000.0f;
-  cfg.shape.norm_eps = 1e-5f;
-  cfg.seed = static_cast<uint64_t>(opts.get_int("seed", 1, 0, INT64_MAX));
-  cfg.model_path = opts.get_string("model", "");
-  cfg.tokenizer_path = opts.get_string("tokenizer", "");
-  const bool text_given = opts.has("text");
-  cfg.text_path = opts.get_string("text", "../shared/data/tom_sawyer.txt");
-  cfg.ids_path = opts.get_string("token_ids", "");
+  kvl_config shape{};  // stories260K's
+  shape.dim = 64;
+  shape.hidden_dim = 172;
+  shape.n_layers = 5;
+  shape.n_heads = 8;
+  shape.n_kv_heads = 4;
+  shape.vocab_size = 512;
+  static_cast<LlamaOptions&>(cfg) = read_llama_options(opts, shape);
   cfg.progress = opts.get_int("progress", 1, 0, 1) != 0;
   opts.reject_unknown();
 
@@ -160,7 +152,7 @@ Config read_config(Options& opts) {
                      std::to_string(cfg.chunk_tokens) +
                      "), so that the questions are prefilled in the same chunks in both modes");
   }
-  check_llama_options(cfg.shape, cfg.model_path, opts, text_given);
+  check_llama_options(cfg, opts);
   return cfg;
 }
 

@@ -11,12 +11,14 @@
 
 #include "kv_formats.hpp"
 #include "llama_handles.hpp"
+#include "llama_options.hpp"
 #include "timer.hpp"
 
 namespace kvc_bench {
 namespace prefix {
 
-struct Config {
+/// The llama options (llama_options.hpp) and the scenarios'.
+struct Config : LlamaOptions {
   int32_t requests = 16;
   int32_t prefix_tokens = 2048;  ///< the system prompt every request starts with
   int32_t question_tokens = 128; ///< each request's own text after it
@@ -33,12 +35,6 @@ struct Config {
   int32_t block_tokens = 16;
   int32_t threads = 0;
   size_t memory_limit = 0;  ///< 0: from the library's estimate
-  kvl_config shape{};       ///< of the random-weight model used without --model
-  uint64_t seed = 1;
-  std::string model_path;
-  std::string tokenizer_path;
-  std::string text_path;
-  std::string ids_path;
   bool progress = true;
 };
 

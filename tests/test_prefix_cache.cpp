@@ -136,6 +136,18 @@ size_t node_bytes(kvc_context* ctx, const kvc_cache_params& p) {
   return kvt::get_stats(probe.get()).bytes_used;
 }
 
+// A prefix cache whose streaming policy (4 sinks, 4 recent, budget 8) compresses a prompt
+// once, when its first decode token arrives.
+kvc_cache_params once_streaming_params(size_t memory_limit) {
+  kvc_cache_params p = params(true, memory_limit);
+  p.policy = "streaming";
+  p.sinks = 4;
+  p.recent = 4;
+  p.budget = 8;
+  p.prefill = KVC_PREFILL_ONCE;
+  return p;
+}
+
 // A cache whose prefix store is the context's "mem", writing its blocks through or not.
 kvt::CachePtr store_cache(kvc_context* ctx, bool write_through) {
   kvc_cache_params p = params(true);
@@ -550,12 +562,7 @@ TEST_CASE("prefix cache: a write to a block only the cache shares is not OUT_OF_
 TEST_CASE("prefix cache: a \"once\" compression of a published prompt fits where the live sequence fits") {
   kvt::ContextPtr ctx = kvt::make_context();
   const size_t node = node_bytes(ctx.get(), params(false));
-  kvc_cache_params p = params(true, 2 * node);
-  p.policy = "streaming";
-  p.sinks = 4;
-  p.recent = 4;
-  p.budget = 8;
-  p.prefill = KVC_PREFILL_ONCE;
+  kvc_cache_params p = once_streaming_params(2 * node);
   kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
   const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 31);
   prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));
@@ -736,13 +743,8 @@ TEST_CASE("prefix cache: a failed append after a \"once\" compression of a publi
   const size_t node = node_bytes(ctx.get(), params(false));
   for (const size_t limit : {2 * node, 8 * node}) {
     CAPTURE(limit);
-    kvc_cache_params p = params(true, limit);
+    kvc_cache_params p = once_streaming_params(limit);
     p.backend = "fault";
-    p.policy = "streaming";
-    p.sinks = 4;
-    p.recent = 4;
-    p.budget = 8;
-    p.prefill = KVC_PREFILL_ONCE;
     kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
     const std::vector<int32_t> ids = prompt(2 * kBlock + 1, 34);
     prefill_and_publish(cache.get(), 0, std::vector<int32_t>(ids.begin(), ids.end() - 1));

@@ -10,6 +10,16 @@
 #include "stored_image.hpp"
 
 namespace kvc {
+namespace {
+
+// Drops a new sequence's owner of blocks ([block][head]) it was to be made of.
+void give_back(BlockPool& pool, const std::vector<std::vector<void*>>& blocks) {
+  for (const std::vector<void*>& run : blocks) {
+    for (void* block : run) pool.give_back_block(block);
+  }
+}
+
+}  // namespace
 
 PrefixIdentity Cache::prefix_identity(const std::string& model, int32_t chunk_tokens) const {
   const CacheConfig& c = config_;
@@ -117,9 +127,7 @@ std::unique_ptr<Sequence> Cache::sequence_of_blocks(const std::vector<std::vecto
     for (size_t h = 0; h < stats.size(); ++h) {
       pool_.release(stats[h], geometry_.stats_bytes_for(tokens));
     }
-    for (const std::vector<void*>& run : blocks) {
-      for (void* b : run) pool_.give_back_block(b);
-    }
+    give_back(pool_, blocks);
     throw;
   }
   for (size_t h = 0; h < heads; ++h) {
@@ -151,9 +159,7 @@ int32_t Cache::attach_prefix(int32_t seq_id, const PrefixRequest& prefix) {
     try {
       more = store_prefix_chunks(loaded);
     } catch (...) {
-      for (const std::vector<void*>& run : blocks) {
-        for (void* b : run) pool_.give_back_block(b);
-      }
+      give_back(pool_, blocks);
       throw;
     }
     blocks.insert(blocks.end(), more.begin(), more.end());
