@@ -92,7 +92,8 @@ class PagedJobs {
       for (size_t t = 0; t < block_tokens; ++t)
         pos[t] = static_cast<int32_t>((i % blocks_per_job_) * block_tokens + t);
       segments_.push_back({sizeof(kvc_segment), static_cast<int32_t>(block_tokens), block,
-                           block + block_tokens * row_bytes, pos});
+                           block + block_tokens * row_bytes, pos, 0, KVC_DTYPE_F32,
+                           KVC_DTYPE_F32});
     }
   }
   ~PagedJobs() {

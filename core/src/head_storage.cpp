@@ -200,7 +200,7 @@ void HeadStorage::gather(std::vector<kvc_segment>& out, const Geometry& g) const
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
     out.push_back(kvc_segment{sizeof(kvc_segment), s.count, segment_k(s), segment_v(s, g),
-                              segment_pos(s, g)});
+                              segment_pos(s, g), 0, KVC_DTYPE_F32, KVC_DTYPE_F32});
   }
 }
 

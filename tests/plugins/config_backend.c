@@ -207,7 +207,8 @@ static const kvc_backend_vtable probe_vtable = {
     sizeof(kvc_backend_vtable), probe_create,       probe_destroy,     probe_alloc,
     probe_free,                 probe_copy,         probe_append,      probe_attend,
     probe_compact,              probe_read_keys,    probe_read_tokens, probe_create_with_config,
-    probe_copy_async,           PROBE_FREE_ASYNC,   PROBE_SYNCHRONIZE, probe_append_tensors};
+    probe_copy_async,           PROBE_FREE_ASYNC,   PROBE_SYNCHRONIZE, probe_append_tensors,
+    NULL};
 
 static const kvc_plugin_descriptor probe_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, PROBE_NAME, 1,

@@ -144,6 +144,10 @@ static const kvc_backend_vtable counting_vtable = {
     /* No 1.4 append_tensors: the host sends append one job per slot. */
     NULL,
 #endif
+#if KVC_PLUGIN_ABI_MINOR >= 6
+    /* No 1.6 convert: caches on it do not demote. */
+    NULL,
+#endif
 };
 
 static const kvc_plugin_descriptor counting_descriptor = {

@@ -10,7 +10,7 @@
 #include "kvcache/kvcache_plugin.h"
 
 /* The entries a fault can be armed on, as kvc_fault_arm() numbers them. */
-enum { F_COPY, F_APPEND, F_ATTEND, F_COMPACT, F_READ_KEYS, F_READ_TOKENS, F_ALLOC, F_COUNT };
+enum { F_COPY, F_APPEND, F_ATTEND, F_COMPACT, F_READ_KEYS, F_READ_TOKENS, F_ALLOC, F_CONVERT, F_COUNT };
 
 static const kvc_backend_vtable *cpu;
 static long calls[F_COUNT];
@@ -92,20 +92,25 @@ static int32_t fault_read_tokens(void *instance, const kvc_read_tokens_call *cal
   return fails(F_READ_TOKENS) ? fail(error) : cpu->read_tokens(instance, call, error);
 }
 
+static int32_t fault_convert(void *instance, const kvc_convert_call *call,
+                             kvc_plugin_error *error) {
+  return fails(F_CONVERT) ? fail(error) : cpu->convert(instance, call, error);
+}
+
 static const kvc_backend_vtable fault_vtable = {
     sizeof(kvc_backend_vtable), fault_create,  fault_destroy, fault_alloc,
     fault_free,                 fault_copy,    fault_append,  fault_attend,
     fault_compact,              fault_read_keys, fault_read_tokens,
     /* No 1.3 entries: the faults it injects into copy reach every copy the host makes. */
     NULL,                       NULL,          NULL,          NULL,
-    fault_append_tensors};
+    fault_append_tensors,       fault_convert};
 
 static const kvc_plugin_descriptor fault_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "fault", 1,
     &fault_vtable};
 
 /* Arms a fault on the nth call (from 1) of `entry` (copy, append, attend, compact, read_keys,
- * read_tokens, alloc: 0..6) counted from now, failing with `code` and `message`; entry -1
+ * read_tokens, alloc, convert: 0..7) counted from now, failing with `code` and `message`; entry -1
  * disarms. Clears the fired flag. */
 KVC_PLUGIN_EXPORT void kvc_fault_arm(int entry, long nth, int32_t code, const char *message) {
   size_t n = strlen(message);

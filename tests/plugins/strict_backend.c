@@ -301,7 +301,7 @@ static const kvc_backend_vtable strict_vtable = {
     strict_compact,             strict_read_keys, strict_read_tokens,
     /* No 1.3 entries: made by create; its copies go through copy, which returns when done. */
     NULL,                       NULL,           NULL,           NULL,
-    strict_append_tensors};
+    strict_append_tensors,      NULL};
 
 static const kvc_plugin_descriptor strict_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, "strict", 1,

@@ -323,7 +323,7 @@ const kvc_backend_vtable BackendAdapter<B>::vtable = {
     sizeof(kvc_backend_vtable), &create,   &destroy,  &alloc,       &free_memory,
     &copy,                      &append,   &attend,   &compact,     &read_keys,
     &read_tokens,               &create_with_config,  &copy_async,  &free_async,
-    &synchronize,               append_tensors_entry(),
+    &synchronize,               append_tensors_entry(), nullptr,
 };
 
 // The descriptor of backend class B; `version` is the plugin's own.

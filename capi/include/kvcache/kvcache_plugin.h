@@ -50,7 +50,10 @@
  * kvc_backend_config::k_rotation (the cache's ::kvc_rotation of K, which a backend that does
  * not apply it refuses) and kvc_append_tensors_call::k_rotated (stored rows, not rotated
  * again); a host asks for a rotation only of a backend built against 1.5 or later with
- * create_with_config and append_tensors.
+ * create_with_config and append_tensors. 1.6 appended kvc_segment::own_formats (a segment
+ * whose rows are of other formats than the call's: a head's demoted tier) and
+ * kvc_backend_vtable::convert (::kvc_convert_call: stored rows re-encoded into another
+ * format); a host demotes only on a backend that has convert.
  *
  * @section abi_memory Where memory lives
  * Pointers into storage (segments, statistics, `dst_*`) are backend memory. Every other
@@ -96,7 +99,7 @@ extern "C" {
 /** @brief Plugin ABI major: a plugin built for another major is refused. */
 #define KVC_PLUGIN_ABI_MAJOR 1
 /** @brief Plugin ABI minor: grows when fields are appended to structs. */
-#define KVC_PLUGIN_ABI_MINOR 5
+#define KVC_PLUGIN_ABI_MINOR 6
 /** @brief The value of kvc_plugin_descriptor::abi_version for this header. */
 #define KVC_PLUGIN_ABI_VERSION ((KVC_PLUGIN_ABI_MAJOR << 16) | KVC_PLUGIN_ABI_MINOR)
 /** @brief Marks a plugin's entry point as exported from its shared library. */
@@ -175,6 +178,13 @@ typedef struct kvc_segment {
   const void *k;         /**< [count] rows of the K format (kvcache_format.h), opaque bytes */
   const void *v;         /**< [count] rows of the V format, likewise */
   const int32_t *pos;    /**< [count] absolute positions */
+  /** (1.6) Nonzero: this segment's rows are of k_dtype and v_dtype below, not of the call's
+   * formats (a head holding tokens in more than one format: demoted tiers). 0, or outside
+   * struct_size: the call's formats. A backend that cannot read a segment's formats fails
+   * the call with KVC_ERR_UNSUPPORTED. */
+  int32_t own_formats;
+  kvc_dtype k_dtype;     /**< (1.6) with own_formats: the format of k's rows */
+  kvc_dtype v_dtype;     /**< (1.6) with own_formats: the format of v's rows */
 } kvc_segment;
 
 /**
@@ -377,6 +387,32 @@ typedef struct kvc_read_tokens_call {
   size_t n_jobs;             /**< entries in jobs */
 } kvc_read_tokens_call;
 
+/** @brief (1.6) Copies @p n_tokens consecutive stored rows of K and V into other storage,
+ * converting each row from the source's formats to the destination's (the same formats: a
+ * plain copy). Converting keeps a rotated K rotated (the rotation is per row). Source and
+ * destination do not overlap. */
+typedef struct kvc_convert_job {
+  uint32_t struct_size;      /**< sizeof(kvc_convert_job) of the host */
+  int32_t n_tokens;          /**< rows to convert, >= 1 */
+  const void *src_k;         /**< [n_tokens] rows of src_k_dtype, backend memory */
+  const void *src_v;         /**< [n_tokens] rows of src_v_dtype, backend memory */
+  kvc_dtype src_k_dtype;     /**< storage format of the source K rows */
+  kvc_dtype src_v_dtype;     /**< storage format of the source V rows */
+  void *dst_k;               /**< [n_tokens] rows of dst_k_dtype, backend memory */
+  void *dst_v;               /**< [n_tokens] rows of dst_v_dtype, backend memory */
+  kvc_dtype dst_k_dtype;     /**< storage format of the destination K rows */
+  kvc_dtype dst_v_dtype;     /**< storage format of the destination V rows */
+} kvc_convert_job;
+
+/** @brief (1.6) One convert call: jobs write disjoint memory. */
+typedef struct kvc_convert_call {
+  uint32_t struct_size;      /**< sizeof(kvc_convert_call) of the host */
+  int32_t head_dim;          /**< elements per head row */
+  void *stream;              /**< the engine's stream or queue, or NULL */
+  const kvc_convert_job *jobs; /**< [n_jobs], host array, strided by struct_size */
+  size_t n_jobs;             /**< entries in jobs */
+} kvc_convert_call;
+
 /** @brief Kinds of copy for kvc_backend_vtable::copy. */
 typedef enum kvc_copy_kind {
   KVC_COPY_HOST_TO_DEVICE = 0,
@@ -473,6 +509,11 @@ typedef struct kvc_backend_vtable {
    * when it is set. NULL: the host sends append one ::kvc_append_job per slot. */
   int32_t (*append_tensors)(void *instance, const kvc_append_tensors_call *call,
                             kvc_plugin_error *error);
+  /** (1.6, optional) Runs every job of the call. A backend that has it also reads segments
+   * with own formats (kvc_segment::own_formats) in attend, compact, read_keys and
+   * read_tokens; NULL: the host never demotes rows on this backend (a cache that asks to
+   * demote is refused with KVC_ERR_UNSUPPORTED). */
+  int32_t (*convert)(void *instance, const kvc_convert_call *call, kvc_plugin_error *error);
 } kvc_backend_vtable;
 
 /* --------------------------------------------------------------- policies */
