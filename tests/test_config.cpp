@@ -326,7 +326,7 @@ TEST_CASE("config: unknown keys are reported at the key with the valid keys") {
         "dtype, k_dtype, v_dtype, k_rotation, layout, block_tokens, growth_factor, memory_limit");
   CHECK(config_error("policy:\n  name: x\n  window: 3\n") ==
         "cfg:3: policy.window: unknown key, expected one of name, budget, sinks, recent, params, "
-        "compress");
+        "compress, demote");
   CHECK(config_error("policy:\n  name: x\n  compress:\n    every: 3\n") ==
         "cfg:4: policy.compress.every: unknown key, expected one of prefill, decode_every, "
         "decode_slack");

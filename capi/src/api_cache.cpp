@@ -31,6 +31,9 @@ kvc_cache_params params_from(const kvc::CacheConfig& c) {
   p.policy = nullptr;
   p.sinks = -1;
   p.recent = -1;
+  p.demote_keep = kvc::DemoteConfig{}.keep;
+  p.demote_k_dtype = -1;
+  p.demote_v_dtype = -1;
   return p;
 }
 
@@ -62,7 +65,11 @@ kvc::CacheConfig config_from(const kvc_cache_params& p) {
 }
 
 std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {
-  if (!p.policy) return std::nullopt;
+  if (!p.policy) {
+    kvc::require(p.demote_k_dtype == -1 && p.demote_v_dtype == -1,
+                 "demote_k_dtype and demote_v_dtype need a policy: only compression demotes");
+    return std::nullopt;
+  }
   kvc::PolicyConfig policy;
   policy.name = p.policy;
   kvc::require(p.budget >= 0, "budget must be >= 0");
@@ -89,6 +96,16 @@ std::optional<kvc::PolicyConfig> policy_from(const kvc_cache_params& p) {
                "decode_every and decode_slack must be >= 0");
   policy.decode_every = p.decode_every;
   policy.decode_slack = p.decode_slack;
+  kvc::require(p.demote_k_dtype == -1 || kvc_format_is_valid(p.demote_k_dtype),
+               "demote_k_dtype is neither -1 nor a kvc_dtype");
+  kvc::require(p.demote_v_dtype == -1 || kvc_format_is_valid(p.demote_v_dtype),
+               "demote_v_dtype is neither -1 nor a kvc_dtype");
+  kvc::require(p.demote_keep >= 0.0 && p.demote_keep <= 1.0, "demote_keep must be in [0, 1]");
+  kvc::DemoteConfig& demote = policy.demote;
+  demote.enabled = p.demote_k_dtype != -1 || p.demote_v_dtype != -1;
+  if (p.demote_k_dtype != -1) demote.k_dtype = static_cast<kvc_dtype>(p.demote_k_dtype);
+  if (p.demote_v_dtype != -1) demote.v_dtype = static_cast<kvc_dtype>(p.demote_v_dtype);
+  demote.keep = p.demote_keep;
   return policy;
 }
 
@@ -165,6 +182,11 @@ kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_p
                                                                        : KVC_PREFILL_NONE;
       params.decode_every = p.decode_every;
       params.decode_slack = p.decode_slack;
+      if (p.demote.enabled) {
+        params.demote_k_dtype = p.demote.k_dtype ? *p.demote.k_dtype : -1;
+        params.demote_v_dtype = p.demote.v_dtype ? *p.demote.v_dtype : -1;
+        params.demote_keep = p.demote.keep;
+      }
     }
     kvc::write_versioned(out_params, params, "out_params");
   });

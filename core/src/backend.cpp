@@ -186,6 +186,13 @@ void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream
   check(vtable_.read_keys(instance_, &call, &error), error, "read_keys");
 }
 
+void Backend::convert(const std::vector<kvc_convert_job>& jobs, void* stream) {
+  if (jobs.empty()) return;
+  kvc_convert_call call{sizeof(call), head_dim_, stream, jobs.data(), jobs.size()};
+  kvc_plugin_error error{};
+  check(vtable_.convert(instance_, &call, &error), error, "convert");
+}
+
 void Backend::read_tokens(const std::vector<kvc_read_tokens_job>& jobs, void* stream) {
   if (jobs.empty()) return;
   if (!vtable_.read_tokens) {

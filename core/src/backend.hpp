@@ -38,6 +38,10 @@ class Backend {
   // Positions and statistics into host memory: one read_tokens call, or, for a backend
   // without it (ABI 1.0), one copy per segment and statistic.
   void read_tokens(const std::vector<kvc_read_tokens_job>& jobs, void* stream);
+  // Whether the backend re-encodes stored rows (ABI 1.6 convert), which demotion needs; a
+  // backend that has it also reads segments with their own formats.
+  bool converts() const { return vtable_.convert != nullptr; }
+  void convert(const std::vector<kvc_convert_job>& jobs, void* stream);
 
  private:
   void check(int32_t code, const kvc_plugin_error& error, const char* what) const;

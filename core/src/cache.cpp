@@ -27,18 +27,41 @@ const LoadedPlugin& find_backend(Context& context, const std::string& name) {
   return *plugin;
 }
 
-Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
-  constexpr uint32_t attention_stats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
-  const size_t v_group = kvc_format_group_bytes(c.v_dtype);
-  return Geometry{c.layout,
-                  c.head_dim,
-                  kvc_format_row_bytes(c.k_dtype, static_cast<size_t>(c.head_dim)),
-                  kvc_format_row_bytes(c.v_dtype, static_cast<size_t>(c.head_dim)),
+TierRows tier_rows(kvc_dtype k_dtype, kvc_dtype v_dtype, int32_t head_dim) {
+  const size_t v_group = kvc_format_group_bytes(v_dtype);
+  return TierRows{k_dtype, v_dtype, kvc_format_row_bytes(k_dtype, static_cast<size_t>(head_dim)),
+                  kvc_format_row_bytes(v_dtype, static_cast<size_t>(head_dim)),
                   // V rows start at their group's largest power-of-two divisor, at most a
                   // float's alignment: 4 for f32, 2 for f16 and bf16.
-                  std::min(v_group & (0 - v_group), alignof(float)),
-                  c.block_tokens,
-                  policy ? policy->stats() & attention_stats : 0u};
+                  std::min(v_group & (0 - v_group), alignof(float))};
+}
+
+Geometry make_geometry(const CacheConfig& c, const Policy* policy) {
+  constexpr uint32_t attention_stats = KVC_STAT_ATTN_SUM | KVC_STAT_ATTN_LAST | KVC_STAT_ATTN_WINDOW;
+  Geometry g{c.layout,
+             c.head_dim,
+             {tier_rows(c.k_dtype, c.v_dtype, c.head_dim), TierRows{}},
+             c.block_tokens,
+             policy ? policy->stats() & attention_stats : 0u};
+  if (!policy || !policy->config().demote.enabled) return g;
+  const DemoteConfig& demote = policy->config().demote;
+  g.tiers[1] = tier_rows(demote.k_dtype.value_or(c.k_dtype), demote.v_dtype.value_or(c.v_dtype),
+                         c.head_dim);
+  const std::string rows = std::string(kvc_format_name(g.tiers[1].k_dtype)) + " K and " +
+                           kvc_format_name(g.tiers[1].v_dtype) + " V";
+  if (c.layout != KVC_LAYOUT_PAGED) {
+    throw invalid("policy.demote needs the paged layout: a demoted tier is a list of blocks");
+  }
+  if (g.token_bytes(1) >= g.token_bytes(0)) {
+    throw invalid("policy.demote: " + rows + " take " + std::to_string(g.token_bytes(1)) +
+                  " bytes a token, no fewer than the cache's formats (" +
+                  std::to_string(g.token_bytes(0)) + ")");
+  }
+  const size_t block_bytes = g.bytes_for(c.block_tokens);
+  int32_t fits = c.block_tokens;
+  while (g.bytes_for(fits + 1, 1) <= block_bytes) ++fits;
+  g.demoted_block_tokens = fits;
+  return g;
 }
 
 std::unique_ptr<Policy> make_policy(Context& context, const std::optional<PolicyConfig>& config) {
@@ -62,6 +85,11 @@ Cache::Cache(Context& context, const CacheConfig& config,
       memory_(backend_, pool_, geometry_, schedule_, context.logger(), counters_),
       compressor_(context, config_, policy_.get(), schedule_, geometry_, backend_, pool_,
                   sequences_, memory_, counters_) {
+  if (geometry_.demotes() && !backend_.converts()) {
+    throw Error(KVC_ERR_UNSUPPORTED, "backend " + quote(backend_.name()) +
+                                         " cannot demote tokens (policy.demote): it has no "
+                                         "convert entry (plugin ABI 1.6)");
+  }
   const PrefixCacheConfig& prefix = config_.prefix_cache;
   if (!prefix.enabled) return;
   if (!prefix.store.empty()) context.store(prefix.store);  // NOT_FOUND naming it
@@ -435,6 +463,7 @@ kvc_cache_stats Cache::stats() const {
   s.bytes_reserved = counters.bytes_reserved;
   s.tokens_stored = counters_.tokens_stored.load();
   s.tokens_evicted = counters_.tokens_evicted.load();
+  s.tokens_demoted = counters_.tokens_demoted.load();
   s.bytes_copied = counters_.bytes_copied.load();
   s.blocks_used = counters.blocks_used;
   s.blocks_free = pool_.blocks_available();

@@ -9,6 +9,7 @@ namespace kvc {
 struct CacheCounters {
   std::atomic<uint64_t> tokens_stored{0};
   std::atomic<uint64_t> tokens_evicted{0};
+  std::atomic<uint64_t> tokens_demoted{0};  // moved into a head's demoted tier by compression
   std::atomic<uint64_t> bytes_copied{0};  // by growth, unsharing and shrinking
 };
 

@@ -90,9 +90,9 @@ std::vector<std::vector<void*>> Cache::store_prefix_chunks(
       for (size_t h = 0; h < heads; ++h) {
         const HeadImage& rows = chunks[c].image.heads[h];
         const Segment block{static_cast<unsigned char*>(blocks[c][h]), config_.block_tokens, 0};
-        backend_.copy(segment_k(block), rows.k_rows(), n * geometry_.k_row_bytes,
+        backend_.copy(segment_k(block), rows.k_rows(), n * geometry_.rows().k_row_bytes,
                       KVC_COPY_HOST_TO_DEVICE);
-        backend_.copy(segment_v(block, geometry_), rows.v_rows(), n * geometry_.v_row_bytes,
+        backend_.copy(segment_v(block, geometry_), rows.v_rows(), n * geometry_.rows().v_row_bytes,
                       KVC_COPY_HOST_TO_DEVICE);
         backend_.copy(segment_pos(block, geometry_), rows.positions.data(), n * sizeof(int32_t),
                       KVC_COPY_HOST_TO_DEVICE);

@@ -88,9 +88,9 @@ void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint
   size_t at = 0;
   for (const kvc_segment& s : segments) {
     const size_t count = static_cast<size_t>(s.count);
-    backend_.copy(k + at * geometry_.k_row_bytes, s.k, count * geometry_.k_row_bytes,
+    backend_.copy(k + at * geometry_.rows().k_row_bytes, s.k, count * geometry_.rows().k_row_bytes,
                   KVC_COPY_DEVICE_TO_HOST);
-    backend_.copy(v + at * geometry_.v_row_bytes, s.v, count * geometry_.v_row_bytes,
+    backend_.copy(v + at * geometry_.rows().v_row_bytes, s.v, count * geometry_.rows().v_row_bytes,
                   KVC_COPY_DEVICE_TO_HOST);
     at += count;
   }
@@ -104,8 +104,8 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   SequenceImage image = image_without_rows(sequence, max_tokens, segments);
   for (size_t i = 0; i < image.heads.size(); ++i) {
     HeadImage& head = image.heads[i];
-    head.k.resize(head.positions.size() * geometry_.k_row_bytes);
-    head.v.resize(head.positions.size() * geometry_.v_row_bytes);
+    head.k.resize(head.positions.size() * geometry_.rows().k_row_bytes);
+    head.v.resize(head.positions.size() * geometry_.rows().v_row_bytes);
     copy_rows(segments[i], head.k.data(), head.v.data());
   }
   return image;

@@ -5,33 +5,76 @@
 
 #include <algorithm>
 #include <exception>
+#include <numeric>
 #include <mutex>
 
+#include "head_rebuild.hpp"
 #include "kvcache/kvcache_error.hpp"
 #include "selection.hpp"
 
 namespace kvc {
 namespace {
 
-// Host copies of what a policy reads about one (sequence, layer, KV head).
+// Host copies of what a policy reads about one (sequence, layer, KV head), in position order:
+// a head with a demoted tier stores its tokens in another order, which `order` maps to.
 struct HeadInputs {
+  std::vector<int32_t> order;  // [token] its storage index; empty: the same
   std::vector<int32_t> positions;
   std::vector<float> stats[std::size(kStoredStats)];
   std::vector<float> keys;
   std::vector<float> scores;
 };
 
+}  // namespace
+
 // One (sequence, layer) to compress: its inputs, then what each KV head keeps.
-struct LayerSelection {
+struct Compressor::LayerSelection {
   Sequence* sequence;
   int32_t seq_id;
   int32_t layer;
   std::vector<HeadInputs> inputs;          // [kv_head]
   std::vector<std::vector<int32_t>> kept;  // [kv_head]
+  std::vector<std::vector<Fate>> fates;    // [kv_head] with policy.demote, instead of kept
   std::vector<int32_t> budgets;            // [kv_head] what the policy gave each head
 };
 
+namespace {
+
+// Puts the inputs read in storage order into position order: the demoted tier's tokens, then
+// the others, each already in position order, merged.
+void to_position_order(const HeadStorage& head, size_t head_dim, HeadInputs& in) {
+  const int32_t demoted = head.demoted_length();
+  if (demoted == 0) return;
+  const std::vector<int32_t> stored = in.positions;
+  in.order.resize(stored.size());
+  std::iota(in.order.begin(), in.order.end(), 0);
+  std::inplace_merge(in.order.begin(), in.order.begin() + demoted, in.order.end(),
+                     [&](int32_t a, int32_t b) { return stored[size_t(a)] < stored[size_t(b)]; });
+  auto permute = [&](auto& values, size_t width) {
+    if (values.empty()) return;
+    const auto copy = values;
+    for (size_t i = 0; i < in.order.size(); ++i) {
+      std::copy_n(copy.begin() + static_cast<std::ptrdiff_t>(size_t(in.order[i]) * width), width,
+                  values.begin() + static_cast<std::ptrdiff_t>(i * width));
+    }
+  };
+  permute(in.positions, 1);
+  for (std::vector<float>& stat : in.stats) permute(stat, 1);
+  permute(in.keys, head_dim);
+}
+
 }  // namespace
+
+int64_t Compressor::excess(const HeadStorage& head) const {
+  const int64_t budget = head_budget(head);
+  if (!geometry_.demotes()) return int64_t{head.length()} - budget;
+  // In tokens of the cache's formats, rounded up: a head over its bytes by any amount is over.
+  const int64_t keep_cost = static_cast<int64_t>(geometry_.token_bytes(0));
+  const int64_t bytes = int64_t{head.length() - head.demoted_length()} * keep_cost +
+                        int64_t{head.demoted_length()} * static_cast<int64_t>(geometry_.token_bytes(1));
+  const int64_t over = bytes - budget * keep_cost;
+  return over > 0 ? (over + keep_cost - 1) / keep_cost : over / keep_cost;
+}
 
 void Compressor::compress(const std::vector<Sequence*>& sequences,
                           const std::vector<int32_t>& ids, int32_t first_layer,
@@ -45,10 +88,9 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
     for (int32_t layer = first_layer; layer < end_layer; ++layer) {
       bool over_budget = false;
       for (int32_t h = 0; h < heads && !over_budget; ++h) {
-        const HeadStorage& head = sequences_.head(*sequences[i], layer, h);
-        over_budget = head.length() > head_budget(head);
+        over_budget = excess(sequences_.head(*sequences[i], layer, h)) > 0;
       }
-      if (over_budget) selections.push_back(LayerSelection{sequences[i], ids[i], layer, {}, {}, {}});
+      if (over_budget) selections.push_back(LayerSelection{sequences[i], ids[i], layer, {}, {}, {}, {}});
     }
   }
   if (selections.empty()) return;
@@ -95,6 +137,12 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
   }
   backend_.read_tokens(reads, stream);
   backend_.read_keys(key_reads, stream);
+  for (LayerSelection& sel : selections) {
+    for (int32_t h = 0; h < heads; ++h) {
+      to_position_order(sequences_.head(*sel.sequence, sel.layer, h),
+                        static_cast<size_t>(config_.head_dim), sel.inputs[static_cast<size_t>(h)]);
+    }
+  }
 
   // Decide every selection before touching storage: a policy error leaves the cache as it was.
   std::mutex error_mutex;
@@ -141,11 +189,16 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
         request.jobs = jobs.data();
         sel.budgets.resize(n_heads);
         policy_->budgets(request, sel.budgets.data());
-        sel.kept.resize(n_heads);
-        for (size_t h = 0; h < n_heads; ++h) {
-          sel.budgets[h] = std::max(sel.budgets[h], 0);
-          sel.kept[h] = select_kept(sel.inputs[h].scores.data(), jobs[h].n_tokens,
-                                    sel.budgets[h], {jobs[h].sink_end, jobs[h].recent_begin});
+        for (size_t h = 0; h < n_heads; ++h) sel.budgets[h] = std::max(sel.budgets[h], 0);
+        if (geometry_.demotes()) {
+          sel.fates.resize(n_heads);
+          for (size_t h = 0; h < n_heads; ++h) sel.fates[h] = select_fates(sel, h, jobs[h]);
+        } else {
+          sel.kept.resize(n_heads);
+          for (size_t h = 0; h < n_heads; ++h) {
+            sel.kept[h] = select_kept(sel.inputs[h].scores.data(), jobs[h].n_tokens,
+                                      sel.budgets[h], {jobs[h].sink_end, jobs[h].recent_begin});
+          }
         }
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
@@ -154,9 +207,70 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
     }
   });
   if (first_error) std::rethrow_exception(first_error);
-
-  std::vector<Compaction> changed;
+  if (geometry_.demotes()) {
+    apply_fates(selections, stream);
+  } else {
+    apply_kept(selections, stream);
+  }
   for (LayerSelection& sel : selections) {
+    for (int32_t h = 0; h < heads; ++h) {
+      sequences_.head(*sel.sequence, sel.layer, h).set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
+    }
+  }
+}
+
+std::vector<Fate> Compressor::select_fates(const LayerSelection& sel, size_t h,
+                                           const kvc_score_job& job) const {
+  const HeadInputs& in = sel.inputs[h];
+  const int32_t demoted_length =
+      sequences_.head(*sel.sequence, sel.layer, static_cast<int32_t>(h)).demoted_length();
+  std::vector<uint8_t> demoted(static_cast<size_t>(job.n_tokens));
+  for (size_t i = 0; i < demoted.size(); ++i) {
+    demoted[i] = (in.order.empty() ? static_cast<int32_t>(i) : in.order[i]) < demoted_length;
+  }
+  const TierCosts costs{geometry_.token_bytes(0), geometry_.token_bytes(1)};
+  const size_t budget_bytes = static_cast<size_t>(sel.budgets[h]) * costs.keep;
+  const auto keep_bytes =
+      static_cast<size_t>(policy_->config().demote.keep * static_cast<double>(budget_bytes));
+  return select_tiers(in.scores.data(), demoted.data(), job.n_tokens, budget_bytes, keep_bytes,
+                      costs, {job.sink_end, job.recent_begin});
+}
+
+void Compressor::apply_fates(const std::vector<LayerSelection>& selections, void* stream) {
+  std::vector<TierPlan> plans;
+  uint64_t evicted = 0, demoted = 0;
+  for (const LayerSelection& sel : selections) {
+    for (size_t h = 0; h < sel.fates.size(); ++h) {
+      HeadStorage& head = sequences_.head(*sel.sequence, sel.layer, static_cast<int32_t>(h));
+      const HeadInputs& in = sel.inputs[h];
+      TierPlan plan{&head, {}, {}, &in.order, &in.positions, in.stats};
+      for (size_t i = 0; i < sel.fates[h].size(); ++i) {
+        const Fate fate = sel.fates[h][i];
+        if (fate == Fate::keep) plan.kept.push_back(static_cast<int32_t>(i));
+        if (fate == Fate::demote) plan.demoted.push_back(static_cast<int32_t>(i));
+      }
+      const size_t removed = static_cast<size_t>(head.length()) - plan.kept.size() - plan.demoted.size();
+      size_t newly_demoted = 0;
+      for (int32_t token : plan.demoted) {
+        const int32_t stored = in.order.empty() ? token : in.order[static_cast<size_t>(token)];
+        newly_demoted += stored >= head.demoted_length() ? 1 : 0;
+      }
+      if (removed == 0 && newly_demoted == 0) continue;
+      evicted += removed;
+      demoted += newly_demoted;
+      plans.push_back(std::move(plan));
+    }
+  }
+  rebuild_heads(plans, backend_, pool_, geometry_, stream);
+  counters_.tokens_stored -= evicted;
+  counters_.tokens_evicted += evicted;
+  counters_.tokens_demoted += demoted;
+}
+
+void Compressor::apply_kept(const std::vector<LayerSelection>& selections, void* stream) {
+  const int32_t heads = config_.kv_heads;
+  std::vector<Compaction> changed;
+  for (const LayerSelection& sel : selections) {
     for (int32_t h = 0; h < heads; ++h) {
       HeadStorage& head = sequences_.head(*sel.sequence, sel.layer, h);
       const std::vector<int32_t>& kept = sel.kept[static_cast<size_t>(h)];
@@ -171,11 +285,6 @@ void Compressor::compress(const std::vector<Sequence*>& sequences,
   std::vector<HeadStorage*> compacted;
   for (const Compaction& c : changed) compacted.push_back(c.head);
   memory_.release_unused_capacity(compacted);
-  for (LayerSelection& sel : selections) {
-    for (int32_t h = 0; h < heads; ++h) {
-      sequences_.head(*sel.sequence, sel.layer, h).set_effective_budget(sel.budgets[static_cast<size_t>(h)]);
-    }
-  }
 }
 
 uint64_t Compressor::compact_heads(const std::vector<Compaction>& heads, void* stream) {
@@ -300,17 +409,16 @@ Compressor::AfterAttend Compressor::plan_after_attend(int32_t layer, const kvc_b
   if (!policy_) return plan;
   for (size_t i = 0; i < resolved.sequences.size(); ++i) {
     Sequence& seq = *resolved.sequences[i];
-    auto excess = [&] {
+    auto most_excess = [&] {
       int64_t most = INT64_MIN;
       for (int32_t h = 0; h < config_.kv_heads; ++h) {
-        const HeadStorage& head = sequences_.head(seq, layer, h);
-        most = std::max<int64_t>(most, int64_t{head.length()} - head_budget(head));
+        most = std::max<int64_t>(most, excess(sequences_.head(seq, layer, h)));
       }
       return most;
     };
     plan.triggers.push_back(seq.triggers[static_cast<size_t>(layer)]);
     if (!schedule_.after_attend(plan.triggers.back(), batch.n_tokens[i],
-                                marks_prompt_end(batch, i), excess)) {
+                                marks_prompt_end(batch, i), most_excess)) {
       continue;
     }
     plan.due.push_back(&seq);

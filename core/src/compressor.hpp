@@ -17,6 +17,7 @@
 #include "head_storage.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
+#include "selection.hpp"
 #include "sequence_table.hpp"
 
 namespace kvc {
@@ -87,6 +88,18 @@ class Compressor {
                              void* stream);
 
  private:
+  struct LayerSelection;
+  // Policy.demote: the fate of each token of head h of the selection, in position order.
+  std::vector<Fate> select_fates(const LayerSelection& sel, size_t h,
+                                 const kvc_score_job& job) const;
+  // Rewrites the heads whose tokens' fates change anything (head_rebuild.hpp).
+  void apply_fates(const std::vector<LayerSelection>& selections, void* stream);
+  // Without demotion: compacts the heads that lose tokens.
+  void apply_kept(const std::vector<LayerSelection>& selections, void* stream);
+  // How far a head is over its budget, in tokens of the cache's formats (<= 0: within it);
+  // with policy.demote the budget is that many tokens' bytes.
+  int64_t excess(const HeadStorage& head) const;
+
   // Whether the engine marked sequence i's tokens of the batch as its prompt's last chunk.
   static bool marks_prompt_end(const kvc_batch& batch, size_t i) {
     return batch.prompt_end != nullptr && batch.prompt_end[i] != 0;

@@ -460,6 +460,7 @@ class ConfigReader {
         int_key("recent", policy.recent, kNonNegative),
         {"params", [&](const Field& f) { policy.params = read_params(f); }},
         {"compress", [&](const Field& f) { read_compress(f, policy); }},
+        {"demote", [&](const Field& f) { read_demote(f, policy.demote); }},
     };
     read_section(section, keys);
     if (!has_name) {
@@ -467,6 +468,34 @@ class ConfigReader {
            "missing, a policy section needs a name");
     }
     return policy;
+  }
+
+  // `format` sets K's and V's demoted format, `k_format` and `v_format` override it.
+  void read_demote(const Field& section, DemoteConfig& demote) const {
+    std::optional<kvc_dtype> both, k, v;
+    const std::vector<KeyReader> keys{
+        {"format", [&](const Field& f) { both = read_choice(f, kDtypes); }},
+        {"k_format", [&](const Field& f) { k = read_choice(f, kDtypes); }},
+        {"v_format", [&](const Field& f) { v = read_choice(f, kDtypes); }},
+        {"keep",
+         [&](const Field& f) {
+           const std::string expected = "a number in [0, 1]";
+           const std::string text = read_scalar(f, expected);
+           const std::optional<double> share = parse_number(text);
+           if (!share || !(*share >= 0.0 && *share <= 1.0)) {
+             fail_value(f, "expected " + expected + ", got " + quote(text));
+           }
+           demote.keep = *share;
+         }},
+    };
+    read_section(section, keys);
+    if (!both && !k && !v) {
+      fail(section.key_mark, child_path(section.path, "format"),
+           "missing, demote needs a format (or k_format, v_format)");
+    }
+    demote.enabled = true;
+    demote.k_dtype = k ? k : both;
+    demote.v_dtype = v ? v : both;
   }
 
   // An integer is a token count; a fraction is a share of each sequence's tokens.

@@ -43,6 +43,17 @@ struct CacheConfig {
 
 enum class PrefillCompression { none, per_chunk, once };
 
+// `policy.demote:` (docs/policies.md, "Demote before evict"): tokens the budget cannot keep
+// in the cache's formats are stored in these smaller ones before any is evicted.
+struct DemoteConfig {
+  bool enabled = false;
+  std::optional<kvc_dtype> k_dtype;  // absent: K keeps the cache's format
+  std::optional<kvc_dtype> v_dtype;  // absent: V keeps the cache's format
+  // The share of each head's byte budget that tokens in the cache's formats may take (the
+  // protected ones first, then the highest scored); the rest buys demoted tokens.
+  double keep = 0.25;
+};
+
 struct PolicyConfig {
   std::string name = "full";
   int32_t budget_tokens = 0;   // used when budget_ratio == 0
@@ -53,6 +64,7 @@ struct PolicyConfig {
   PrefillCompression prefill = PrefillCompression::none;
   int32_t decode_every = 0;    // 0: never by step count
   int32_t decode_slack = 0;    // > 0: compress when a sequence exceeds budget + slack
+  DemoteConfig demote;
 };
 
 // One entry of `stores:`: the name calls use, the store plugin and its parameters.

@@ -23,7 +23,7 @@ void HeadStorage::segments_changed() { table_version_ = new_table_number(); }
 
 size_t HeadStorage::open_segment(const Geometry& g) const {
   if (g.layout == KVC_LAYOUT_CONTIGUOUS) return 0;
-  return static_cast<size_t>(length_ / g.block_tokens);
+  return demoted_segments_ + static_cast<size_t>((length_ - demoted_length_) / g.block_tokens);
 }
 
 Growth HeadStorage::growth_for(int32_t extra, const Geometry& g, const Schedule& schedule,
@@ -31,7 +31,8 @@ Growth HeadStorage::growth_for(int32_t extra, const Geometry& g, const Schedule&
   Growth growth;
   const int64_t needed = static_cast<int64_t>(length_) + extra;
   if (g.layout == KVC_LAYOUT_PAGED) {
-    int64_t missing = needed - static_cast<int64_t>(segments_.size()) * g.block_tokens;
+    const int64_t primary_blocks = static_cast<int64_t>(segments_.size() - demoted_segments_);
+    const int64_t missing = needed - demoted_length_ - primary_blocks * g.block_tokens;
     if (missing > 0) growth.blocks = static_cast<size_t>((missing + g.block_tokens - 1) / g.block_tokens);
     const size_t open = open_segment(g);
     growth.unshare_open_block = extra > 0 && open < segments_.size() &&
@@ -62,9 +63,9 @@ size_t HeadStorage::move_segment_to(void* memory, int32_t new_capacity, Backend&
     const Segment& old = segments_.front();
     const size_t n = static_cast<size_t>(old.count);
     try {
-      backend.copy(segment_k(moved), segment_k(old), n * g.k_row_bytes,
+      backend.copy(segment_k(moved), segment_k(old), n * g.rows().k_row_bytes,
                    KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
-      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.v_row_bytes,
+      backend.copy(segment_v(moved, g), segment_v(old, g), n * g.rows().v_row_bytes,
                    KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
       backend.copy(segment_pos(moved, g), segment_pos(old, g), n * sizeof(int32_t),
                    KVC_COPY_DEVICE_TO_DEVICE, replaced.stream);
@@ -168,8 +169,8 @@ void HeadStorage::plan_append(int32_t n, int32_t first_token, int32_t kv_head, c
     slot.first_token = first_token + written;
     slot.n_tokens = take;
     slot.kv_head = kv_head;
-    slot.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.k_row_bytes;
-    slot.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.v_row_bytes;
+    slot.dst_k = segment_k(s) + static_cast<size_t>(s.count) * g.rows().k_row_bytes;
+    slot.dst_v = segment_v(s, g) + static_cast<size_t>(s.count) * g.rows().v_row_bytes;
     slot.dst_pos = segment_pos(s, g) + s.count;
     const int32_t index = length_ + written;
     slot.dst_stats = kvc_head_stats{at(head_stats.attn_sum, index),
@@ -199,8 +200,9 @@ void HeadStorage::commit_append(int32_t n, int32_t newest_position, const Geomet
 void HeadStorage::gather(std::vector<kvc_segment>& out, const Geometry& g) const {
   for (const Segment& s : segments_) {
     if (s.count == 0) break;
+    const TierRows& rows = g.rows(s.tier);
     out.push_back(kvc_segment{sizeof(kvc_segment), s.count, segment_k(s), segment_v(s, g),
-                              segment_pos(s, g), 0, KVC_DTYPE_F32, KVC_DTYPE_F32});
+                              segment_pos(s, g), s.tier, rows.k_dtype, rows.v_dtype});
   }
 }
 
@@ -262,11 +264,13 @@ void HeadStorage::fork_from(const HeadStorage& source, void* stats_memory, Backe
   }
   for (const Segment& s : source.segments_) {
     if (s.count == 0) break;
-    pool.share(s.base, g.bytes_for(s.capacity));
+    pool.share(s.base, g.bytes_for(s.capacity, s.tier));
     segments_.push_back(s);
   }
   segments_changed();
   length_ = source.length_;
+  demoted_length_ = source.demoted_length_;
+  demoted_segments_ = source.demoted_segments_;
   newest_position_ = source.newest_position_;
   seen_ = source.seen_;
   effective_budget_ = source.effective_budget_;
@@ -277,7 +281,9 @@ std::vector<size_t> HeadStorage::shared_segments(int32_t first, int32_t end,
   std::vector<size_t> out;
   int32_t segment_first = 0;
   for (size_t i = 0; i < segments_.size() && segment_first < end; ++i) {
-    const int32_t segment_end = segment_first + segments_[i].capacity;
+    const Segment& s = segments_[i];
+    // A demoted segment's slots end at its count: the next one starts there.
+    const int32_t segment_end = segment_first + (s.tier == 0 ? s.capacity : s.count);
     if (segment_end > first && pool.shared(segments_[i].base)) out.push_back(i);
     segment_first = segment_end;
   }
@@ -288,7 +294,7 @@ Replaced HeadStorage::unshare(size_t index, void* memory, Backend& backend, Bloc
                               const Geometry& g, void* stream) {
   Segment& s = segments_[index];
   try {
-    backend.copy(memory, s.base, g.bytes_for(s.capacity), KVC_COPY_DEVICE_TO_DEVICE, stream);
+    backend.copy(memory, s.base, g.bytes_for(s.capacity, s.tier), KVC_COPY_DEVICE_TO_DEVICE, stream);
   } catch (...) {
     release_segment(memory, s.capacity, pool, g, stream);
     throw;
@@ -311,9 +317,34 @@ void HeadStorage::adopt(std::vector<Segment> segments, float* stats, int32_t sta
   stats_ = stats;
   stats_capacity_ = stats_capacity;
   length_ = length;
+  count_demoted();
   newest_position_ = newest_position;
   seen_ = seen;
   effective_budget_ = effective_budget;
+}
+
+std::pair<std::vector<Segment>, float*> HeadStorage::replace_tokens(
+    std::vector<Segment> segments, float* stats, int32_t stats_capacity, int32_t newest_position) {
+  std::pair<std::vector<Segment>, float*> old{std::move(segments_), stats_};
+  segments_ = std::move(segments);
+  segments_changed();
+  stats_ = stats;
+  stats_capacity_ = stats_capacity;
+  length_ = 0;
+  for (const Segment& s : segments_) length_ += s.count;
+  count_demoted();
+  newest_position_ = newest_position;
+  return old;
+}
+
+void HeadStorage::count_demoted() {
+  demoted_length_ = 0;
+  demoted_segments_ = 0;
+  for (const Segment& s : segments_) {
+    if (s.tier == 0) break;
+    demoted_length_ += s.count;
+    ++demoted_segments_;
+  }
 }
 
 void HeadStorage::release_all(BlockPool& pool, const Geometry& g) {
@@ -324,6 +355,8 @@ void HeadStorage::release_all(BlockPool& pool, const Geometry& g) {
   stats_ = nullptr;
   stats_capacity_ = 0;
   length_ = 0;
+  demoted_length_ = 0;
+  demoted_segments_ = 0;
   newest_position_ = -1;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -20,29 +21,46 @@ inline size_t align_up(size_t bytes, size_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
+// The rows of one tier of a head: the cache's formats (tier 0) or the demoted ones (tier 1).
+struct TierRows {
+  kvc_dtype k_dtype = KVC_DTYPE_F32;
+  kvc_dtype v_dtype = KVC_DTYPE_F32;
+  size_t k_row_bytes = 0;  // one token's K row, of the K format (kvcache_format.h)
+  size_t v_row_bytes = 0;  // one token's V row, of the V format
+  size_t v_alignment = 1;  // of the V rows' start: K rows of another format may end anywhere
+};
+
 struct Geometry {
   kvc_layout layout;
   int32_t head_dim;
-  size_t k_row_bytes;  // one token's K row, of the K format (kvcache_format.h)
-  size_t v_row_bytes;  // one token's V row, of the V format
-  size_t v_alignment;  // of the V rows' start: K rows of another format may end anywhere
+  TierRows tiers[2];  // [1]: k_row_bytes 0 when the cache does not demote
   int32_t block_tokens;
   uint32_t stats;  // the attention statistics stored per token (kvc_stat_flags)
+  int32_t demoted_block_tokens = 0;  // paged: tier-1 tokens a block holds (0: no demotion)
 
   int32_t stat_count() const;
+  bool demotes() const { return demoted_block_tokens > 0; }
+  const TierRows& rows(uint8_t tier = 0) const { return tiers[tier]; }
   // K, V and position of one token.
-  size_t token_bytes() const { return k_row_bytes + v_row_bytes + sizeof(int32_t); }
+  size_t token_bytes(uint8_t tier = 0) const {
+    return tiers[tier].k_row_bytes + tiers[tier].v_row_bytes + sizeof(int32_t);
+  }
   // A segment of `capacity` tokens holds its K rows, then its V rows, then its positions,
   // each region starting aligned for what it holds.
-  size_t v_offset(int32_t capacity) const {
-    return align_up(static_cast<size_t>(capacity) * k_row_bytes, v_alignment);
+  size_t v_offset(int32_t capacity, uint8_t tier = 0) const {
+    return align_up(static_cast<size_t>(capacity) * tiers[tier].k_row_bytes,
+                    tiers[tier].v_alignment);
   }
-  size_t pos_offset(int32_t capacity) const {
-    return align_up(v_offset(capacity) + static_cast<size_t>(capacity) * v_row_bytes,
+  size_t pos_offset(int32_t capacity, uint8_t tier = 0) const {
+    return align_up(v_offset(capacity, tier) + static_cast<size_t>(capacity) * tiers[tier].v_row_bytes,
                     alignof(int32_t));
   }
-  size_t bytes_for(int32_t capacity) const {
-    return pos_offset(capacity) + static_cast<size_t>(capacity) * sizeof(int32_t);
+  size_t bytes_for(int32_t capacity, uint8_t tier = 0) const {
+    return pos_offset(capacity, tier) + static_cast<size_t>(capacity) * sizeof(int32_t);
+  }
+  // Paged: the tokens of `tier` one block holds.
+  int32_t block_capacity(uint8_t tier) const {
+    return tier == 0 ? block_tokens : demoted_block_tokens;
   }
 
   size_t stats_bytes_for(int32_t capacity) const {
@@ -58,6 +76,7 @@ struct Segment {
   unsigned char* base;
   int32_t capacity;
   int32_t count;
+  uint8_t tier = 0;  // its rows' formats: Geometry::tiers[tier]
 };
 
 
@@ -89,6 +108,9 @@ uint64_t new_table_number();
 class HeadStorage {
  public:
   int32_t length() const { return length_; }
+  // Of length(), the tokens of the demoted tier (tier 1): the first ones in storage order, in
+  // segments of their own before those of the cache's formats, each tier in position order.
+  int32_t demoted_length() const { return demoted_length_; }
   // The position of the newest stored token (when length() > 0), kept on the host so that no
   // check of an append reads it back from backend memory.
   int32_t newest_position() const { return newest_position_; }
@@ -171,6 +193,13 @@ class HeadStorage {
   // Paged: returns empty trailing blocks to the pool.
   void release_empty_blocks(BlockPool& pool, const Geometry& g);
   void release_all(BlockPool& pool, const Geometry& g);
+  // The head's tokens become those of `segments` (tier-1 segments first), with this statistics
+  // array (stats_bytes_for(stats_capacity), NULL for none), the newest position among them
+  // `newest_position`; returns the segments and statistics array it held before, for the
+  // caller to release.
+  std::pair<std::vector<Segment>, float*> replace_tokens(std::vector<Segment> segments,
+                                                         float* stats, int32_t stats_capacity,
+                                                         int32_t newest_position);
   // An empty head (release_all) becomes the owner of these segments, with their counts, this
   // statistics array (stats_bytes_for(stats_capacity), NULL for none) and these counters.
   void adopt(std::vector<Segment> segments, float* stats, int32_t stats_capacity, int32_t length,
@@ -185,6 +214,8 @@ class HeadStorage {
 
   // A new table version, after a change of the segment list.
   void segments_changed();
+  // Sets the demoted tier's counts from the segments' tiers.
+  void count_demoted();
 
   std::vector<Segment> segments_;
   uint64_t table_id_ = new_table_number();
@@ -192,6 +223,8 @@ class HeadStorage {
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
   int32_t stats_capacity_ = 0;
   int32_t length_ = 0;
+  int32_t demoted_length_ = 0;
+  size_t demoted_segments_ = 0;  // the tier-1 segments, at the front of segments_
   int32_t newest_position_ = -1;
   int64_t seen_ = 0;
   int32_t effective_budget_ = -1;
@@ -199,10 +232,10 @@ class HeadStorage {
 
 inline unsigned char* segment_k(const Segment& s) { return s.base; }
 inline unsigned char* segment_v(const Segment& s, const Geometry& g) {
-  return s.base + g.v_offset(s.capacity);
+  return s.base + g.v_offset(s.capacity, s.tier);
 }
 inline int32_t* segment_pos(const Segment& s, const Geometry& g) {
-  return reinterpret_cast<int32_t*>(s.base + g.pos_offset(s.capacity));
+  return reinterpret_cast<int32_t*>(s.base + g.pos_offset(s.capacity, s.tier));
 }
 
 }  // namespace kvc

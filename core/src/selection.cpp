@@ -6,6 +6,12 @@
 
 namespace kvc {
 
+namespace {
+
+float rank_of(float score) { return std::isnan(score) ? -INFINITY : score; }
+
+}  // namespace
+
 std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget,
                                  ProtectedRange range) {
   std::vector<int32_t> kept;
@@ -21,9 +27,8 @@ std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget,
 
   std::vector<int32_t> candidates(static_cast<size_t>(tail_begin - head_end));
   std::iota(candidates.begin(), candidates.end(), head_end);
-  auto rank = [scores](int32_t i) { return std::isnan(scores[i]) ? -INFINITY : scores[i]; };
   auto better = [&](int32_t a, int32_t b) {
-    float ra = rank(a), rb = rank(b);
+    float ra = rank_of(scores[a]), rb = rank_of(scores[b]);
     return ra != rb ? ra > rb : a > b;
   };
   std::nth_element(candidates.begin(), candidates.begin() + chosen, candidates.end(), better);
@@ -35,6 +40,49 @@ std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget,
   kept.insert(kept.end(), candidates.begin(), candidates.end());
   for (int32_t i = tail_begin; i < n; ++i) kept.push_back(i);
   return kept;
+}
+
+std::vector<Fate> select_tiers(const float* scores, const uint8_t* demoted, int32_t n,
+                               size_t budget_bytes, size_t keep_bytes, TierCosts costs,
+                               ProtectedRange range) {
+  const size_t count = static_cast<size_t>(n);
+  std::vector<Fate> fates(count, Fate::evict);
+  auto cost = [&](int32_t i) { return demoted[i] ? costs.demoted : costs.keep; };
+  size_t now = 0;
+  for (int32_t i = 0; i < n; ++i) now += cost(i);
+  if (now <= budget_bytes) {
+    for (int32_t i = 0; i < n; ++i) fates[static_cast<size_t>(i)] = demoted[i] ? Fate::demote : Fate::keep;
+    return fates;
+  }
+  size_t spent = 0, kept = 0;
+  std::vector<int32_t> candidates;
+  candidates.reserve(count);
+  for (int32_t i = 0; i < n; ++i) {
+    if (i >= range.sink_end && i < range.recent_begin) {
+      candidates.push_back(i);
+      continue;
+    }
+    fates[static_cast<size_t>(i)] = demoted[i] ? Fate::demote : Fate::keep;
+    spent += cost(i);
+    if (!demoted[i]) kept += costs.keep;
+  }
+  std::sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+    const float ra = rank_of(scores[a]), rb = rank_of(scores[b]);
+    return ra != rb ? ra > rb : a > b;
+  });
+  for (int32_t i : candidates) {
+    if (spent + costs.demoted > budget_bytes) break;  // nothing smaller is left to place
+    Fate& fate = fates[static_cast<size_t>(i)];
+    if (!demoted[i] && kept + costs.keep <= keep_bytes && spent + costs.keep <= budget_bytes) {
+      fate = Fate::keep;
+      kept += costs.keep;
+      spent += costs.keep;
+    } else {
+      fate = Fate::demote;
+      spent += costs.demoted;
+    }
+  }
+  return fates;
 }
 
 }  // namespace kvc

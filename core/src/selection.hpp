@@ -1,6 +1,7 @@
 // Which tokens of one (sequence, layer, KV head) survive compression.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,5 +15,29 @@ namespace kvc {
 // alone reach the budget; the count is Schedule::kept(n, budget).
 std::vector<int32_t> select_kept(const float* scores, int32_t n, int32_t budget,
                                  ProtectedRange range);
+
+// What a compression that demotes (policy.demote) does with one token.
+enum class Fate : uint8_t {
+  evict,
+  keep,    // stays in the cache's formats
+  demote,  // goes to, or stays in, the demoted tier
+};
+
+// Bytes one token takes in the cache's formats and in the demoted ones.
+struct TierCosts {
+  size_t keep;
+  size_t demoted;
+};
+
+// The fate of each of n tokens, in position order (demoted[i] nonzero: token i already is in
+// the demoted tier), under a byte budget. Nothing changes when the tokens already fit. Else
+// the protected range comes first (kept, or left demoted, even past the budget), then the
+// others by score (ties go to the later token; NaN scores rank lowest): a token in the cache's
+// formats is kept while the kept tokens take at most `keep_bytes`, and otherwise demoted while
+// all fit in `budget_bytes`; what no longer fits is evicted. A demoted token is never kept
+// again: its precision is gone.
+std::vector<Fate> select_tiers(const float* scores, const uint8_t* demoted, int32_t n,
+                               size_t budget_bytes, size_t keep_bytes, TierCosts costs,
+                               ProtectedRange range);
 
 }  // namespace kvc

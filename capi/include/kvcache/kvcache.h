@@ -302,6 +302,18 @@ typedef struct kvc_cache_params {
   /** Nonzero, with prefix_store: kvc_prefix_publish() also writes the blocks it makes findable
    * to the store, under the same keys. Default 0. */
   int32_t prefix_write_through;
+  /** With demotion (demote_k_dtype or demote_v_dtype set): the share of each head's byte
+   * budget that tokens in the cache's own formats may take, the protected ones first; the
+   * rest holds demoted tokens. In [0, 1]; default 0.25. */
+  double demote_keep;
+  /** A ::kvc_dtype: "demote before evict" (docs/policies.md). With a policy, a compression
+   * stores the tokens the budget cannot keep in the cache's formats with K in this smaller
+   * format, re-encoded from the stored rows, and evicts only what still does not fit; the
+   * budget then counts bytes: that many tokens' bytes in the cache's formats. Paged layout
+   * only, and a backend with the plugin ABI 1.6 convert entry. -1 (the default): K is not
+   * demoted (it keeps k_dtype when only demote_v_dtype is set). */
+  int32_t demote_k_dtype;
+  int32_t demote_v_dtype; /**< likewise for V; both -1: no demotion */
 } kvc_cache_params;
 
 /** @brief Fills @p params with defaults and sets struct_size. */
@@ -353,6 +365,9 @@ typedef struct kvc_cache_stats {
   uint64_t bytes_reclaimed;      /**< bytes of cached blocks given back so far to make room */
   uint64_t prefix_hits;          /**< kvc_prefix_attach() calls that attached at least one block */
   uint64_t prefix_tokens_reused; /**< tokens those calls attached, summed */
+  /** Tokens compression moved into a head's demoted tier (demote_k_dtype, demote_v_dtype),
+   * summed over (sequence, layer, KV head). */
+  uint64_t tokens_demoted;
 } kvc_cache_stats;
 
 /** @brief Zero-fills @p stats and sets struct_size, ready for kvc_cache_get_stats(). */
