@@ -145,8 +145,14 @@ std::vector<kvc_segment> Cache::view(int32_t seq_id, int32_t layer, int32_t kv_h
   std::shared_lock<std::shared_mutex> lock(sequences_.mutex());
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, false);
+  const HeadStorage& head = storage(sequence, layer, kv_head);
+  if (head.demoted_length() > 0) {
+    throw Error(KVC_ERR_UNSUPPORTED,
+                "the head holds demoted tokens (policy.demote), in formats and an order "
+                "kvc_seq_view cannot describe");
+  }
   std::vector<kvc_segment> segments;
-  storage(sequence, layer, kv_head).gather(segments, geometry_);
+  head.gather(segments, geometry_);
   return segments;
 }
 

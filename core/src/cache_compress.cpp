@@ -38,6 +38,11 @@ void Cache::report_stats(int32_t seq_id, int32_t layer, int32_t kv_head, kvc_sta
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
   const HeadStorage& head = storage(sequence, layer, kv_head);
+  if (head.demoted_length() > 0) {
+    throw Error(KVC_ERR_UNSUPPORTED,
+                "the head holds demoted tokens (policy.demote), whose order kvc_seq_view cannot "
+                "give the engine");
+  }
   if (n_values != head.length()) {
     throw Error(KVC_ERR_INVALID_ARGUMENT, "n_values is " + std::to_string(n_values) +
                                               " but the head stores " +

@@ -172,6 +172,8 @@ int32_t Cache::attach_prefix(int32_t seq_id, const PrefixRequest& prefix) {
 }
 
 int32_t Cache::in_order_tokens(const HeadStorage& head) {
+  // A demoted tier comes first in storage, in blocks of another format: none is a prefix.
+  if (head.demoted_length() > 0) return 0;
   // Positions increase strictly along a head, so ending at length - 1 means 0, 1, ... in order.
   if (head.newest_position() == head.length() - 1) return head.length();
   std::vector<kvc_segment> segments;

@@ -1,8 +1,11 @@
 // Sequence operations: fork (sharing K/V blocks), truncate and remove a range of positions.
 #include <algorithm>
+#include <iterator>
+#include <memory>
 #include <mutex>
 
 #include "cache.hpp"
+#include "head_rebuild.hpp"
 #include "kvcache/kvcache_error.hpp"
 
 namespace kvc {
@@ -20,8 +23,12 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   Sequence& sequence = sequences_.find(seq_id);
   const auto sequence_lock = SequenceTable::lock_sequence(sequence, true);
 
-  // Every head's positions, in one batched read.
+  // Every head's positions, in one batched read; with demotion the statistics too, which a
+  // rewritten head takes along.
+  const bool rebuild = geometry_.demotes();
+  using Stats = std::vector<float>[std::size(kStoredStats)];
   std::vector<std::vector<int32_t>> positions(sequence.heads.size());
+  std::unique_ptr<Stats[]> stats(new Stats[sequence.heads.size()]);
   std::vector<std::vector<kvc_segment>> segments(sequence.heads.size());
   std::vector<kvc_read_tokens_job> reads;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
@@ -34,9 +41,22 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     job.n_segments = static_cast<int32_t>(segments[i].size());
     job.segments = segments[i].data();
     job.out_pos = positions[i].data();
+    if (rebuild) {
+      job.stats = head.stats(geometry_);
+      float** outs[] = {&job.out_attn_sum, &job.out_attn_last, &job.out_attn_window};
+      for (size_t s = 0; s < std::size(kStoredStats); ++s) {
+        if (!(geometry_.stats & kStoredStats[s])) continue;
+        stats[i][s].resize(positions[i].size());
+        *outs[s] = stats[i][s].data();
+      }
+    }
     reads.push_back(job);
   }
   backend_.read_tokens(reads, nullptr);
+  if (rebuild) {
+    remove_by_rebuild(sequence, first, end, positions, stats.get());
+    return;
+  }
 
   // A head keeps its tokens outside [first, end): a prefix is a truncation (counts only),
   // anything else a compaction.
@@ -69,6 +89,31 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   // The removed tokens are as if never appended: ratio budgets follow what is left.
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     sequence.heads[i].forget(static_cast<int32_t>(positions[i].size() - kept[i].size()));
+  }
+}
+
+void Cache::remove_by_rebuild(Sequence& sequence, int32_t first, int32_t end,
+                              const std::vector<std::vector<int32_t>>& positions,
+                              const std::vector<float> (*stats)[std::size(kStoredStats)]) {
+  const std::vector<int32_t> storage_order;  // the plans name tokens by storage index
+  std::vector<TierPlan> plans;
+  std::vector<size_t> removed;
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    HeadStorage& head = sequence.heads[i];
+    TierPlan plan{&head, {}, {}, &storage_order, &positions[i], stats[i]};
+    for (int32_t t = 0; t < head.length(); ++t) {
+      const int32_t p = positions[i][static_cast<size_t>(t)];
+      if (p >= first && p < end) continue;
+      (t < head.demoted_length() ? plan.demoted : plan.kept).push_back(t);
+    }
+    const size_t n_removed = positions[i].size() - plan.demoted.size() - plan.kept.size();
+    removed.push_back(n_removed);
+    if (n_removed > 0) plans.push_back(std::move(plan));
+  }
+  rebuild_heads(plans, backend_, pool_, geometry_, nullptr);
+  for (size_t i = 0; i < sequence.heads.size(); ++i) {
+    counters_.tokens_stored -= removed[i];
+    sequence.heads[i].forget(static_cast<int32_t>(removed[i]));
   }
 }
 

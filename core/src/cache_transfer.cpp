@@ -39,6 +39,13 @@ void keep_first_tokens(std::vector<kvc_segment>& segments, size_t n) {
 
 SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tokens,
                                         std::vector<std::vector<kvc_segment>>& segments) {
+  for (const HeadStorage& head : sequence.heads) {
+    if (head.demoted_length() > 0) {
+      throw Error(KVC_ERR_UNSUPPORTED,
+                  "the sequence holds demoted tokens (policy.demote), which sequence images do "
+                  "not carry yet");
+    }
+  }
   SequenceImage image;
   image.layers = config_.layers;
   image.kv_heads = config_.kv_heads;
