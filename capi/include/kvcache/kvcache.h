@@ -477,7 +477,9 @@ typedef struct kvc_segment_view {
  * a call made concurrently, so a caller that shares the sequence between threads reads them
  * only while it keeps those calls out (or copies: kvc_seq_export()). The memory is read-only:
  * after kvc_seq_fork() a segment may be shared with other sequences. K rows are the stored
- * ones: rotated when the cache rotates K (kvc_cache_params::k_rotation).
+ * ones: rotated when the cache rotates K (kvc_cache_params::k_rotation). A head holding
+ * demoted tokens (demote_k_dtype, demote_v_dtype) is refused with UNSUPPORTED: its tokens are
+ * in two formats and not in position order.
  */
 KVC_API kvc_status *kvc_seq_view(const kvc_cache *cache, int32_t seq_id, int32_t layer,
                                  int32_t kv_head, kvc_segment_view *out_views, size_t capacity,
@@ -659,7 +661,9 @@ typedef enum kvc_stat_kind {
  * order (kvc_seq_length() of them), defined over the query heads of the group as the
  * matching ::kvc_stat_flags entry of kvcache_plugin.h says (sums, or the mean for the last
  * query's attention). Fails with
- * INVALID_ARGUMENT when the cache's policy does not use that statistic.
+ * INVALID_ARGUMENT when the cache's policy does not use that statistic, and with UNSUPPORTED
+ * for a head holding demoted tokens (demote_k_dtype, demote_v_dtype), whose storage order
+ * kvc_seq_view() cannot give.
  */
 KVC_API kvc_status *kvc_report_stats(kvc_cache *cache, int32_t seq_id, int32_t layer,
                                      int32_t kv_head, kvc_stat_kind kind, const float *values,
