@@ -8,6 +8,7 @@
 
 #include "cache.hpp"
 #include "kvcache/kvcache_error.hpp"
+#include "selection.hpp"
 
 namespace kvc {
 namespace {
@@ -21,6 +22,7 @@ constexpr int64_t kMaxModelledAppends = int64_t{1} << 16;
 // What decides a head's future, apart from the peak so far.
 struct HeadState {
   int64_t length;
+  int64_t demoted;
   int64_t seen;  // 0 unless the budget grows with it
   int32_t capacity;
   int32_t stats_capacity;
@@ -28,7 +30,7 @@ struct HeadState {
   bool prefill_pending;
 
   bool operator==(const HeadState& o) const {
-    return length == o.length && seen == o.seen && capacity == o.capacity &&
+    return length == o.length && demoted == o.demoted && seen == o.seen && capacity == o.capacity &&
            stats_capacity == o.stats_capacity && decode_steps == o.decode_steps &&
            prefill_pending == o.prefill_pending;
   }
@@ -64,8 +66,9 @@ class CycleFinder {
 // others hold what they held before or after that step.
 class HeadModel {
  public:
-  HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers)
-      : schedule_(schedule), g_(g), layers_(layers) {}
+  // `keep`: policy.demote's share, when the geometry demotes.
+  HeadModel(const Schedule& schedule, const Geometry& g, int32_t layers, double keep)
+      : schedule_(schedule), g_(g), layers_(layers), keep_(keep) {}
 
   // One append of `tokens` that the engine marks as the prompt's last chunk.
   void append_prompt_end(int32_t tokens) {
@@ -121,11 +124,22 @@ class HeadModel {
     const size_t after = held_bytes();
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));
   }
-  int64_t excess() const { return length_ - int64_t{schedule_.budget(seen_, -1)}; }
+  int64_t excess() const { return excess_after(0); }
+  // Compressor::excess of the head after `extra` more tokens of the cache's formats, `seen`
+  // tokens in all.
+  int64_t excess_after(int64_t extra, int64_t seen) const {
+    const int64_t budget = schedule_.budget(seen, -1);
+    if (!g_.demotes()) return length_ + extra - budget;
+    const auto keep_cost = static_cast<int64_t>(g_.token_bytes(0));
+    const int64_t over = (length_ + extra - demoted_) * keep_cost +
+                         demoted_ * static_cast<int64_t>(g_.token_bytes(1)) - budget * keep_cost;
+    return over > 0 ? (over + keep_cost - 1) / keep_cost : over / keep_cost;
+  }
+  int64_t excess_after(int64_t extra) const { return excess_after(extra, seen_); }
   // How many of the next `limit` appends of `tokens` fire no trigger and grow no array.
   int64_t quiet_steps(int32_t tokens, int64_t limit) const {
     int64_t steps = schedule_.steps_without_trigger(triggers_, tokens, limit, [&](int64_t j) {
-      return length_ + j * tokens - int64_t{schedule_.budget(seen_ + j * tokens, -1)};
+      return excess_after(j * tokens, seen_ + j * tokens);
     });
     if (g_.layout == KVC_LAYOUT_CONTIGUOUS) steps = std::min(steps, (capacity_ - length_) / tokens);
     if (g_.stat_count() > 0) steps = std::min(steps, (stats_capacity_ - length_) / tokens);
@@ -140,12 +154,13 @@ class HeadModel {
     peak_bytes_ = std::max(peak_bytes_, static_cast<size_t>(layers_) * held_bytes());
   }
   HeadState state() const {
-    return HeadState{length_, schedule_.budget_grows() ? seen_ : 0, capacity_, stats_capacity_,
+    return HeadState{length_, demoted_, schedule_.budget_grows() ? seen_ : 0, capacity_, stats_capacity_,
                      triggers_.decode_steps, triggers_.prefill_pending};
   }
   // Compresses as the cache does, then shrinks what the compaction left mostly empty; returns
   // the bytes held at the peak (old and new arrays together while a shrink copies).
   size_t compress() {
+    if (g_.demotes()) return compress_demoting();
     const int32_t kept = schedule_.kept(static_cast<int32_t>(length_), schedule_.budget(seen_, -1));
     if (kept == length_) return held_bytes();
     length_ = kept;
@@ -164,11 +179,27 @@ class HeadModel {
     }
     return held_bytes() + transient;
   }
-  // Paged: whole blocks. Contiguous: the capacity, which compaction keeps. Plus statistics.
+  // With policy.demote: the head is rewritten into new blocks while the old ones are held.
+  size_t compress_demoting() {
+    const size_t before = held_bytes();
+    const TierCosts costs{g_.token_bytes(0), g_.token_bytes(1)};
+    const size_t budget = static_cast<size_t>(schedule_.budget(seen_, -1)) * costs.keep;
+    const int32_t n = static_cast<int32_t>(length_);
+    const TierCounts counts =
+        modelled_tiers(length_, demoted_, schedule_.protected_range(n).count(n), budget,
+                       keep_share_bytes(keep_, budget), costs);
+    if (counts.kept + counts.demoted == length_ && counts.demoted == demoted_) return before;
+    length_ = counts.kept + counts.demoted;
+    demoted_ = counts.demoted;
+    return before + held_bytes();
+  }
+  // Paged: whole blocks of each tier. Contiguous: the capacity, which compaction keeps. Plus
+  // statistics.
   size_t held_bytes() const {
     size_t kv = g_.bytes_for(capacity_);
     if (g_.layout == KVC_LAYOUT_PAGED) {
-      int64_t blocks = (length_ + g_.block_tokens - 1) / g_.block_tokens;
+      int64_t blocks = (length_ - demoted_ + g_.block_tokens - 1) / g_.block_tokens;
+      if (demoted_ > 0) blocks += (demoted_ + g_.demoted_block_tokens - 1) / g_.demoted_block_tokens;
       kv = static_cast<size_t>(blocks) * g_.bytes_for(g_.block_tokens);
     }
     return kv + g_.stats_bytes_for(stats_capacity_);
@@ -201,7 +232,9 @@ class HeadModel {
   const Geometry& g_;
   const int32_t layers_;
   TriggerState triggers_;
+  const double keep_;
   int64_t length_ = 0;
+  int64_t demoted_ = 0;  // of length_, in the demoted tier
   int64_t seen_ = 0;
   int32_t capacity_ = 0;
   int32_t stats_capacity_ = 0;
@@ -222,7 +255,8 @@ size_t Cache::estimate_peak_bytes(int32_t prompt_tokens, int32_t chunk_tokens, i
                 "prompt_tokens + new_tokens must be at most 2147483647 (a sequence's positions), got " +
                     std::to_string(int64_t{prompt_tokens} + new_tokens));
   }
-  HeadModel head(schedule_, geometry_, config_.layers);
+  HeadModel head(schedule_, geometry_, config_.layers,
+                 policy_ ? policy_->config().demote.keep : 0.0);
   const int32_t rest = prompt_tokens % chunk_tokens;
   const int64_t chunks = prompt_tokens / chunk_tokens;
   if (!marks_prompt_end || prompt_tokens == 0) {

@@ -230,8 +230,7 @@ std::vector<Fate> Compressor::select_fates(const LayerSelection& sel, size_t h,
   }
   const TierCosts costs{geometry_.token_bytes(0), geometry_.token_bytes(1)};
   const size_t budget_bytes = static_cast<size_t>(sel.budgets[h]) * costs.keep;
-  const auto keep_bytes =
-      static_cast<size_t>(policy_->config().demote.keep * static_cast<double>(budget_bytes));
+  const size_t keep_bytes = keep_share_bytes(policy_->config().demote.keep, budget_bytes);
   return select_tiers(in.scores.data(), demoted.data(), job.n_tokens, budget_bytes, keep_bytes,
                       costs, {job.sink_end, job.recent_begin});
 }

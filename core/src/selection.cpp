@@ -85,4 +85,33 @@ std::vector<Fate> select_tiers(const float* scores, const uint8_t* demoted, int3
   return fates;
 }
 
+size_t keep_share_bytes(double keep, size_t budget_bytes) {
+  return static_cast<size_t>(keep * static_cast<double>(budget_bytes));
+}
+
+TierCounts modelled_tiers(int64_t n, int64_t demoted, int64_t protected_count,
+                          size_t budget_bytes, size_t keep_bytes, TierCosts costs) {
+  const int64_t primary = n - demoted;
+  const auto bytes = [&](int64_t kept, int64_t low) {
+    return static_cast<size_t>(kept) * costs.keep + static_cast<size_t>(low) * costs.demoted;
+  };
+  if (bytes(primary, demoted) <= budget_bytes) return {primary, demoted};
+  const int64_t protected_kept = std::min(protected_count, primary);
+  const int64_t protected_demoted = protected_count - protected_kept;
+  size_t spent = bytes(protected_kept, protected_demoted);
+  const size_t kept_bytes = bytes(protected_kept, 0);
+  int64_t kept = protected_kept;
+  if (kept_bytes <= keep_bytes && spent <= budget_bytes) {
+    const size_t room = std::min(keep_bytes - kept_bytes, budget_bytes - spent);
+    const int64_t more = std::min(static_cast<int64_t>(room / costs.keep), primary - protected_kept);
+    kept += more;
+    spent += bytes(more, 0);
+  }
+  const int64_t candidates = n - kept - protected_demoted;
+  const int64_t low = spent <= budget_bytes
+                          ? std::min(candidates, static_cast<int64_t>((budget_bytes - spent) / costs.demoted))
+                          : 0;
+  return {kept, protected_demoted + low};
+}
+
 }  // namespace kvc

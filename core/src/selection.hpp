@@ -40,4 +40,18 @@ std::vector<Fate> select_tiers(const float* scores, const uint8_t* demoted, int3
                                size_t budget_bytes, size_t keep_bytes, TierCosts costs,
                                ProtectedRange range);
 
+// The bytes of a head's budget that tokens in the cache's formats may take (policy.demote's
+// `keep` share of `budget_bytes`).
+size_t keep_share_bytes(double keep, size_t budget_bytes);
+
+// How many tokens select_tiers leaves in each tier of a head of n tokens (`demoted` of them
+// demoted, none of them protected) when every token it keeps scores above every one it
+// demotes: the peak estimate's model of a compression.
+struct TierCounts {
+  int64_t kept;
+  int64_t demoted;
+};
+TierCounts modelled_tiers(int64_t n, int64_t demoted, int64_t protected_count,
+                          size_t budget_bytes, size_t keep_bytes, TierCosts costs);
+
 }  // namespace kvc
