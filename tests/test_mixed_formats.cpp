@@ -225,10 +225,10 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
 // output (and statistics) against the reference.
 void check_attention(Formats call, Formats tier, int32_t n_keys, int32_t n_queries, bool stats,
                      const Options& o, uint32_t seed) {
-  CAPTURE(kvc_format_name(call.k));
-  CAPTURE(kvc_format_name(call.v));
-  CAPTURE(kvc_format_name(tier.k));
-  CAPTURE(kvc_format_name(tier.v));
+  const std::string formats = std::string("call K ") + kvc_format_name(call.k) + " V " +
+                              kvc_format_name(call.v) + ", tier K " + kvc_format_name(tier.k) +
+                              " V " + kvc_format_name(tier.v);
+  CAPTURE(formats);
   CAPTURE(n_keys);
   CAPTURE(n_queries);
   CAPTURE(stats);
@@ -376,8 +376,9 @@ TEST_CASE("mixed formats: convert writes the reference bytes for every pair of f
     ref::Rng rng(11);
     for (const kvc_dtype from : formats) {
       for (const kvc_dtype to : formats) {
-        CAPTURE(kvc_format_name(from));
-        CAPTURE(kvc_format_name(to));
+        const std::string from_name = kvc_format_name(from), to_name = kvc_format_name(to);
+        CAPTURE(from_name);
+        CAPTURE(to_name);
         CAPTURE(int(rotation));
         // K from -> to, V to -> from; values up to 40 so that f16 and bf16 differ.
         std::vector<float> values = rng.vec(size_t(kTokens) * kDim);
