@@ -67,6 +67,7 @@ QueryRows validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_c
   if (config.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", config.group_size);
   QueryRows rows;
+  bool call_keys = false;  // whether any keys are of the call's K format
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (!kvc_format_takes_input(config.storage_dtype, job.q_dtype))
@@ -77,18 +78,23 @@ QueryRows validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_c
     count_tokens(job.segments, job.n_segments, "attend", j);
     check_segment_formats(job.segments, job.n_segments, config.head_dim, "attend", j);
     for (int32_t si = 0; si < job.n_segments; ++si) {
-      const kvc_dtype k = segment_formats(job.segments[si], call).k;
-      if (!kvc_format_takes_input(k, job.q_dtype))
+      const kvc_segment& segment = job.segments[si];
+      if (!segment.own_formats) {
+        call_keys = call_keys || segment.count > 0;
+        continue;
+      }
+      if (!kvc_format_takes_input(segment.k_dtype, job.q_dtype))
         fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: segment %d's K format %s cannot take "
-             "query dtype %d", j, si, kvc_format_name(k), int(job.q_dtype));
-      if (job.segments[si].count == 0) continue;
-      (kvc_format_has_scales(k) ? rows.rounded : rows.exact) = true;
+             "query dtype %d", j, si, kvc_format_name(segment.k_dtype), int(job.q_dtype));
+      if (segment.count == 0) continue;
+      (kvc_format_has_scales(segment.k_dtype) ? rows.rounded : rows.exact) = true;
     }
     if (requested_stats(job).window && config.observation_window < 1)
       fail(KVC_ERR_INVALID_ARGUMENT,
            "attend job %zu: attn_window needs observation_window >= 1, got %d", j,
            config.observation_window);
   }
+  if (call_keys) (kvc_format_has_scales(call.k) ? rows.rounded : rows.exact) = true;
   return rows;
 }
 

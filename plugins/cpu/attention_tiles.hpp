@@ -179,14 +179,14 @@ void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRang
     const size_t segment_key = segment_first;
     segment_first += count;
     if (begin >= end) continue;
+    // The tile being filled holds keys of `formats` alone: it ends where they change.
     const StorageFormats own = segment_formats(segment, call);
     if (own != formats) {
+      finish();
       formats = own;
       k_row_bytes = kvc_format_row_bytes(formats.k, s.head_dim);
       v_row_bytes = kvc_format_row_bytes(formats.v, s.head_dim);
     }
-    if (filling->n > 0 && (filling->k_dtype != formats.k || filling->v_dtype != formats.v))
-      finish();
     const char* k = static_cast<const char*>(segment.k);
     const char* v = static_cast<const char*>(segment.v);
     for (size_t first = begin; first < end;) {
