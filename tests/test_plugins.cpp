@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvcache/kvcache.h"
+#include "direct_cpu_backend.hpp"
 #include "host_reads.hpp"
 #include "kvcache/kvcache_plugin.h"
 #include "kvcache/kvcache_rotation.h"
@@ -872,46 +873,8 @@ TEST_CASE("plugins: a 1.4 backend gets each append once, the tensors whole, ever
   }
 }
 
-namespace {
-
-// A host API for calling a backend plugin without the library: parallel_for runs its chunks
-// one after another, `grain` at a time, so a body starts mid-range as on the arena.
-kvc_host_api direct_host() {
-  kvc_host_api host{};
-  host.struct_size = sizeof(host);
-  host.abi_version = KVC_PLUGIN_ABI_VERSION;
-  host.log = [](void*, kvc_log_level, const char*) {};
-  host.parallel_for = [](void*, size_t n, size_t grain, kvc_range_fn body, void* user) {
-    for (size_t begin = 0; begin < n; begin += grain) body(user, begin, std::min(n, begin + grain));
-  };
-  host.alloc = [](void*, size_t bytes, size_t alignment) {
-    return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-  };
-  host.free = [](void*, void* ptr) { std::free(ptr); };
-  return host;
-}
-
-// The cpu backend's vtable, from its library.
-const kvc_backend_vtable* cpu_backend(const kvc_host_api& host) {
-  void* library = dlopen(KVC_TEST_CPU_BACKEND_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(library != nullptr);
-  auto entry = reinterpret_cast<kvc_plugin_entry_fn>(dlsym(library, KVC_PLUGIN_ENTRY_SYMBOL));
-  const bool has_entry = entry != nullptr;
-  REQUIRE(has_entry);
-  const kvc_plugin_descriptor* descriptors = nullptr;
-  size_t count = 0;
-  kvc_plugin_error error{};
-  REQUIRE(entry(&host, &descriptors, &count, &error) == KVC_OK);
-  for (size_t i = 0; i < count; ++i) {
-    const kvc_plugin_descriptor* d = KVC_PLUGIN_AT(const kvc_plugin_descriptor, descriptors, i);
-    if (d->kind == KVC_PLUGIN_BACKEND && std::string(d->name) == "cpu")
-      return static_cast<const kvc_backend_vtable*>(d->vtable);
-  }
-  FAIL("the cpu backend library has no cpu backend");
-  return nullptr;
-}
-
-}  // namespace
+using kvt::cpu_backend;
+using kvt::direct_host;
 
 TEST_CASE("plugins: a cpu instance that rotates K rotates the engine's rows, not stored ones") {
   constexpr int32_t kDim = 8, kTokens = 2;

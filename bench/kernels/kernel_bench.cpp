@@ -154,7 +154,8 @@ class Decode {
     }
     // One query a job: the workspace needs room for one query's rows.
     shape_ = {s.head_dim, kvc::cpu::padded_dim(s.head_dim), s.group, 1, s.dtype, s.dtype,
-              1.0f / float(s.head_dim), 0, 0.0f, 0, &kvc::cpu::tile_kernels()};
+              1.0f / float(s.head_dim), 0, 0.0f, 0, &kvc::cpu::tile_kernels(),
+              kvc_format_has_scales(s.dtype) != 0, kvc_format_has_scales(s.dtype) == 0};
   }
 
   void run(size_t begin, size_t end) {

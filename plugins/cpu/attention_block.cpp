@@ -42,7 +42,8 @@ const QuantizedKernels* quantized_in_place(kvc_dtype dtype, size_t rows, const A
 }
 
 // Queries as f32 rows, scaled: the kernels' dot products are then the logits before soft-cap.
-// Rounded as well where the keys are of a format with scales.
+// Rounded as well where keys are of a format with scales; when other keys are not, their exact
+// rows are kept in q_exact first.
 void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionWorkspace& w) {
   const size_t d = s.head_dim;
   const size_t q_elem = kvc_format_row_bytes(job.q_dtype, 1);
@@ -59,7 +60,9 @@ void load_queries(const kvc_attend_job& job, const AttentionShape& s, AttentionW
       s.kernels->convert(q_token + g * d * q_elem, job.q_dtype, q, d);
       kvc_rotation_apply(w.k_rotation, q, int32_t(d));
       for (size_t e = 0; e < d; ++e) q[e] *= s.scale;
-      if (kvc_format_has_scales(s.k_dtype)) round_query(q, i * s.group_size + g, w);
+      if (!s.rounded_queries) continue;
+      if (s.exact_queries) std::copy_n(q, s.padded_dim, w.q_exact.data() + (q - w.q.data()));
+      round_query(q, i * s.group_size + g, w);
     }
   }
 }
@@ -95,13 +98,14 @@ AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
       group_size(s.group_size),
       visible(s.queries_per_block),
       q(s.queries_per_block * s.group_size * s.padded_dim),
+      q_exact(s.rounded_queries && s.exact_queries ? q.size() : 0),
       acc(q.size()),
       row_max(s.queries_per_block * s.group_size),
       row_sum(row_max.size()),
       logits(row_max.size() * kTileKeys),
       tile_max(row_max.size()),
       weights(logits.size()),
-      q_values(kvc_format_has_scales(s.k_dtype) ? q.size() : 0),
+      q_values(s.rounded_queries ? q.size() : 0),
       q_magnitudes(q_values.size()),
       q_scales(q_values.size() / kQuantGroup),
       q_row(kvc_format_row_bytes(KVC_DTYPE_Q8_0, s.head_dim)),
@@ -111,7 +115,8 @@ AttentionWorkspace::AttentionWorkspace(const AttentionShape& s)
 bool AttentionWorkspace::fits(const AttentionShape& s) const {
   return head_dim == s.head_dim && padded_dim == s.padded_dim && group_size == s.group_size &&
          visible.size() == s.queries_per_block &&
-         q_values.empty() == !kvc_format_has_scales(s.k_dtype);
+         q_values.empty() == !s.rounded_queries &&
+         q_exact.empty() == !(s.rounded_queries && s.exact_queries);
 }
 
 AttentionWorkspace& thread_workspace(const AttentionShape& s) {
@@ -122,13 +127,13 @@ AttentionWorkspace& thread_workspace(const AttentionShape& s) {
 
 void score_tile(const Tile& tile, const AttentionShape& s, AttentionWorkspace& w,
                 Prefetch& ahead) {
-  if (const QuantizedKernels* quantized = quantized_in_place(s.k_dtype, w.rows(), s)) {
-    quantized->logits(w.quantized_queries(), w.rows(), tile.k, s.k_dtype, tile.n,
+  if (const QuantizedKernels* quantized = quantized_in_place(tile.k_dtype, w.rows(), s)) {
+    quantized->logits(w.quantized_queries(), w.rows(), tile.k, tile.k_dtype, tile.n,
                       w.logits.data(), w.tile_max.data(), ahead);
   } else {
-    const TileRows k = tile_rows(tile.k, s.k_dtype, tile, w.rows(), s, w.k.data(), w.k_rows);
-    s.kernels->logits(w.q.data(), w.rows(), k.rows, k.dtype, tile.n, s.padded_dim,
-                      w.logits.data(), w.tile_max.data(), ahead);
+    const TileRows k = tile_rows(tile.k, tile.k_dtype, tile, w.rows(), s, w.k.data(), w.k_rows);
+    s.kernels->logits(w.queries_for(tile.k_dtype), w.rows(), k.rows, k.dtype, tile.n,
+                      s.padded_dim, w.logits.data(), w.tile_max.data(), ahead);
   }
   for (size_t row = 0; row < w.rows(); ++row) {
     float* logits = w.logits.data() + row * kTileKeys;
@@ -148,10 +153,7 @@ void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const 
                     AttentionWorkspace& w) {
   w.keep_logits = false;
   if (!wanted) return;
-  size_t keys = 0;
-  for (int32_t si = 0; si < job.n_segments; ++si) keys += size_t(job.segments[si].count);
-  const size_t tiles = (keys + kTileKeys - 1) / kTileKeys;  // all but the last are full
-  const size_t floats = tiles * count * s.group_size * kTileKeys;
+  const size_t floats = max_tiles(job, s) * count * s.group_size * kTileKeys;
   w.keep_logits = floats <= kMaxKeptLogits;
   if (w.keep_logits && w.kept_logits.size() < floats) w.kept_logits.resize(floats);
 }
@@ -176,12 +178,12 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
     }
     update_softmax(tile.n, s, w);
     Prefetch next_values = next ? prefetch_rows(next->v_runs, *next) : Prefetch{};
-    if (const QuantizedKernels* quantized = quantized_in_place(s.v_dtype, w.rows(), s)) {
-      quantized->accumulate(w.acc.data(), w.rows(), w.weights.data(), tile.v, s.v_dtype, tile.n,
-                            s.padded_dim, next_values);
+    if (const QuantizedKernels* quantized = quantized_in_place(tile.v_dtype, w.rows(), s)) {
+      quantized->accumulate(w.acc.data(), w.rows(), w.weights.data(), tile.v, tile.v_dtype,
+                            tile.n, s.padded_dim, next_values);
       return;
     }
-    const TileRows v = tile_rows(tile.v, s.v_dtype, tile, w.rows(), s, w.v.data(), w.v_rows);
+    const TileRows v = tile_rows(tile.v, tile.v_dtype, tile, w.rows(), s, w.v.data(), w.v_rows);
     s.kernels->accumulate(w.acc.data(), w.rows(), w.weights.data(), v.rows, v.dtype, tile.n,
                           s.padded_dim, next_values);
   });

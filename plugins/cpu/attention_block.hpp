@@ -49,6 +49,12 @@ struct AttentionWorkspace {
   VisibleRange block_visible{};       // union of the block's visible ranges
   std::vector<VisibleRange> visible;  // [queries_per_block]
   Rows q;                             // [rows, padded_dim]
+  // With keys of formats with and without scales, the exact rows of q before rounding.
+  Rows q_exact;                       // [rows, padded_dim] or empty
+  // The f32 query rows that score keys of `k_dtype` (kvc_format_query_format).
+  const float* queries_for(kvc_dtype k_dtype) const {
+    return q_exact.empty() || kvc_format_has_scales(k_dtype) ? q.data() : q_exact.data();
+  }
   Rows acc;                           // [rows, padded_dim], unnormalised output
   Rows row_max;                       // [rows], running max logit
   Rows row_sum;                       // [rows], softmax denominator relative to row_max
@@ -85,7 +91,8 @@ void attend_block(const kvc_attend_job& job, size_t first, size_t count, KeyRang
                   const AttentionShape& s, AttentionWorkspace& w);
 
 // Sets w.keep_logits for the next attend_block over queries [first, first + count) of the job:
-// when `wanted` and the block's tiles' logits take at most kMaxKeptLogits floats.
+// when `wanted` and the block's tiles' logits (max_tiles of them) take at most kMaxKeptLogits
+// floats.
 void keep_logits_if(bool wanted, const kvc_attend_job& job, size_t count, const AttentionShape& s,
                     AttentionWorkspace& w);
 

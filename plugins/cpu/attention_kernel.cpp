@@ -51,10 +51,23 @@ struct WorkPlan {
   size_t part_rows = 0;  // the most rows of a split block
 };
 
-void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& config) {
-  check_storage(config.head_dim, StorageFormats{config.storage_dtype, config.v_dtype});
+// Which query rows the call's tiles score with: rounded to q8_0 for keys of a format with
+// scales, exact for the others (kvc_format_query_format).
+struct QueryRows {
+  bool rounded = false;
+  bool exact = false;
+};
+
+// Checks the call and its jobs, segments with formats of their own included: a job's q_dtype
+// must be a query dtype of every K format among its segments (kvc_format_takes_input), so
+// that it means the same whichever tier a key is in.
+QueryRows validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& config) {
+  const StorageFormats call{config.storage_dtype, config.v_dtype};
+  check_storage(config.head_dim, call);
   if (config.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", config.group_size);
+  QueryRows rows;
+  bool call_keys = false;  // whether any keys are of the call's K format
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (!kvc_format_takes_input(config.storage_dtype, job.q_dtype))
@@ -63,14 +76,29 @@ void validate(const kvc_attend_job* jobs, size_t n_jobs, const kvc_attend_call& 
     if (job.n_queries < 0)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: negative n_queries %d", j, job.n_queries);
     count_tokens(job.segments, job.n_segments, "attend", j);
+    check_segment_formats(job.segments, job.n_segments, config.head_dim, "attend", j);
+    for (int32_t si = 0; si < job.n_segments; ++si) {
+      const kvc_segment& segment = job.segments[si];
+      if (!segment.own_formats) {
+        call_keys = call_keys || segment.count > 0;
+        continue;
+      }
+      if (!kvc_format_takes_input(segment.k_dtype, job.q_dtype))
+        fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: segment %d's K format %s cannot take "
+             "query dtype %d", j, si, kvc_format_name(segment.k_dtype), int(job.q_dtype));
+      if (segment.count == 0) continue;
+      (kvc_format_has_scales(segment.k_dtype) ? rows.rounded : rows.exact) = true;
+    }
     if (requested_stats(job).window && config.observation_window < 1)
       fail(KVC_ERR_INVALID_ARGUMENT,
            "attend job %zu: attn_window needs observation_window >= 1, got %d", j,
            config.observation_window);
   }
+  if (call_keys) (kvc_format_has_scales(call.k) ? rows.rounded : rows.exact) = true;
+  return rows;
 }
 
-AttentionShape make_shape(const kvc_attend_call& config) {
+AttentionShape make_shape(const kvc_attend_call& config, QueryRows queries) {
   const size_t group = size_t(config.group_size);
   const size_t dim = size_t(config.head_dim);
   return {dim,
@@ -83,7 +111,9 @@ AttentionShape make_shape(const kvc_attend_call& config) {
           config.sliding_window,
           config.softcap,
           config.observation_window,
-          &tile_kernels()};
+          &tile_kernels(),
+          queries.rounded,
+          queries.exact};
 }
 
 size_t split_parts(const kvc_attend_job* jobs, size_t n_jobs, const AttentionShape& s) {
@@ -116,6 +146,8 @@ WorkPlan plan_work(const kvc_attend_job* jobs, size_t n_jobs, const AttentionSha
       }
       plan.splits.push_back({j, first, count, plan.n_parts, parts});
       plan.part_rows = std::max(plan.part_rows, count * s.group_size);
+      // Parts start on a multiple of kTileKeys so that their tiles stay full; tiles of any
+      // length (a segment of other formats) are right too.
       auto boundary = [&](size_t p) {
         return p == parts ? keys : keys * p / parts / kTileKeys * kTileKeys;
       };
@@ -150,8 +182,7 @@ void run_item(const kvc_attend_job& job, const WorkItem& item, const AttentionSh
 void run_attend(const kvc_host_api& host, const kvc_attend_job* jobs, const kvc_attend_call& config,
                 kvc_rotation k_rotation) {
   const size_t n_jobs = config.n_jobs;
-  validate(jobs, n_jobs, config);
-  const AttentionShape shape = make_shape(config);
+  const AttentionShape shape = make_shape(config, validate(jobs, n_jobs, config));
   const WorkPlan plan = plan_work(jobs, n_jobs, shape);
   PartialStates partials(plan.n_parts, plan.part_rows, shape);
   parallel_for(host, plan.items.size(), 1, [&](size_t begin, size_t end) {

@@ -13,6 +13,7 @@
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_plugin.h"
 #include "row_convert.hpp"
+#include "storage_formats.hpp"
 
 namespace kvc::cpu {
 
@@ -21,13 +22,17 @@ struct AttentionShape {
   size_t padded_dim;  // head_dim rounded up to kDimAlign: the stride of f32 rows
   size_t group_size;
   size_t queries_per_block;
-  kvc_dtype k_dtype;  // storage formats of K and V
+  kvc_dtype k_dtype;  // the call's storage formats of K and V (a segment may have its own)
   kvc_dtype v_dtype;
   float scale;
   int32_t sliding_window;
   float softcap;
   int32_t observation_window;
   const TileKernels* kernels;
+  // The query rows the call's tiles score with (kvc_format_query_format of each K format among
+  // its segments): rounded to q8_0 for K of a format with scales, exact for any other.
+  bool rounded_queries;
+  bool exact_queries;
 };
 
 // Positions a query sees: first <= p <= last.
@@ -49,11 +54,13 @@ struct KeyRange {
   size_t end;
 };
 
-// Up to kTileKeys consecutive keys of a job, from one segment or several: where each key's K
-// and V rows are stored, the stretches of memory they fill (one per segment) and the keys'
-// positions. Tiles span segments so that short blocks (16 tokens by default) fill whole
-// tiles: the softmax update, the output's loads and stores and the kernels' calls come once
-// per tile, which 16-key tiles paid twice as often.
+// Up to kTileKeys consecutive keys of a job, from one segment or several of the same formats:
+// where each key's K and V rows are stored, their formats, the stretches of memory they fill
+// (one per segment) and the keys' positions. Tiles span segments so that short blocks (16
+// tokens by default) fill whole tiles: the softmax update, the output's loads and stores and
+// the kernels' calls come once per tile, which 16-key tiles paid twice as often. A tile ends
+// early where the next segment's formats differ (a head's demoted tier), so that the kernels
+// read one format a tile.
 // `key` is the index of the first key counted across the job's segments (where its
 // statistics are); lowest and highest are the extremes of pos[0, n).
 struct Tile {
@@ -61,6 +68,8 @@ struct Tile {
   size_t key = 0;
   int32_t lowest = 0;
   int32_t highest = 0;
+  kvc_dtype k_dtype = KVC_DTYPE_F32;
+  kvc_dtype v_dtype = KVC_DTYPE_F32;
   size_t n_runs = 0;
   const void* k[kTileKeys];
   const void* v[kTileKeys];
@@ -112,14 +121,37 @@ inline std::pair<int32_t, int32_t> position_range(const int32_t* pos, size_t n) 
   return {lowest, highest};
 }
 
+// The most tiles for_each_visible_tile makes of a job's keys: every tile is full but the last
+// of each run of non-empty segments of the same formats.
+inline size_t max_tiles(const kvc_attend_job& job, const AttentionShape& s) {
+  const StorageFormats call{s.k_dtype, s.v_dtype};
+  size_t tiles = 0, run_keys = 0;
+  StorageFormats run = call;
+  for (int32_t si = 0; si < job.n_segments; ++si) {
+    const kvc_segment& segment = job.segments[si];
+    if (segment.count == 0) continue;
+    const StorageFormats formats = segment_formats(segment, call);
+    if (formats != run) {
+      tiles += (run_keys + kTileKeys - 1) / kTileKeys;
+      run_keys = 0;
+      run = formats;
+    }
+    run_keys += size_t(segment.count);
+  }
+  return tiles + (run_keys + kTileKeys - 1) / kTileKeys;
+}
+
 // Calls visit(tile, next) for each tile of up to kTileKeys consecutive keys of `keys`, in
 // storage order, skipping tiles that no position in `visible` can see; next is the tile
-// visited after this one, or null. Every tile but the last of `keys` is full.
+// visited after this one, or null. Every tile is full but the last of `keys` and the last
+// before a segment of other formats.
 template <class Visit>
 void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRange visible,
                            const AttentionShape& s, Visit&& visit) {
-  const size_t k_row_bytes = kvc_format_row_bytes(s.k_dtype, s.head_dim);
-  const size_t v_row_bytes = kvc_format_row_bytes(s.v_dtype, s.head_dim);
+  const StorageFormats call{s.k_dtype, s.v_dtype};
+  StorageFormats formats = call;
+  size_t k_row_bytes = kvc_format_row_bytes(formats.k, s.head_dim);
+  size_t v_row_bytes = kvc_format_row_bytes(formats.v, s.head_dim);
   Tile tiles[2];
   Tile* filling = &tiles[0];
   const Tile* pending = nullptr;  // visible, and waiting for the next visible tile
@@ -146,11 +178,24 @@ void for_each_visible_tile(const kvc_attend_job& job, KeyRange keys, VisibleRang
     const size_t end = std::min(keys.end, segment_first + count) - segment_first;
     const size_t segment_key = segment_first;
     segment_first += count;
+    if (begin >= end) continue;
+    // The tile being filled holds keys of `formats` alone: it ends where they change.
+    const StorageFormats own = segment_formats(segment, call);
+    if (own != formats) {
+      finish();
+      formats = own;
+      k_row_bytes = kvc_format_row_bytes(formats.k, s.head_dim);
+      v_row_bytes = kvc_format_row_bytes(formats.v, s.head_dim);
+    }
     const char* k = static_cast<const char*>(segment.k);
     const char* v = static_cast<const char*>(segment.v);
     for (size_t first = begin; first < end;) {
       Tile& tile = *filling;
-      if (tile.n == 0) tile.key = segment_key + first;
+      if (tile.n == 0) {
+        tile.key = segment_key + first;
+        tile.k_dtype = formats.k;
+        tile.v_dtype = formats.v;
+      }
       const size_t n = std::min(kTileKeys - tile.n, end - first);
       for (size_t t = 0; t < n; ++t) {
         tile.k[tile.n + t] = k + (first + t) * k_row_bytes;

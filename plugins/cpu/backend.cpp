@@ -11,6 +11,7 @@
 #include "append_kernel.hpp"
 #include "attention_kernel.hpp"
 #include "compact_kernel.hpp"
+#include "convert_kernel.hpp"
 #include "kernels.hpp"
 #include "kvcache/kvcache_backend_plugin.hpp"
 #include "kvcache/kvcache_format.h"
@@ -92,6 +93,10 @@ class CpuBackend {
   }
   void read_tokens(const kvc_read_tokens_job* jobs, const kvc_read_tokens_call& call) {
     run_read_tokens(host_, jobs, call.n_jobs);
+  }
+  // Rows are converted as they are stored: a rotated K stays rotated (the rotation is per row).
+  void convert(const kvc_convert_job* jobs, const kvc_convert_call& call) {
+    run_convert(host_, jobs, call);
   }
 
  private:

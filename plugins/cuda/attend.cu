@@ -491,6 +491,8 @@ void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
     if (int64_t(job.n_queries) * call.group_size > INT32_MAX)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: too many query rows", j);
     count_tokens(job.segments, job.n_segments, "attend", j);
+    check_segment_formats(job.segments, job.n_segments, call.storage_dtype, call.v_dtype, true,
+                          "attend", j);
     if (job.stats.attn_window && call.observation_window < 1)
       fail(KVC_ERR_INVALID_ARGUMENT,
            "attend job %zu: attn_window needs observation_window >= 1, got %d", j,

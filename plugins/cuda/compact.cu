@@ -87,6 +87,8 @@ void validate(const kvc_compact_job* jobs, const kvc_compact_call& call) {
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_compact_job& job = jobs[j];
     const int32_t tokens = count_tokens(job.segments, job.n_segments, "compact", j);
+    check_segment_formats(job.segments, job.n_segments, call.storage_dtype, call.v_dtype, true,
+                          "compact", j);
     if (job.n_keep < 0 || job.n_keep > tokens || (job.n_keep > 0 && !job.keep))
       fail(KVC_ERR_INVALID_ARGUMENT, "compact job %zu: bad keep list of %d for %d tokens", j,
            job.n_keep, tokens);

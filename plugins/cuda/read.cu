@@ -98,6 +98,8 @@ void run_read_keys(Instance& instance, const kvc_read_keys_job* jobs,
   check_storage(call.head_dim, call.storage_dtype, call.storage_dtype);
   ReadTables<kvc_read_keys_job> tables(jobs, call.n_jobs, "read_keys", Reads::rows_and_positions);
   for (size_t j = 0; j < call.n_jobs; ++j) {
+    check_segment_formats(jobs[j].segments, jobs[j].n_segments, call.storage_dtype,
+                          call.storage_dtype, false, "read_keys", j);
     const int64_t end = j + 1 < call.n_jobs ? tables.begins[j + 1] : tables.total;
     if (end > tables.begins[j] && jobs[j].out == nullptr)
       fail(KVC_ERR_INVALID_ARGUMENT, "read_keys job %zu: out is NULL", j);

@@ -41,6 +41,22 @@ inline void check_device(kvc_device device, const char* what, size_t job) {
     fail(KVC_ERR_INVALID_ARGUMENT, "job %zu: unknown device %d for %s", job, int(device), what);
 }
 
+// Segments with formats of their own (ABI 1.6, a head's demoted tier) other than the call's:
+// KVC_ERR_UNSUPPORTED (this backend has no convert, so its host never demotes). read_keys
+// reads K alone (reads_v false): only its K format is compared.
+inline void check_segment_formats(const kvc_segment* segments, int32_t n_segments,
+                                  kvc_dtype k_dtype, kvc_dtype v_dtype, bool reads_v,
+                                  const char* call, size_t job) {
+  for (int32_t s = 0; s < n_segments; ++s) {
+    const kvc_segment& segment = segments[s];
+    if (segment.own_formats &&
+        (segment.k_dtype != k_dtype || (reads_v && segment.v_dtype != v_dtype)))
+      fail(KVC_ERR_UNSUPPORTED, "%s job %zu: segment %d holds K %s, V %s, not the call's "
+           "formats: the cuda backend does not attend over mixed formats yet", call, job, s,
+           kvc_format_name(segment.k_dtype), kvc_format_name(segment.v_dtype));
+  }
+}
+
 using plugin::Reads;
 
 // The skeleton's count, at most INT32_MAX: the kernels index keys with 32 bits.

@@ -34,13 +34,21 @@
  *   // Optional (ABI 1.4): the engine's tensors whole, with slots[0, call.n_slots). Without
  *   // it the vtable's append_tensors is NULL and the host sends append jobs.
  *   void append_tensors(const kvc_append_slot* slots, const kvc_append_tensors_call& call);
+ *   // Optional (ABI 1.6): stored rows re-encoded into other formats, jobs[0, call.n_jobs).
+ *   // Without it the vtable's convert is NULL: the host never demotes rows on this backend,
+ *   // and every segment a data call passes has the call's formats. With it, the backend
+ *   // reads each segment's own formats (kvc_segment::own_formats) in attend, compact and
+ *   // read_keys.
+ *   void convert(const kvc_convert_job* jobs, const kvc_convert_call& call);
  * @endcode
  * and the library says `KVC_BACKEND_PLUGIN(B, version);` once. Every function may throw
  * (Error via kvc::plugin::fail for a status of its choice; std::bad_alloc is
  * OUT_OF_MEMORY, anything else INTERNAL); the skeleton has already checked the instance,
  * the host API (its ABI major), out-parameters, copy arguments, the config's shape and
- * parameter list, and the size of every struct and job array. The destructor of B destroys
- * the instance and must not throw.
+ * parameter list, and the size of every struct and job array. Jobs and segments reach B as
+ * this header's structs whatever size the host wrote: a segment from a host older than 1.6
+ * (its struct_size ends before own_formats) has own_formats 0, so its rows are of the call's
+ * formats. The destructor of B destroys the instance and must not throw.
  */
 #ifndef KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
 #define KVCACHE_KVCACHE_BACKEND_PLUGIN_HPP
@@ -139,6 +147,14 @@ struct HasAppendTensors<B, std::void_t<decltype(std::declval<B&>().append_tensor
                                std::declval<const kvc_append_slot*>(),
                                std::declval<const kvc_append_tensors_call&>()))>>
     : std::true_type {};
+
+// Whether backend class B has the optional convert.
+template <class B, class = void>
+struct HasConvert : std::false_type {};
+template <class B>
+struct HasConvert<B, std::void_t<decltype(std::declval<B&>().convert(
+                         std::declval<const kvc_convert_job*>(),
+                         std::declval<const kvc_convert_call&>()))>> : std::true_type {};
 
 // The fields of an append_tensors call and its slots: shape, formats, pointers, and every slot
 // inside the tensors. The tensors themselves were checked by the host.
@@ -283,6 +299,13 @@ class BackendAdapter {
     else return Entry(nullptr);
   }
 
+  // The vtable entry: NULL when B lacks convert.
+  static constexpr auto convert_entry() {
+    using Entry = int32_t (*)(void*, const kvc_convert_call*, kvc_plugin_error*);
+    if constexpr (HasConvert<B>::value) return Entry(&convert);
+    else return Entry(nullptr);
+  }
+
  private:
   static int32_t attend(void* instance, const kvc_attend_call* call,
                         kvc_plugin_error* error) noexcept {
@@ -316,6 +339,14 @@ class BackendAdapter {
           b.read_tokens(jobs, c);
         });
   }
+
+  // Both structs are of 1.6, which introduced them: no smaller size is valid.
+  static int32_t convert(void* instance, const kvc_convert_call* call,
+                         kvc_plugin_error* error) noexcept {
+    return data_call<kvc_convert_call, kvc_convert_job>(
+        instance, call, sizeof(kvc_convert_call), sizeof(kvc_convert_job), "convert", error,
+        [](B& b, const kvc_convert_job* jobs, const kvc_convert_call& c) { b.convert(jobs, c); });
+  }
 };
 
 template <class B>
@@ -323,7 +354,7 @@ const kvc_backend_vtable BackendAdapter<B>::vtable = {
     sizeof(kvc_backend_vtable), &create,   &destroy,  &alloc,       &free_memory,
     &copy,                      &append,   &attend,   &compact,     &read_keys,
     &read_tokens,               &create_with_config,  &copy_async,  &free_async,
-    &synchronize,               append_tensors_entry(), nullptr,
+    &synchronize,               append_tensors_entry(), convert_entry(),
 };
 
 // The descriptor of backend class B; `version` is the plugin's own.

@@ -138,8 +138,9 @@ class HostJobs {
   const Job* data() const { return jobs_; }
 
  private:
-  static constexpr bool kHasSegments =
-      !std::is_same_v<Job, kvc_append_job> && !std::is_same_v<Job, kvc_append_slot>;
+  static constexpr bool kHasSegments = !std::is_same_v<Job, kvc_append_job> &&
+                                       !std::is_same_v<Job, kvc_append_slot> &&
+                                       !std::is_same_v<Job, kvc_convert_job>;
 
   static bool plain_segments(const Job* jobs, size_t n_jobs) {
     if constexpr (kHasSegments) {
