@@ -243,6 +243,13 @@ void check_lengths(const kvc_cache* cache, int32_t seq, const Reference& ref) {
 
 void compress(kvc_cache* cache, int32_t seq) { KVT_REQUIRE_OK(kvc_compress(cache, -1, 1, &seq)); }
 
+// Equal but for the high-water marks a failed call may raise (bytes_peak, and bytes_reserved:
+// blocks taken from the backend stay pooled).
+bool same_stats(kvc_cache_stats a, kvc_cache_stats b) {
+  a.bytes_peak = b.bytes_peak = a.bytes_reserved = b.bytes_reserved = 0;
+  return kvt::stats_equal(a, b);
+}
+
 void arm_fault(int entry, long nth) {
   void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(handle != nullptr);
@@ -355,10 +362,10 @@ TEST_CASE("demote: a failed demotion leaves the cache as it was") {
   std::mt19937 rng(5);
   append(cache.get(), 0, ref, rng, 0, 100);
   const auto exported = [&] {
-    size_t size = 0;
-    KVT_REQUIRE_OK(kvc_seq_export(cache.get(), 0, nullptr, 0, &size));
+    size_t size = 0, written = 0;
+    KVT_REQUIRE_OK(kvc_seq_export_size(cache.get(), 0, &size));
     std::vector<unsigned char> bytes(size);
-    KVT_REQUIRE_OK(kvc_seq_export(cache.get(), 0, bytes.data(), bytes.size(), &size));
+    KVT_REQUIRE_OK(kvc_seq_export(cache.get(), 0, bytes.data(), bytes.size(), &written));
     return bytes;
   };
   const std::vector<unsigned char> before = exported();
@@ -371,7 +378,7 @@ TEST_CASE("demote: a failed demotion leaves the cache as it was") {
     arm_fault(-1, 0);
     CHECK(st.code() == KVC_ERR_PLUGIN);
     CHECK(exported() == before);
-    CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), stats_before));
+    CHECK(same_stats(kvt::get_stats(cache.get()), stats_before));
   }
   // A mixed head whose next demotion fails attends exactly as before.
   compress(cache.get(), 0);
@@ -388,7 +395,7 @@ TEST_CASE("demote: a failed demotion leaves the cache as it was") {
   arm_fault(-1, 0);
   CHECK(st.code() == KVC_ERR_PLUGIN);
   CHECK(attend(cache.get(), 0, 150, q) == out);
-  CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), mixed));
+  CHECK(same_stats(kvt::get_stats(cache.get()), mixed));
   check_lengths(cache.get(), 0, ref);
 }
 
@@ -410,7 +417,7 @@ TEST_CASE("demote: out of memory for the rewritten heads leaves the cache as it 
   kvt::Status st{kvc_compress(cache.get(), -1, 1, &seq)};
   CHECK(st.code() == KVC_ERR_OUT_OF_MEMORY);
   CHECK(attend(cache.get(), 0, 100, q) == out);
-  CHECK(kvt::stats_equal(kvt::get_stats(cache.get()), before));
+  CHECK(same_stats(kvt::get_stats(cache.get()), before));
   check_lengths(cache.get(), 0, ref);
 }
 
