@@ -39,7 +39,9 @@ bool same_params(const kvc_cache_params& a, const kvc_cache_params& b) {
          a.prefill == b.prefill && a.decode_every == b.decode_every &&
          a.decode_slack == b.decode_slack && a.k_dtype == b.k_dtype && a.v_dtype == b.v_dtype &&
          a.k_rotation == b.k_rotation && a.prefix_cache == b.prefix_cache &&
-         a.prefix_store == b.prefix_store && a.prefix_write_through == b.prefix_write_through;
+         a.prefix_store == b.prefix_store && a.prefix_write_through == b.prefix_write_through &&
+         a.demote_keep == b.demote_keep && a.demote_k_dtype == b.demote_k_dtype &&
+         a.demote_v_dtype == b.demote_v_dtype;
 }
 
 }  // namespace
