@@ -236,7 +236,8 @@ TEST_CASE("config: policy.demote sets the demoted formats, k_format and v_format
 TEST_CASE("config: policy.demote errors name the key") {
   const std::string head = "policy:\n  name: x\n  demote:\n";
   CHECK(config_error(head + "    format: q4_0\n    every: 3\n") ==
-        "cfg:5: policy.demote.every: unknown key, expected one of format, k_format, v_format, keep");
+        "cfg:5: policy.demote.every: unknown key, expected one of format, k_format, v_format, "
+        "keep");
   CHECK(config_error(head + "    format: q4\n") ==
         "cfg:4: policy.demote.format: expected one of f32, f16, bf16, q8_0, q4_0, got 'q4'");
   CHECK(config_error(head + "    v_format: int4\n") ==
