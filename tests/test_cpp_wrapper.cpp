@@ -63,6 +63,23 @@ TEST_CASE("cpp wrapper: a cache's rotation of K is read back; a bad one throws")
   CHECK(code_of([&] { kvcache::Cache bad(ctx, params); }) == KVC_ERR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("cpp wrapper: demotion is off by default and read back; without a policy it throws") {
+  kvcache::Context ctx;
+  kvc_cache_params params = kvcache::cache_params();
+  CHECK(params.demote_k_dtype == -1);
+  CHECK(params.demote_v_dtype == -1);
+  CHECK(params.demote_keep == 0.25);
+  params.backend = "cpu";
+  kvcache::Cache cache(ctx, params);
+  const kvc_cache_params read = cache.params();
+  CHECK(read.demote_k_dtype == -1);
+  CHECK(read.demote_v_dtype == -1);
+  CHECK(read.demote_keep == 0.25);
+  CHECK(cache.stats().tokens_demoted == 0);
+  params.demote_k_dtype = KVC_DTYPE_Q4_0;
+  CHECK(code_of([&] { kvcache::Cache bad(ctx, params); }) == KVC_ERR_INVALID_ARGUMENT);
+}
+
 TEST_CASE("cpp wrapper: the format table's descriptions") {
   const kvc_format_info f16 = kvcache::describe_format(KVC_DTYPE_F16);
   CHECK(f16.format == KVC_DTYPE_F16);
