@@ -204,6 +204,56 @@ TEST_CASE("config: a budget is a token count or a ratio") {
   }
 }
 
+TEST_CASE("config: policy.demote sets the demoted formats, k_format and v_format each one") {
+  const kvc::DemoteConfig off = parse("policy: {name: x}").policy->demote;
+  CHECK(!off.enabled);
+  CHECK(!off.k_dtype);
+  CHECK(!off.v_dtype);
+  CHECK(off.keep == 0.25);
+
+  const kvc::DemoteConfig both = parse("policy: {name: x, demote: {format: q4_0}}").policy->demote;
+  CHECK(both.enabled);
+  CHECK(both.k_dtype == KVC_DTYPE_Q4_0);
+  CHECK(both.v_dtype == KVC_DTYPE_Q4_0);
+  CHECK(both.keep == 0.25);
+
+  const kvc::DemoteConfig k_only =
+      parse("policy: {name: x, demote: {k_format: q8_0}}").policy->demote;
+  CHECK(k_only.enabled);
+  CHECK(k_only.k_dtype == KVC_DTYPE_Q8_0);
+  CHECK(!k_only.v_dtype);  // V keeps the cache's format
+
+  // Whichever comes first: the specific key wins.
+  const kvc::DemoteConfig mixed =
+      parse("policy: {name: x, demote: {v_format: q8_0, format: q4_0, keep: 0.5}}").policy->demote;
+  CHECK(mixed.k_dtype == KVC_DTYPE_Q4_0);
+  CHECK(mixed.v_dtype == KVC_DTYPE_Q8_0);
+  CHECK(mixed.keep == 0.5);
+  CHECK(parse("policy: {name: x, demote: {format: q4_0, keep: 0}}").policy->demote.keep == 0.0);
+  CHECK(parse("policy: {name: x, demote: {format: q4_0, keep: 1}}").policy->demote.keep == 1.0);
+}
+
+TEST_CASE("config: policy.demote errors name the key") {
+  const std::string head = "policy:\n  name: x\n  demote:\n";
+  CHECK(config_error(head + "    format: q4_0\n    every: 3\n") ==
+        "cfg:5: policy.demote.every: unknown key, expected one of format, k_format, v_format, "
+        "keep");
+  CHECK(config_error(head + "    format: q4\n") ==
+        "cfg:4: policy.demote.format: expected one of f32, f16, bf16, q8_0, q4_0, got 'q4'");
+  CHECK(config_error(head + "    v_format: int4\n") ==
+        "cfg:4: policy.demote.v_format: expected one of f32, f16, bf16, q8_0, q4_0, got 'int4'");
+  for (const char* bad : {"1.5", "-0.5", "abc", "nan"}) {
+    CAPTURE(bad);
+    CHECK(config_error(head + "    format: q4_0\n    keep: " + bad + "\n") ==
+          std::string("cfg:5: policy.demote.keep: expected a number in [0, 1], got '") + bad +
+              "'");
+  }
+  CHECK(config_error(head + "    keep: 0.5\n") ==
+        "cfg:3: policy.demote.format: missing, demote needs a format (or k_format, v_format)");
+  CHECK(config_error("policy: {name: x, demote: {}}\n") ==
+        "cfg:1: policy.demote.format: missing, demote needs a format (or k_format, v_format)");
+}
+
 TEST_CASE("config: policy params keep their file order and their text") {
   const kvc::Config config = parse(R"(policy:
   name: custom

@@ -39,7 +39,9 @@ bool same_params(const kvc_cache_params& a, const kvc_cache_params& b) {
          a.prefill == b.prefill && a.decode_every == b.decode_every &&
          a.decode_slack == b.decode_slack && a.k_dtype == b.k_dtype && a.v_dtype == b.v_dtype &&
          a.k_rotation == b.k_rotation && a.prefix_cache == b.prefix_cache &&
-         a.prefix_store == b.prefix_store && a.prefix_write_through == b.prefix_write_through;
+         a.prefix_store == b.prefix_store && a.prefix_write_through == b.prefix_write_through &&
+         a.demote_keep == b.demote_keep && a.demote_k_dtype == b.demote_k_dtype &&
+         a.demote_v_dtype == b.demote_v_dtype;
 }
 
 }  // namespace
@@ -58,6 +60,23 @@ TEST_CASE("cpp wrapper: a cache's rotation of K is read back; a bad one throws")
   kvcache::Cache cache(ctx, params);
   CHECK(cache.params().k_rotation == KVC_ROTATION_HADAMARD);
   params.k_rotation = 3;
+  CHECK(code_of([&] { kvcache::Cache bad(ctx, params); }) == KVC_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("cpp wrapper: demotion is off by default and read back; without a policy it throws") {
+  kvcache::Context ctx;
+  kvc_cache_params params = kvcache::cache_params();
+  CHECK(params.demote_k_dtype == -1);
+  CHECK(params.demote_v_dtype == -1);
+  CHECK(params.demote_keep == 0.25);
+  params.backend = "cpu";
+  kvcache::Cache cache(ctx, params);
+  const kvc_cache_params read = cache.params();
+  CHECK(read.demote_k_dtype == -1);
+  CHECK(read.demote_v_dtype == -1);
+  CHECK(read.demote_keep == 0.25);
+  CHECK(cache.stats().tokens_demoted == 0);
+  params.demote_k_dtype = KVC_DTYPE_Q4_0;
   CHECK(code_of([&] { kvcache::Cache bad(ctx, params); }) == KVC_ERR_INVALID_ARGUMENT);
 }
 

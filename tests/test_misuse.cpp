@@ -798,6 +798,62 @@ TEST_CASE("misuse: kvc_cache_create") {
          p.decode_slack = INT32_MIN;
        },
        nullptr, KVC_ERR_INVALID_ARGUMENT, "decode_slack"},
+      {"demotion without a policy",
+       [](kvc_cache_params& p, const void*) { p.demote_k_dtype = KVC_DTYPE_Q4_0; }, nullptr,
+       KVC_ERR_INVALID_ARGUMENT, "need a policy"},
+      {"demote_k_dtype 5",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_k_dtype = KVC_FORMAT_CODE_END;
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "demote_k_dtype"},
+      {"demote_v_dtype -2",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_v_dtype = -2;
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "demote_v_dtype"},
+      {"demote_keep 1.5",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_k_dtype = KVC_DTYPE_Q4_0;
+         p.demote_keep = 1.5;
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "demote_keep"},
+      {"demote_keep -0.5",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_k_dtype = KVC_DTYPE_Q4_0;
+         p.demote_keep = -0.5;
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "demote_keep"},
+      {"demote_keep NaN",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_k_dtype = KVC_DTYPE_Q4_0;
+         p.demote_keep = std::nan("");
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "demote_keep"},
+      {"demotion with the contiguous layout",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.layout = KVC_LAYOUT_CONTIGUOUS;
+         p.demote_k_dtype = KVC_DTYPE_Q4_0;
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "paged layout"},
+      {"demoted rows no smaller than the cache's",
+       [](kvc_cache_params& p, const void*) {
+         p.policy = "h2o";
+         p.budget = 8;
+         p.demote_k_dtype = KVC_DTYPE_F32;  // f32 K and f16 V outweigh f16 K and V
+       },
+       nullptr, KVC_ERR_INVALID_ARGUMENT, "no fewer than the cache's formats"},
   };
   // A caller built against a newer kvcache: a field this library does not know is set.
   struct NewerParams {
@@ -823,6 +879,21 @@ TEST_CASE("misuse: kvc_cache_create") {
   }
   CHECK(kvc_context_plugin_count(ctx.get()) == plugins);
   (void)long_name;
+
+  // Valid demotion: a backend without the convert entry refuses it, and only it.
+  kvc_cache_params demoting = good;
+  demoting.policy = "h2o";
+  demoting.budget = 8;
+  demoting.demote_v_dtype = KVC_DTYPE_Q4_0;
+  const kvt::Status demoted{kvc_cache_create(ctx.get(), &demoting, &cache)};
+  INFO("a demoting cache on the cpu backend: " << demoted.describe());
+  if (demoted.ok()) {
+    kvc_cache_destroy(cache);
+  } else {
+    CHECK(demoted.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(demoted.message(), "convert"));
+    CHECK(cache == kCacheSentinel);
+  }
 }
 
 TEST_CASE("misuse: kvc_cache_create_from_yaml") {

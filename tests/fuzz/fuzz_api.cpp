@@ -1,5 +1,5 @@
 // The input as a program of C API calls on one small cache: its first bytes choose the shape,
-// storage, memory limit and policy, the rest is a list of calls (sequence operations, append,
+// storage, memory limit, policy and demotion, the rest is a list of calls (sequence operations, append,
 // attend, append_attend, compress, report_stats, export/import, queries, the store calls:
 // offload, restore, drop, prefix save and load, and the prefix cache's attach, publish and
 // lookup) whose arguments come from the input, bad ones
@@ -30,6 +30,8 @@ constexpr const char* kPolicies[] = {"full", "window",    "streaming", "h2o",
 constexpr size_t kMemoryLimits[] = {1024, 4096, 16384, 65536};
 constexpr int32_t kHeadDims[] = {1, 4, 16, 32};
 constexpr double kGrowthFactors[] = {2.0, 1.01, 1.5, 16.0};
+// demote_keep: valid shares, then values outside [0, 1] that must be refused.
+constexpr double kDemoteKeeps[] = {0.25, 0.0, 1.0, 0.5, 1.5, -0.25};
 // The sequence ids calls name; the snapshots cover those that can exist.
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
 constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
@@ -121,6 +123,7 @@ class Program {
                      (s.blocks_used == 0) == (s.bytes_cached == 0) && s.bytes_shared == 0 &&
                      s.sequences == 0 && (prefix_cache_ || s.bytes_cached == 0),
                  "with every sequence removed the cache still holds something");
+      kvf::check(demotes_ || s.tokens_demoted == 0, "a cache without demotion demoted tokens");
       kvc_cache_destroy(cache_);
     }
     kvc_context_destroy(context_);
@@ -164,6 +167,23 @@ class Program {
       p.decode_every = (triggers >> 2) % 4;
       p.decode_slack = (triggers >> 4) % 4;
     }
+    // Demotion (the budget's bit 6, which nothing above reads): one more byte, with formats
+    // from -1 (not demoted) to one past the table's and shares in and outside [0, 1]; with or
+    // without a policy, so the refusals are reached too.
+    const double default_keep = p.demote_keep;
+    if ((budget >> 6) % 2 != 0) {
+      constexpr int kFormatChoices = KVC_FORMAT_CODE_END + 2;
+      const uint8_t demote = in_.u8();
+      p.demote_k_dtype = demote % kFormatChoices - 1;
+      p.demote_v_dtype = demote / kFormatChoices % kFormatChoices - 1;
+      p.demote_keep = kDemoteKeeps[demote / (kFormatChoices * kFormatChoices) %
+                                   std::size(kDemoteKeeps)];
+    }
+    demote_k_dtype_ = p.demote_k_dtype;
+    demote_v_dtype_ = p.demote_v_dtype;
+    demotes_ = p.demote_k_dtype != -1 || p.demote_v_dtype != -1;
+    // A cache that does not demote reads back the default share.
+    demote_keep_ = demotes_ ? p.demote_keep : default_keep;
     return kvf::ok(kvc_cache_create(context_, &p, &cache_));
   }
 
@@ -722,8 +742,16 @@ class Program {
                         "kvc_seq_view");
         int64_t n = 0;
         int64_t previous = -1;
-        const size_t k_row = kvc_format_row_bytes(dtype_, static_cast<size_t>(head_dim_));
-        const size_t v_row = kvc_format_row_bytes(v_dtype_, static_cast<size_t>(head_dim_));
+        // A view does not say which segments hold the demoted tier: with demotion, the smaller
+        // of each tier's rows.
+        const auto row_bytes = [this](kvc_dtype format, int32_t demoted) {
+          const auto dim = static_cast<size_t>(head_dim_);
+          const size_t own = kvc_format_row_bytes(format, dim);
+          if (!demotes_ || demoted == -1) return own;
+          return std::min(own, kvc_format_row_bytes(static_cast<kvc_dtype>(demoted), dim));
+        };
+        const size_t k_row = row_bytes(dtype_, demote_k_dtype_);
+        const size_t v_row = row_bytes(v_dtype_, demote_v_dtype_);
         for (const kvc_segment_view& view : views) {
           for (int32_t t = 0; t < view.count; ++t) {
             kvf::check(view.pos[t] > previous, "stored positions not increasing");
@@ -746,6 +774,9 @@ class Program {
         kvf::require_ok(kvc_cache_get_params(cache_, &p), "kvc_cache_get_params");
         kvf::check(p.k_dtype == dtype_ && p.v_dtype == v_dtype_, "formats read back as others");
         kvf::check(p.k_rotation == k_rotation_, "the rotation of K read back as another");
+        kvf::check(p.demote_k_dtype == demote_k_dtype_ && p.demote_v_dtype == demote_v_dtype_ &&
+                       p.demote_keep == demote_keep_,
+                   "the demotion read back as another");
         // The table's entry of a format, or of 3, which is none.
         const auto format = static_cast<kvc_dtype>(in_.u8() % 4);
         kvc_format_info described;
@@ -803,6 +834,9 @@ class Program {
   kvc_dtype dtype_ = KVC_DTYPE_F32;    // of K
   kvc_dtype v_dtype_ = KVC_DTYPE_F32;  // of V
   int32_t k_rotation_ = KVC_ROTATION_NONE;
+  int32_t demote_k_dtype_ = -1, demote_v_dtype_ = -1;
+  double demote_keep_ = 0.25;
+  bool demotes_ = false;
   std::set<int32_t> live_;
   std::map<int32_t, int32_t> next_;
   // The "big" store's values: the export image and the next position of each offloaded key.

@@ -94,8 +94,8 @@ void images(const std::string& dir) {
   }
 }
 
-// fuzz_api's encoding (tests/fuzz/fuzz_api.cpp): six bytes of cache setup, then calls, each
-// an opcode byte and its argument bytes.
+// fuzz_api's encoding (tests/fuzz/fuzz_api.cpp): six bytes of cache setup (seven with
+// demotion), then calls, each an opcode byte and its argument bytes.
 enum Op : uint8_t { kCreate = 0, kRemove, kFork, kTruncate, kRemoveRange, kReserve, kAppend,
                     kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery,
                     kOffload = 16, kRestore, kDrop, kPrefixSave, kPrefixLoad, kPrefixPublish,
@@ -131,6 +131,9 @@ void programs(const std::string& dir) {
   write(dir + "/paged_bf16_snapkv_gqa", program({0x0F, 0x20, 0x1A, 0x03, 0x00, 0x12}, prefill_decode));
   write(dir + "/paged_f32_streaming", program({0x08, 0x18, 0x0F, 0x04, 0x09, 0x04}, prefill_decode));
   write(dir + "/contiguous_f16_tova", program({0x1A, 0x0D, 0x15, 0x02, 0x00, 0x01}, prefill_decode));
+  // Budget bit 6: a seventh setup byte demotes K and V to q4_0 (40 = 5 + 5 * 7), keep 0.25.
+  write(dir + "/paged_f16_h2o_demote_q4_0",
+        program({0x1B, 0x1A, 0x12, 0x46, 0x09, 0x00, 0x28}, prefill_decode));
   // Two sequences in one batch, reported statistics, a reserve and the peak estimate.
   const std::vector<uint8_t> batch_of_two = {
       kCreate, 0, kCreate, 1,

@@ -28,6 +28,36 @@ func TestCacheParamsRoundTrip(t *testing.T) {
 	}
 }
 
+func TestDemotionParams(t *testing.T) {
+	p := kvcache.DefaultCacheParams()
+	if p.DemoteKDType != kvcache.NotDemoted || p.DemoteVDType != kvcache.NotDemoted || p.DemoteKeep != 0.25 {
+		t.Fatalf("demotion defaults = %v, %v, %v", p.DemoteKDType, p.DemoteVDType, p.DemoteKeep)
+	}
+	ctx, _ := open(t, "", "")
+	cache := newCache(t, ctx, gqaParams())
+	shape, err := cache.Shape()
+	must(t, err)
+	if shape.DemoteKDType != kvcache.NotDemoted || shape.DemoteVDType != kvcache.NotDemoted || shape.DemoteKeep != 0.25 {
+		t.Fatalf("demotion read back = %v, %v, %v", shape.DemoteKDType, shape.DemoteVDType, shape.DemoteKeep)
+	}
+	stats, err := cache.Stats()
+	must(t, err)
+	if stats.TokensDemoted != 0 {
+		t.Fatalf("TokensDemoted = %d on a new cache", stats.TokensDemoted)
+	}
+
+	p = gqaParams()
+	p.DemoteKDType = kvcache.Q4_0
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "need a policy")
+	p.Policy, p.Budget, p.DemoteKeep = "window", 8, 2
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "demote_keep must be in [0, 1]")
+	p.DemoteKeep, p.DemoteVDType = 0.25, 9
+	_, err = ctx.NewCache(p)
+	mustFail(t, err, kvcache.ErrInvalidArgument, "demote_v_dtype is neither -1 nor a kvc_dtype")
+}
+
 func TestBadCacheParams(t *testing.T) {
 	ctx, _ := open(t, "", "")
 	p := gqaParams()

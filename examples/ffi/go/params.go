@@ -27,6 +27,10 @@ func (d DType) Size() int { return int(C.kvc_dtype_size(C.kvc_dtype(d))) }
 // AsDType in CacheParams.KDType or VDType stores K or V as CacheParams.DType.
 const AsDType DType = -1
 
+// NotDemoted in CacheParams.DemoteKDType or DemoteVDType: K or V keeps the cache's format in
+// the demoted tier.
+const NotDemoted DType = -1
+
 // FormatInfo is a storage format as the library's format table (kvcache_format.h)
 // describes it.
 type FormatInfo struct {
@@ -111,6 +115,11 @@ type CacheParams struct {
 	PrefixCache                      bool   // publish and attach prompt prefixes (prefix.go); paged only
 	PrefixStore                      string // with PrefixCache: a store AttachPrefix continues in; "": none
 	PrefixWriteThrough               bool   // with PrefixStore: PublishPrefix also writes the blocks there
+	// With a policy, "demote before evict" (paged only): compression stores the tokens the
+	// budget cannot keep in the cache's formats with K and V in these smaller formats before
+	// it evicts any. NotDemoted for both (the default): no demotion.
+	DemoteKDType, DemoteVDType DType
+	DemoteKeep                 float64 // with demotion: the share of each head's byte budget left to the cache's formats, in [0, 1]
 }
 
 // DefaultCacheParams returns the library's defaults (kvc_cache_params_init).
@@ -146,6 +155,9 @@ func paramsFromC(p *C.kvc_cache_params) CacheParams {
 		PrefixCache:        p.prefix_cache != 0,
 		PrefixStore:        C.GoString(p.prefix_store),
 		PrefixWriteThrough: p.prefix_write_through != 0,
+		DemoteKDType:       DType(p.demote_k_dtype),
+		DemoteVDType:       DType(p.demote_v_dtype),
+		DemoteKeep:         float64(p.demote_keep),
 	}
 }
 
@@ -187,6 +199,9 @@ func (p *CacheParams) toC(m *cmem) C.kvc_cache_params {
 	c.prefix_cache = cBool(p.PrefixCache)
 	c.prefix_store = m.optional(p.PrefixStore)
 	c.prefix_write_through = cBool(p.PrefixWriteThrough)
+	c.demote_k_dtype = C.int32_t(p.DemoteKDType)
+	c.demote_v_dtype = C.int32_t(p.DemoteVDType)
+	c.demote_keep = C.double(p.DemoteKeep)
 	return c
 }
 

@@ -22,6 +22,7 @@ type CacheStats struct {
 	BytesReclaimed     uint64 // bytes of cached blocks given back so far to make room
 	PrefixHits         uint64 // AttachPrefix calls that attached at least one block
 	PrefixTokensReused uint64 // tokens those calls attached, summed
+	TokensDemoted      uint64 // moved by compression into a head's demoted tier, summed like TokensStored
 }
 
 // Stats reads the cache's counters.
@@ -50,5 +51,6 @@ func (cache *Cache) Stats() (CacheStats, error) {
 		BytesReclaimed:     uint64(s.bytes_reclaimed),
 		PrefixHits:         uint64(s.prefix_hits),
 		PrefixTokensReused: uint64(s.prefix_tokens_reused),
+		TokensDemoted:      uint64(s.tokens_demoted),
 	}, nil
 }

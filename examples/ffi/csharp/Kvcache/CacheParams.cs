@@ -15,6 +15,8 @@ namespace Kvcache
         public const int PolicyDefault = -1;
         // kvc_cache_params::k_dtype and v_dtype: the format of dtype (KDType, VDType null).
         const int SameAsDType = -1;
+        // kvc_cache_params::demote_k_dtype and demote_v_dtype: not demoted (DemoteKDType, DemoteVDType null).
+        const int NotDemoted = -1;
 
         public int Layers { get; set; } = 1;
         public int KvHeads { get; set; } = 1;
@@ -59,6 +61,12 @@ namespace Kvcache
         public string PrefixStore { get; set; }
         /// <summary>With PrefixStore: PublishPrefix also writes the blocks it makes findable to it.</summary>
         public bool PrefixWriteThrough { get; set; }
+        /// <summary>With a policy, "demote before evict" (paged layout only): compression stores the tokens the budget cannot keep in the cache's formats with K in this smaller format before it evicts any; null: K is not demoted.</summary>
+        public DType? DemoteKDType { get; set; }
+        /// <summary>Likewise for V; null for both: no demotion.</summary>
+        public DType? DemoteVDType { get; set; }
+        /// <summary>With demotion: the share of each head's byte budget that tokens in the cache's formats may take, in [0, 1].</summary>
+        public double DemoteKeep { get; set; } = 0.25;
 
         internal static CacheParams FromNative(NativeCacheParams p)
         {
@@ -74,6 +82,9 @@ namespace Kvcache
                 KRotation = p.KRotation,
                 PrefixCache = p.PrefixCache != 0, PrefixStore = NativeMethods.String(p.PrefixStore),
                 PrefixWriteThrough = p.PrefixWriteThrough != 0,
+                DemoteKDType = p.DemoteKDType < 0 ? (DType?)null : (DType)p.DemoteKDType,
+                DemoteVDType = p.DemoteVDType < 0 ? (DType?)null : (DType)p.DemoteVDType,
+                DemoteKeep = p.DemoteKeep,
             };
         }
 
@@ -97,6 +108,9 @@ namespace Kvcache
                 KRotation = KRotation,
                 PrefixCache = PrefixCache ? 1 : 0, PrefixStore = memory.Utf8(PrefixStore),
                 PrefixWriteThrough = PrefixWriteThrough ? 1 : 0,
+                DemoteKeep = DemoteKeep,
+                DemoteKDType = DemoteKDType.HasValue ? (int)DemoteKDType.Value : NotDemoted,
+                DemoteVDType = DemoteVDType.HasValue ? (int)DemoteVDType.Value : NotDemoted,
             };
             if (PolicyParams.Count > 0) {
                 var entries = new NativeKeyValue[PolicyParams.Count];

@@ -24,6 +24,7 @@ namespace Kvcache
         ulong bytesReclaimed;
         ulong prefixHits;
         ulong prefixTokensReused;
+        ulong tokensDemoted;
 
         internal static CacheStats Empty()
         {
@@ -63,5 +64,7 @@ namespace Kvcache
         public ulong PrefixHits { get { return prefixHits; } }
         /// <summary>Tokens those calls attached, summed.</summary>
         public ulong PrefixTokensReused { get { return prefixTokensReused; } }
+        /// <summary>Tokens compression moved into a head's demoted tier (CacheParams.DemoteKDType, DemoteVDType), summed over (sequence, layer, KV head).</summary>
+        public ulong TokensDemoted { get { return tokensDemoted; } }
     }
 }

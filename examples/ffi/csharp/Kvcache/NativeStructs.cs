@@ -55,6 +55,9 @@ namespace Kvcache
         public int PrefixCache;
         public IntPtr PrefixStore;
         public int PrefixWriteThrough;
+        public double DemoteKeep;
+        public int DemoteKDType;
+        public int DemoteVDType;
     }
 
     [StructLayout(LayoutKind.Sequential)]

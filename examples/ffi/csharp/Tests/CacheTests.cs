@@ -27,6 +27,25 @@ namespace Kvcache.Tests
         }
 
         [Test]
+        public static void DemotionIsOffByDefaultAndItsBadValuesAreRefused()
+        {
+            using (var context = new Context())
+            using (Cache cache = context.CreateCache(new CacheParams())) {
+                CacheParams p = cache.Params;
+                Assert.Equal(null, p.DemoteKDType, "demote_k_dtype read back");
+                Assert.Equal(null, p.DemoteVDType, "demote_v_dtype read back");
+                Assert.Equal(0.25, p.DemoteKeep, "demote_keep read back");
+                Assert.Equal(0UL, cache.GetStats().TokensDemoted, "tokens demoted by a new cache");
+                KvcacheException e = Assert.Fails(StatusCode.InvalidArgument,
+                    () => context.CreateCache(new CacheParams { DemoteKDType = DType.Q4_0 }), "demotion without a policy");
+                Assert.Contains("need a policy", e.Message, "the refusal names the missing policy");
+                e = Assert.Fails(StatusCode.InvalidArgument, () => context.CreateCache(new CacheParams {
+                        Policy = "window", Budget = 8, DemoteVDType = DType.Q4_0, DemoteKeep = 2 }), "demote_keep 2");
+                Assert.Contains("demote_keep must be in [0, 1]", e.Message, "the refusal names demote_keep");
+            }
+        }
+
+        [Test]
         public static void CreateFromYamlOverridesTheContextsConfiguration()
         {
             using (var context = new Context(Fixture.CacheYaml))
@@ -71,6 +90,9 @@ namespace Kvcache.Tests
                 Assert.Equal(library.PrefixCache, mirror.PrefixCache, "prefix_cache");
                 Assert.Equal(library.PrefixStore, mirror.PrefixStore, "prefix_store");
                 Assert.Equal(library.PrefixWriteThrough, mirror.PrefixWriteThrough, "prefix_write_through");
+                Assert.Equal(library.DemoteKeep, mirror.DemoteKeep, "demote_keep");
+                Assert.Equal(library.DemoteKDType, mirror.DemoteKDType, "demote_k_dtype");
+                Assert.Equal(library.DemoteVDType, mirror.DemoteVDType, "demote_v_dtype");
             }
             FromInit<CacheStats>((b, n) => NativeMethods.kvc_cache_stats_init_sized(b, n));
             FromInit<NativePolicyInfo>((b, n) => NativeMethods.kvc_policy_info_init_sized(b, n));

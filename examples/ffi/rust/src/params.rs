@@ -193,6 +193,15 @@ pub struct CacheParams {
     pub prefix_store: Option<String>,
     /// With `prefix_store`: `publish_prefix` also writes the blocks it makes findable to it.
     pub prefix_write_through: bool,
+    /// With demotion: the share of each head's byte budget that tokens in the cache's own
+    /// formats may take; the rest holds demoted tokens. In [0, 1].
+    pub demote_keep: f64,
+    /// With a policy: compression stores the tokens the budget cannot keep with K in this
+    /// smaller format before it evicts any ("demote before evict"; paged layout only). None:
+    /// K is not demoted.
+    pub demote_k_dtype: Option<DType>,
+    /// Likewise for V; None for both: no demotion.
+    pub demote_v_dtype: Option<DType>,
 }
 
 /// Builder methods `name(self, value) -> Self`, one per field.
@@ -261,6 +270,9 @@ impl Default for CacheParams {
             prefix_cache: raw.prefix_cache != 0,
             prefix_store: None,
             prefix_write_through: raw.prefix_write_through != 0,
+            demote_keep: raw.demote_keep,
+            demote_k_dtype: dtype_from_raw(raw.demote_k_dtype),
+            demote_v_dtype: dtype_from_raw(raw.demote_v_dtype),
         }
     }
 }
@@ -289,6 +301,7 @@ impl CacheParams {
         k_rotation: Rotation,
         prefix_cache: bool,
         prefix_write_through: bool,
+        demote_keep: f64,
     }
 
     optional_setters! {
@@ -299,6 +312,8 @@ impl CacheParams {
         k_dtype: DType,
         v_dtype: DType,
         prefix_store: String,
+        demote_k_dtype: DType,
+        demote_v_dtype: DType,
     }
 
     /// Adds a policy-specific parameter, as in YAML.
@@ -357,6 +372,9 @@ impl CacheParams {
         raw.prefix_cache = i32::from(self.prefix_cache);
         raw.prefix_store = prefix_store.as_ref().map_or(ptr::null(), |name| name.as_ptr());
         raw.prefix_write_through = i32::from(self.prefix_write_through);
+        raw.demote_keep = self.demote_keep;
+        raw.demote_k_dtype = self.demote_k_dtype.map_or(-1, DType::raw);
+        raw.demote_v_dtype = self.demote_v_dtype.map_or(-1, DType::raw);
         f(&raw)
     }
 }

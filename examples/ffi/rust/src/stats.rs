@@ -29,6 +29,9 @@ pub struct Stats {
     pub prefix_hits: u64,
     /// Tokens those calls attached, summed.
     pub prefix_tokens_reused: u64,
+    /// Tokens compression moved into a head's demoted tier (`CacheParams::demote_k_dtype`,
+    /// `demote_v_dtype`), summed over (sequence, layer, KV head).
+    pub tokens_demoted: u64,
 }
 
 impl Stats {
@@ -56,6 +59,7 @@ impl Stats {
                 bytes_reclaimed: raw.bytes_reclaimed,
                 prefix_hits: raw.prefix_hits,
                 prefix_tokens_reused: raw.prefix_tokens_reused,
+                tokens_demoted: raw.tokens_demoted,
             })
         }
     }

@@ -78,7 +78,10 @@ fn the_builder_sets_every_field() {
         .k_rotation(Rotation::Hadamard)
         .prefix_cache(true)
         .prefix_store("mem")
-        .prefix_write_through(true);
+        .prefix_write_through(true)
+        .demote_keep(0.5)
+        .demote_k_dtype(DType::Q4_0)
+        .demote_v_dtype(DType::Q8_0);
     let expected = CacheParams {
         layers: 3,
         kv_heads: 2,
@@ -105,8 +108,29 @@ fn the_builder_sets_every_field() {
         prefix_cache: true,
         prefix_store: Some("mem".into()),
         prefix_write_through: true,
+        demote_keep: 0.5,
+        demote_k_dtype: Some(DType::Q4_0),
+        demote_v_dtype: Some(DType::Q8_0),
     };
     assert_eq!(params, expected);
+}
+
+#[test]
+fn demotion_is_off_by_default_and_its_bad_values_are_refused() {
+    let defaults = CacheParams::new();
+    assert_eq!((defaults.demote_k_dtype, defaults.demote_v_dtype, defaults.demote_keep), (None, None, 0.25));
+    let context = context();
+    assert_eq!(context.cache(&defaults).unwrap().stats().unwrap().tokens_demoted, 0);
+
+    let err = context.cache(&CacheParams::new().demote_k_dtype(DType::Q4_0)).err().unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("need a policy"), "{err}");
+    let err = context
+        .cache(&CacheParams::new().policy("window").budget(8).demote_v_dtype(DType::Q4_0).demote_keep(2.0))
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("demote_keep must be in [0, 1]"), "{err}");
 }
 
 #[test]

@@ -124,6 +124,9 @@ pub struct kvc_cache_params {
     pub prefix_cache: i32,
     pub prefix_store: *const c_char,
     pub prefix_write_through: i32,
+    pub demote_keep: f64,
+    pub demote_k_dtype: i32,
+    pub demote_v_dtype: i32,
 }
 
 #[repr(C)]
@@ -144,6 +147,7 @@ pub struct kvc_cache_stats {
     pub bytes_reclaimed: u64,
     pub prefix_hits: u64,
     pub prefix_tokens_reused: u64,
+    pub tokens_demoted: u64,
 }
 
 #[repr(C)]
