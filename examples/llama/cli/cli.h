@@ -94,6 +94,11 @@ void kvl_cli_storage_apply(const kvl_cli_storage *storage, int with_policy,
                            kvc_cache_params *params);
 /** The demote_keep in effect: --demote-keep, else the library's default. */
 double kvl_cli_storage_keep(const kvl_cli_storage *storage);
+/** Creates and destroys a cache for `model` with `storage` and `policy`, so that a setting the
+ * library or its backend refuses (demotion without the backend's convert, say) fails before
+ * any run. Returns 0, or -1 after printing the error. */
+int kvl_cli_storage_check(kvc_context *context, const kvl_model *model,
+                          const kvl_cli_storage *storage, const char *policy);
 /** "K/V f16, policies demote to q4_0 (keep 0.25)" or "K/V f32, no demotion" into out. */
 void kvl_cli_storage_describe(const kvl_cli_storage *storage, char *out, size_t size);
 

@@ -905,6 +905,12 @@ int kvl_cmd_eval(int argc, char **argv) {
       goto done;
     }
   }
+  for (p = 0; p < n_policies; ++p) {
+    if (kvl_cli_storage_check(st.context, st.model, &st.storage, policies[p]) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
   st.vocab = kvl_model_config(st.model)->vocab_size;
   bos = kvl_model_bos(st.model);
   {

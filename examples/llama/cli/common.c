@@ -171,6 +171,27 @@ void kvl_cli_storage_describe(const kvl_cli_storage *storage, char *out, size_t 
   }
 }
 
+int kvl_cli_storage_check(kvc_context *context, const kvl_model *model,
+                          const kvl_cli_storage *storage, const char *policy) {
+  kvc_cache_params p;
+  kvc_cache *cache = NULL;
+  kvc_status *status;
+  kvl_cache_params_for(model, &p);
+  kvl_cli_storage_apply(storage, policy != NULL, &p);
+  p.policy = policy;
+  p.budget = policy != NULL ? 64 : 0;
+  status = kvc_cache_create(context, &p, &cache);
+  if (status == NULL) {
+    kvc_cache_destroy(cache);
+    return 0;
+  }
+  kvl_cli_error("kvc_cache_create (%s, policy %s): %s: %s", kvc_format_name(storage->dtype),
+                policy != NULL ? policy : "none",
+                kvc_status_code_name(kvc_status_get_code(status)), kvc_status_message(status));
+  kvc_status_free(status);
+  return -1;
+}
+
 const char *kvl_cli_tokenizer_path(const char *model_path, const char *tokenizer_path) {
   if (tokenizer_path != NULL) return tokenizer_path;
   if (kvl_model_is_gguf(model_path)) return model_path;

@@ -402,6 +402,12 @@ int kvl_eval_retrieval(int argc, char **argv) {
       goto done;
     }
   }
+  for (pi = 0; pi < n_policies; ++pi) {
+    if (kvl_cli_storage_check(st.context, st.model, &st.storage, policies[pi]) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
   st.vocab = kvl_model_config(st.model)->vocab_size;
   n_prompts = n_lengths * n_depths * keys;
   prompts = (ret_prompt *)calloc((size_t)n_prompts, sizeof *prompts);
