@@ -960,9 +960,9 @@ int kvl_cmd_eval(int argc, char **argv) {
     const int32_t per = bos >= 0 ? st.window - 1 : st.window;
     const int64_t need = (int64_t)st.skip + (int64_t)n_windows * per;
     if ((int64_t)n_text < need) {
-      kvl_cli_error("%s has %d tokens; %d windows of %d text tokens after --skip %d need %lld",
-                    text_path ? text_path : ids_path, (int)n_text, (int)n_windows, (int)per,
-                    (int)st.skip, (long long)need);
+      kvl_cli_error("%s has %d tokens; --skip %d and %d window%s of %d text tokens need %lld",
+                    text_path ? text_path : ids_path, (int)n_text, (int)st.skip, (int)n_windows,
+                    n_windows == 1 ? "" : "s", (int)per, (long long)need);
       rc = KVL_EXIT_FAILURE;
       goto done;
     }
