@@ -1,7 +1,7 @@
 # kvc.llama_eval_smoke: runs `kvc-llama eval` on stories260K with a tiny setting (1 window,
 # the policies full and snapkv, one budget) and checks its output format, that the full cache
 # and the `full` policy give what `kvc-llama ppl` gives, that snapkv holds its budget, and that
-# bad --dtype, --demote, --demote-keep and --skip values are refused.
+# bad --dtype, --full-dtype, --demote, --demote-keep and --skip values are refused.
 #
 #   cmake -DKVL=<kvc-llama> -DMODEL_DIR=<dir> -DDATA_DIR=<dir> -DOUT_DIR=<dir> -P eval_smoke.cmake
 #
@@ -70,7 +70,8 @@ endforeach()
 
 # name=value lines.
 foreach(pair IN ITEMS "windows=1" "window_positions=512" "scored_tokens=511" "prompt_tokens=448"
-        "continuation_tokens=64" "chunk=64" "skip=0" "dtype=f32" "demote=none")
+        "continuation_tokens=64" "chunk=64" "skip=0" "dtype=f32" "full_dtype=f32"
+        "demote=none")
   if(NOT eval_out MATCHES "(^|\n)${pair}\n")
     fail("the output lacks the line '${pair}':\n${eval_out}")
   endif()
@@ -173,6 +174,8 @@ function(expect_exit code pattern)
 endfunction()
 set(args --model "${model}" --tokenizer "${tokenizer}" --text "${text}" --windows 1)
 expect_exit(2 "--dtype expects f32, f16, bf16, q8_0 or q4_0, got 'f64'" eval ${args} --dtype f64)
+expect_exit(2 "--full-dtype expects f32, f16, bf16, q8_0 or q4_0, got 'f8'"
+            eval ${args} --full-dtype f8)
 expect_exit(2 "--demote expects f32, f16, bf16, q8_0 or q4_0, got 'q3'" eval ${args} --demote q3)
 expect_exit(2 "--demote-keep needs --demote" eval ${args} --demote-keep 0.5)
 expect_exit(2 "--demote-keep expects a number in \\[0, 1\\], got '1.5'"

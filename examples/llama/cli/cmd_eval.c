@@ -25,7 +25,7 @@ static const char usage[] =
     "                      [--windows N] [--prompt P] [--policies a,b,...]\n"
     "                      [--budgets r1,r2,...] [--chunk N] [--skip-decode | --skip-prefill]\n"
     "                      [--csv FILE] [--markdown FILE] [--skip S]\n"
-    "                      [--dtype F] [--demote F [--demote-keep R]]\n"
+    "                      [--dtype F] [--full-dtype F] [--demote F [--demote-keep R]]\n"
     "\n"
     "Quality of every eviction policy at every budget, against the full cache. The text\n"
     "from its token S on (--skip, default 0) is cut into N windows of W = P + 64 positions.\n"
@@ -51,9 +51,9 @@ static const char usage[] =
     "Policies use their documented defaults (docs/policies.md); where a default protected\n"
     "window (sinks + recent) would not fit inside a budget, recent and sinks are set to\n"
     "half the budget at most (a note says so). The full cache is the same procedure with no\n"
-    "policy, in the same --dtype. \"held\" is what a (window, layer, KV head) holds at the\n"
-    "end, mean over them, in tokens and in bytes (the cache's bytes_used). Prints tables and\n"
-    "name=value lines on stdout, progress on stderr.\n"
+    "policy, in --dtype too unless --full-dtype says otherwise. \"held\" is what a (window,\n"
+    "layer, KV head) holds at the end, mean over them, in tokens and in bytes (the cache's\n"
+    "bytes_used). Prints tables and name=value lines on stdout, progress on stderr.\n"
     "\n"
     "  --model FILE       llama2.c version 0 checkpoint or GGUF file (llama architecture)\n"
     "  --tokenizer FILE   llama2.c tokenizer file (default for GGUF: the model's vocabulary)\n"
@@ -303,7 +303,7 @@ static int policy_defaults(const eval_state *st, const char *policy, int32_t bud
   kvc_policy_info info;
   kvc_status *status;
   kvl_cache_params_for(st->model, &p);
-  kvl_cli_storage_apply(&st->storage, 0, &p);
+  kvl_cli_storage_apply(&st->storage, 1, &p);
   p.policy = policy;
   p.budget = budget;
   status = kvc_cache_create(st->context, &p, &cache);
@@ -680,7 +680,8 @@ static void print_summary(FILE *out, const eval_report *r, int values) {
 }
 
 static void print_storage_values(FILE *out, const kvl_cli_storage *storage) {
-  fprintf(out, "dtype=%s\n", kvc_format_name(storage->dtype));
+  fprintf(out, "dtype=%s\nfull_dtype=%s\n", kvc_format_name(storage->dtype),
+          kvc_format_name(storage->full_dtype));
   if (storage->demote < 0) {
     fprintf(out, "demote=none\n");
   } else {
@@ -732,14 +733,14 @@ static int write_csv(const char *path, const eval_report *r) {
    * default as kvc_cache_policy_info reports it, unless eval set them; h2o's recent half is
    * part of its score, not protected by the host. held_*: tokens held at the end, mean over
    * (window, layer, KV head); held_bytes_*: the cache's bytes_used at the end, likewise. dtype
-   * is every run's; demote and demote_keep are the policies' (none and -1 when there is none,
-   * and for the full cache). */
+   * is the row's (the full cache's is --full-dtype); demote and demote_keep are the policies'
+   * (none and -1 when there is none, and for the full cache). */
   fprintf(f, "full_cache,1,0,-1,-1,%.6f,%.6f,%.2f,0,-1,-1,%.6f,%.6f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,"
              "none,-1\n",
           exp(r->full_decode.nll), r->full_decode.nll, r->full_decode.held, r->full_prompt.nll,
           r->full_prompt.nll, r->full_prompt.held, r->full_prompt.held,
           r->full_decode.held_bytes, r->full_prompt.held_bytes, r->full_prompt.held_bytes,
-          kvc_format_name(storage->dtype));
+          kvc_format_name(storage->full_dtype));
   for (p = 0; p < r->n_policies; ++p) {
     for (b = 0; b < r->n_budgets; ++b) {
       const eval_row *row = row_at(r, p, b);
@@ -783,7 +784,7 @@ int kvl_cmd_eval(int argc, char **argv) {
   const char *windows_text = NULL, *policies_text = NULL, *budgets_text = NULL;
   const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL, *ids_path = NULL;
   const char *prompt_text = NULL, *skip_text = NULL;
-  kvl_cli_storage_text storage_text = {NULL, NULL, NULL};
+  kvl_cli_storage_text storage_text = {NULL, NULL, NULL, NULL};
   int skip_decode = 0, skip_prefill = 0;
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},       {"--tokenizer", &tokenizer_path, NULL},

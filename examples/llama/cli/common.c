@@ -123,6 +123,12 @@ int kvl_cli_storage_parse(const char *command, const char *usage,
                                "--dtype expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
                                text->dtype);
   }
+  out->full_dtype = out->dtype;
+  if (text->full_dtype != NULL && (out->full_dtype = format_named(text->full_dtype)) < 0) {
+    return kvl_cli_usage_error(command, usage,
+                               "--full-dtype expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
+                               text->full_dtype);
+  }
   if (text->demote != NULL && (out->demote = format_named(text->demote)) < 0) {
     return kvl_cli_usage_error(command, usage,
                                "--demote expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
@@ -147,7 +153,7 @@ int kvl_cli_storage_parse(const char *command, const char *usage,
 
 void kvl_cli_storage_apply(const kvl_cli_storage *storage, int with_policy,
                            kvc_cache_params *params) {
-  params->dtype = (kvc_dtype)storage->dtype;
+  params->dtype = (kvc_dtype)(with_policy ? storage->dtype : storage->full_dtype);
   if (!with_policy || storage->demote < 0) return;
   params->demote_k_dtype = storage->demote;
   params->demote_v_dtype = storage->demote;
@@ -162,11 +168,15 @@ double kvl_cli_storage_keep(const kvl_cli_storage *storage) {
 }
 
 void kvl_cli_storage_describe(const kvl_cli_storage *storage, char *out, size_t size) {
+  char full[48] = "";
+  if (storage->full_dtype != storage->dtype) {
+    snprintf(full, sizeof full, " (the full cache %s)", kvc_format_name(storage->full_dtype));
+  }
   if (storage->demote < 0) {
-    snprintf(out, size, "K/V %s, no demotion", kvc_format_name(storage->dtype));
+    snprintf(out, size, "K/V %s%s, no demotion", kvc_format_name(storage->dtype), full);
   } else {
-    snprintf(out, size, "K/V %s, policies demote to %s (keep %g)",
-             kvc_format_name(storage->dtype), kvc_format_name(storage->demote),
+    snprintf(out, size, "K/V %s%s, policies demote to %s (keep %g)",
+             kvc_format_name(storage->dtype), full, kvc_format_name(storage->demote),
              kvl_cli_storage_keep(storage));
   }
 }

@@ -22,7 +22,7 @@ static const char usage[] =
     "usage: kvc-llama eval --retrieval --model FILE [--tokenizer FILE] [--lengths L1,...]\n"
     "                      [--depths d1,...] [--keys N] [--policies a,...] [--budgets r1,...]\n"
     "                      [--prefill once|per_chunk] [--chunk N] [--seed N]\n"
-    "                      [--dtype F] [--demote F [--demote-keep R]]\n"
+    "                      [--dtype F] [--full-dtype F] [--demote F [--demote-keep R]]\n"
     "\n"
     "Pass-key retrieval. Each prompt is the chat template around\n"
     "  \"There is an important pass key hidden inside a lot of irrelevant text. Find it\n"
@@ -31,8 +31,9 @@ static const char usage[] =
     "with the assistant's turn begun as \"The pass key is\"; the filler repeats \"The grass is\n"
     "green. The sky is blue. The sun is yellow. Here we go. There and back again.\", a depth d\n"
     "of it before the key. The answer is right when the first number of the greedy\n"
-    "continuation (8 tokens) is K; \"digits\" counts the key's digits it has in place. Budget r keeps round(r * prompt tokens) tokens per (layer,\n"
-    "KV head); the full cache keeps everything, in the same --dtype.\n"
+    "continuation (8 tokens) is K; \"digits\" counts the key's digits it has in place.\n"
+    "Budget r keeps round(r * prompt tokens) tokens per (layer, KV head); the full cache\n"
+    "keeps everything, in --dtype unless --full-dtype is given.\n"
     "\n"
     "  --model FILE       GGUF model with a byte-level BPE vocabulary and ChatML tokens\n"
     "  --tokenizer FILE   default: the model's vocabulary\n"
@@ -311,7 +312,7 @@ int kvl_eval_retrieval(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *lengths_text = NULL;
   const char *depths_text = NULL, *keys_text = NULL, *policies_text = NULL;
   const char *budgets_text = NULL, *prefill_text = NULL, *chunk_text = NULL, *seed_text = NULL;
-  kvl_cli_storage_text storage_text = {NULL, NULL, NULL};
+  kvl_cli_storage_text storage_text = {NULL, NULL, NULL, NULL};
   int retrieval = 0;
   const kvl_cli_option options[] = {
       {"--retrieval", NULL, &retrieval},    {"--model", &model_path, NULL},
