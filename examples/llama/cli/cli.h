@@ -66,20 +66,20 @@ typedef struct kvl_cli_storage_text {
   const char *dtype, *full_dtype, *demote, *demote_keep;
 } kvl_cli_storage_text;
 
-#define KVL_CLI_STORAGE_OPTIONS(t)                                \
-  {"--dtype", &(t).dtype, NULL}, {"--full-dtype", &(t).full_dtype, NULL},   \
+#define KVL_CLI_STORAGE_OPTIONS(t)                                                            \
+  {"--dtype", &(t).dtype, NULL}, {"--full-dtype", &(t).full_dtype, NULL},                     \
       {"--demote", &(t).demote, NULL}, {"--demote-keep", &(t).demote_keep, NULL}
-#define KVL_CLI_STORAGE_USAGE                                                               \
-  "  --dtype F          storage format of K and V in every run, the full cache's too:\n"  \
-  "                     f32 (default), f16, bf16, q8_0 or q4_0\n"                        \
-  "  --full-dtype F     the full cache's format instead (default: --dtype); with\n"      \
-  "                     --policies full, the full policy's rows then measure --dtype\n"  \
-  "                     alone against the full cache in F\n"                             \
-  "  --demote F         demote before evict in every run with a policy: the tokens its\n" \
-  "                     budget cannot keep in --dtype are stored as F (a smaller format)\n" \
-  "                     before any is evicted; the budget then counts bytes (that many\n"  \
-  "                     tokens' bytes in --dtype). Default: none\n"                       \
-  "  --demote-keep R    with --demote: the share of a head's budget kept in --dtype, in\n" \
+#define KVL_CLI_STORAGE_USAGE                                                                 \
+  "  --dtype F          storage format of K and V in every run, the full cache's too:\n"      \
+  "                     f32 (default), f16, bf16, q8_0 or q4_0\n"                             \
+  "  --full-dtype F     the full cache's format instead (default: --dtype); with\n"           \
+  "                     --policies full, the full policy's rows then measure --dtype\n"       \
+  "                     alone against the full cache in F\n"                                  \
+  "  --demote F         demote before evict in every run with a policy: the tokens its\n"     \
+  "                     budget cannot keep in --dtype are stored as F (a smaller format)\n"   \
+  "                     before any is evicted; the budget then counts bytes (that many\n"     \
+  "                     tokens' bytes in --dtype). Default: none\n"                           \
+  "  --demote-keep R    with --demote: the share of a head's budget kept in --dtype, in\n"    \
   "                     [0, 1] (default: the library's, 0.25)\n"
 
 /** The parsed storage options: dtype for the runs with a policy, full_dtype for the full
