@@ -2,14 +2,16 @@
 //
 // Under ONE memory limit for K/V and the engine's activation buffers, N requests with long
 // prompts and short generations are served by the llama example engine (kvc_llama) in four
-// modes:
+// modes (the fifth with --demote):
 //   full            no policy: every token stays;
 //   once            snapkv, compressed once after a chunked prefill (KVC_PREFILL_ONCE), at the
 //                   first decode token;
 //   once_layerwise  snapkv, KVC_PREFILL_ONCE over a whole-prompt prefill marked as the
 //                   prompt's end (kvc_batch::prompt_end): each layer is compressed right after
 //                   its attention over the prompt, NVIDIA kvpress's way;
-//   per_chunk       snapkv, compressed after every prefill chunk (KVC_PREFILL_PER_CHUNK).
+//   per_chunk       snapkv, compressed after every prefill chunk (KVC_PREFILL_PER_CHUNK);
+//   per_chunk_demote  with --demote=F: per_chunk with "demote before evict" to F, the same
+//                   budget counted in bytes, so the same bytes per sequence as per_chunk.
 // Every mode runs with the first K/V storage format of --formats (default f16); per_chunk
 // (--format_modes) also runs with each of the others (default q8_0 and q8_0/q4_0), each a row
 // of its own under the same limit, so a smaller format shows as a larger batch.
@@ -38,6 +40,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,9 +69,17 @@ const char* const kBatchmaxHelp =
     "  --chunk_tokens=N      prefill chunk (default 256)\n"
     "  --budget=N            tokens kept per (sequence, layer, KV head) (default 512)\n"
     "  --policy=NAME         eviction policy of the compressing modes (default snapkv)\n"
-    "  --modes=LIST          comma-separated subset of full,once,once_layerwise,per_chunk\n"
-    "                        (default all); once_layerwise prefills each prompt in one chunk\n"
-    "                        marked as its end\n"
+    "  --modes=LIST          comma-separated subset of full,once,once_layerwise,per_chunk,\n"
+    "                        per_chunk_demote (default all; per_chunk_demote with --demote\n"
+    "                        only); once_layerwise prefills each prompt in one chunk marked\n"
+    "                        as its end\n"
+    "  --demote=F            adds the mode per_chunk_demote: per_chunk with the same policy\n"
+    "                        and budget, demoting to F (or K/V, as --formats) the tokens\n"
+    "                        the budget cannot keep in the cache's format before evicting;\n"
+    "                        the budget then counts bytes, so its bytes per sequence are\n"
+    "                        per_chunk's\n"
+    "  --demote_keep=R       with --demote: the share of a head's budget kept in the cache's\n"
+    "                        format, in [0, 1] (default: the library's, 0.25)\n"
     "  --memory_limit_mib=X  the memory limit in MiB, for K/V and the engine's activation\n"
     "                        buffers together (default: --limit_seqs full-cache sequences)\n"
     "  --limit_seqs=X        default limit as a number of full-cache sequences, each the\n"
@@ -112,7 +123,10 @@ const char* const kBatchmaxHelp =
     "format. Before them, each mode run in another format against the same mode in the first:\n"
     "batchmax_<mode>_<format>_batch_ratio_vs_<first>, ..._decode_throughput_ratio_vs_<first>,\n"
     "..._throughput_ratio_vs_<first> and, with --model, ..._nll_delta_vs_<first> (a format\n"
-    "K/V such as q8_0/q4_0 is written q8_0_q4_0 in these names).\n";
+    "K/V such as q8_0/q4_0 is written q8_0_q4_0 in these names). With per_chunk_demote:\n"
+    "batchmax_per_chunk_demote_batch_ratio_vs_per_chunk, ..._decode_throughput_ratio_vs_per_chunk,\n"
+    "..._throughput_ratio_vs_per_chunk and, with --model, ..._nll_delta_vs_per_chunk; it is\n"
+    "not one of the \"other modes\" of the _vs_best_other lines (it is a variant of per_chunk).\n";
 
 #if !defined(KVC_BENCH_HAVE_LLAMA)
 
@@ -136,6 +150,9 @@ struct Config : LlamaOptions {
   int32_t budget = 512;
   std::string policy = "snapkv";
   std::vector<std::string> modes;
+  bool demote = false;  // --demote given: the mode per_chunk_demote
+  KvFormats demote_formats;
+  double demote_keep = -1;  // < 0: the library's default
   size_t memory_limit = 0;  // 0: from limit_seqs
   double limit_seqs = 2.25;
   std::vector<KvFormats> formats;  // the first: every mode's; the others: format_modes'
@@ -168,16 +185,19 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 }
 
 std::vector<std::string> split_modes(const std::string& text, const std::string& option) {
+  static const char* const kModes[] = {"full", "once", "once_layerwise", "per_chunk",
+                                       "per_chunk_demote"};
   const std::vector<std::string> modes = split_list(text, option);
   for (const std::string& m : modes) {
-    if (m != "full" && m != "once" && m != "once_layerwise" && m != "per_chunk") {
-      throw UsageError("--" + option + ": expected full, once, once_layerwise or per_chunk, got '" +
-                       m + "'");
+    if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes)) {
+      throw UsageError("--" + option +
+                       ": expected full, once, once_layerwise, per_chunk or per_chunk_demote, "
+                       "got '" + m + "'");
     }
   }
   // Always in the canonical order, so the table and the plot read the same way.
   std::vector<std::string> ordered;
-  for (const char* m : {"full", "once", "once_layerwise", "per_chunk"}) {
+  for (const char* m : kModes) {
     if (contains(modes, m)) ordered.emplace_back(m);
   }
   return ordered;
@@ -203,7 +223,20 @@ Config read_config(Options& opts) {
   cfg.chunk_tokens = static_cast<int32_t>(opts.get_int("chunk_tokens", 256, 2, 1 << 20));
   cfg.budget = static_cast<int32_t>(opts.get_int("budget", 512, 1, 1 << 24));
   cfg.policy = opts.get_string("policy", "snapkv");
-  cfg.modes = split_modes(opts.get_string("modes", "full,once,once_layerwise,per_chunk"), "modes");
+  cfg.demote = opts.has("demote");
+  if (cfg.demote) cfg.demote_formats = parse_kv_formats(opts.get_string("demote", ""), "demote");
+  if (opts.has("demote_keep")) {
+    if (!cfg.demote) throw UsageError("--demote_keep needs --demote");
+    cfg.demote_keep = opts.get_double("demote_keep", 0.25, 0.0, 1.0);
+  }
+  cfg.modes = split_modes(opts.get_string("modes", cfg.demote ? "full,once,once_layerwise,"
+                                                                 "per_chunk,per_chunk_demote"
+                                                               : "full,once,once_layerwise,"
+                                                                 "per_chunk"),
+                          "modes");
+  if (!cfg.demote && contains(cfg.modes, "per_chunk_demote")) {
+    throw UsageError("--modes: per_chunk_demote needs --demote=F");
+  }
   const double limit_mib = opts.get_double("memory_limit_mib", 0, 1e-3, 1e9);
   cfg.limit_seqs = opts.get_double("limit_seqs", 2.25, 0.01, 1e6);
   const bool one_format = kv_formats_given(opts);
@@ -248,13 +281,20 @@ struct ModeSpec {
   const char* prefill_name;
   // The whole prompt in one chunk, marked as the prompt's end.
   bool whole_prompt_marked;
+  // Demote before evict, to Config::demote_formats.
+  bool demote;
 };
 
 ModeSpec mode_spec(const std::string& name) {
-  if (name == "full") return {"full", false, KVC_PREFILL_NONE, "none", false};
-  if (name == "once") return {"once", true, KVC_PREFILL_ONCE, "once", false};
-  if (name == "once_layerwise") return {"once_layerwise", true, KVC_PREFILL_ONCE, "once", true};
-  return {"per_chunk", true, KVC_PREFILL_PER_CHUNK, "per_chunk", false};
+  if (name == "full") return {"full", false, KVC_PREFILL_NONE, "none", false, false};
+  if (name == "once") return {"once", true, KVC_PREFILL_ONCE, "once", false, false};
+  if (name == "once_layerwise") {
+    return {"once_layerwise", true, KVC_PREFILL_ONCE, "once", true, false};
+  }
+  if (name == "per_chunk_demote") {
+    return {"per_chunk_demote", true, KVC_PREFILL_PER_CHUNK, "per_chunk", false, true};
+  }
+  return {"per_chunk", true, KVC_PREFILL_PER_CHUNK, "per_chunk", false, false};
 }
 
 int32_t chunk_of(const ModeSpec& spec, const Config& cfg) {
@@ -274,6 +314,11 @@ CachePtr make_cache(kvc_context* ctx, const kvl_model* model, const Config& cfg,
     p.policy = cfg.policy.c_str();
     p.budget = cfg.budget;
     p.prefill = spec.prefill;
+  }
+  if (spec.demote) {
+    p.demote_k_dtype = cfg.demote_formats.k;
+    p.demote_v_dtype = cfg.demote_formats.v;
+    if (cfg.demote_keep >= 0) p.demote_keep = cfg.demote_keep;
   }
   kvc_cache* raw = nullptr;
   check(kvc_cache_create(ctx, &p, &raw),
@@ -682,6 +727,25 @@ void report_vs_first_format(const std::vector<ModeResult>& results, const KvForm
   }
 }
 
+// per_chunk_demote over per_chunk, in each format both ran in: batch, decode-phase and
+// end-to-end tokens/s, and the difference of the continuation NLL.
+void report_demote_vs_per_chunk(const std::vector<ModeResult>& results) {
+  for (const ModeResult& r : results) {
+    if (r.mode != "per_chunk_demote") continue;
+    const auto base = std::find_if(results.begin(), results.end(), [&](const ModeResult& b) {
+      return b.mode == "per_chunk" && b.formats == r.formats;
+    });
+    if (base == results.end()) continue;
+    const std::string p = "batchmax_" + r.key() + "_";
+    report(p + "batch_ratio_vs_per_chunk", ratio(r.max_batch, base->max_batch));
+    report(p + "decode_throughput_ratio_vs_per_chunk",
+           ratio(r.decode_tokens_per_s(), base->decode_tokens_per_s()));
+    report(p + "throughput_ratio_vs_per_chunk",
+           ratio(r.end_to_end_tokens_per_s(), base->end_to_end_tokens_per_s()));
+    if (r.has_nll && base->has_nll) report(p + "nll_delta_vs_per_chunk", r.nll - base->nll);
+  }
+}
+
 // per_chunk's batch, decode-phase and end-to-end tokens/s over the best of the other modes for
 // each figure: first the lines naming those modes, then the three ratios.
 void report_vs_best_other(const std::vector<ModeResult>& results, const ModeResult& chunk) {
@@ -697,7 +761,8 @@ void report_vs_best_other(const std::vector<ModeResult>& results, const ModeResu
   };
   for (Figure& f : figures) {
     for (const ModeResult& r : results) {
-      if (&r != &chunk && r.base_format && (f.best == nullptr || f.of(r) > f.of(*f.best))) {
+      if (&r != &chunk && r.base_format && r.mode != "per_chunk_demote" &&
+          (f.best == nullptr || f.of(r) > f.of(*f.best))) {
         f.best = &r;
       }
     }
@@ -733,6 +798,7 @@ int run_batchmax(Options& opts) {
   ModelPtr model(raw_model);
   const kvl_config mc = *kvl_model_config(model.get());
   for (const KvFormats& f : cfg.formats) check_head_dim(f, mc.dim / mc.n_heads);
+  if (cfg.demote) check_head_dim(cfg.demote_formats, mc.dim / mc.n_heads);
 
   std::vector<std::string> notes;
   if (real && cfg.prompt_tokens + cfg.new_tokens > mc.seq_len) {
@@ -814,6 +880,14 @@ int run_batchmax(Options& opts) {
               "K/V formats %s, paged, block %d\n",
               cfg.requests, cfg.prompt_tokens, cfg.chunk_tokens, cfg.new_tokens, cfg.policy.c_str(),
               cfg.budget, formats_text.c_str(), cfg.block_tokens);
+  if (contains(cfg.modes, "per_chunk_demote")) {
+    kvc_cache_params defaults;
+    kvc_cache_params_init(&defaults);
+    std::printf("per_chunk_demote: demotes to %s, keeping %g of the budget in the cache's "
+                "format\n",
+                cfg.demote_formats.name().c_str(),
+                cfg.demote_keep >= 0 ? cfg.demote_keep : defaults.demote_keep);
+  }
   std::printf("prompts: %s\n", req.origin.c_str());
   for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
   batchmax::print_table(results, limit);
@@ -827,6 +901,9 @@ int run_batchmax(Options& opts) {
   report("batchmax_budget", cfg.budget);
   report("batchmax_formats", formats_text);
   report("batchmax_block_tokens", cfg.block_tokens);
+  if (contains(cfg.modes, "per_chunk_demote")) {
+    report("batchmax_demote", cfg.demote_formats.name());
+  }
   report("batchmax_model", real ? cfg.model_path : std::string("random"));
   report("batchmax_dim", mc.dim);
   report("batchmax_hidden_dim", mc.hidden_dim);
@@ -870,6 +947,7 @@ int run_batchmax(Options& opts) {
     }
   }
   report_vs_first_format(results, cfg.formats.front());
+  report_demote_vs_per_chunk(results);
 
   batchmax::write_csv(cfg.csv_path, results, limit);
   report("batchmax_csv", cfg.csv_path);

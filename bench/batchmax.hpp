@@ -43,7 +43,7 @@ Requests token_id_requests(const std::string& ids_path, int32_t vocab, int32_t b
 
 /// What one mode measured.
 struct ModeResult {
-  std::string mode;            ///< full, once, once_layerwise, per_chunk
+  std::string mode;            ///< full, once, once_layerwise, per_chunk(_demote)
   KvFormats formats;           ///< the cache's K and V formats
   bool base_format = true;     ///< formats is the first of --formats, which every mode runs in
   std::string policy;          ///< "-" for full

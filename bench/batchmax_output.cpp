@@ -72,14 +72,14 @@ void print_table(const std::vector<ModeResult>& results, size_t memory_limit) {
   std::printf("\nMemory limit %.2f MiB (%zu bytes) for K/V and the engine's activations, the "
               "same for every mode\n\n",
               mib(memory_limit), memory_limit);
-  std::printf("%-14s %-9s %-7s %-9s %5s %9s %5s %11s %11s %8s %8s %9s %8s %13s %10s", "mode",
+  std::printf("%-16s %-9s %-7s %-9s %5s %9s %5s %11s %11s %8s %8s %9s %8s %13s %10s", "mode",
               "format", "policy", "prefill", "chunk", "max_batch", "waves", "est_seq_MiB",
               "peak_kv_MiB", "act_MiB", "peak_MiB", "prefill_s", "decode_s", "decode_tok/s",
               "e2e_tok/s");
   if (nll) std::printf(" %9s", "nll");
   std::printf("\n");
   for (const ModeResult& r : results) {
-    std::printf("%-14s %-9s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f "
+    std::printf("%-16s %-9s %-7s %-9s %5d %9d %5d %11.2f %11.2f %8.2f %8.2f %9.2f %8.2f %13.1f "
                 "%10.2f",
                 r.mode.c_str(), r.formats.name().c_str(), r.policy.c_str(), r.prefill.c_str(),
                 r.chunk_tokens, r.max_batch, r.waves, mib(r.estimate_bytes), mib(r.bytes_peak),

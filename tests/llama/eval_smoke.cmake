@@ -1,6 +1,7 @@
 # kvc.llama_eval_smoke: runs `kvc-llama eval` on stories260K with a tiny setting (1 window,
 # the policies full and snapkv, one budget) and checks its output format, that the full cache
-# and the `full` policy give what `kvc-llama ppl` gives, and that snapkv holds its budget.
+# and the `full` policy give what `kvc-llama ppl` gives, that snapkv holds its budget, and that
+# bad --dtype, --full-dtype, --demote, --demote-keep and --skip values are refused.
 #
 #   cmake -DKVL=<kvc-llama> -DMODEL_DIR=<dir> -DDATA_DIR=<dir> -DOUT_DIR=<dir> -P eval_smoke.cmake
 #
@@ -49,6 +50,7 @@ run_kvl(eval_out eval --model "${model}" --tokenizer "${tokenizer}" --text "${te
 
 # The text tables: both headers and a row per policy (plus the full cache) in each.
 foreach(pattern IN ITEMS
+        "^storage: K/V f32, no demotion; windows from text token 0\n"
         "\\(a\\) perplexity, decoding one token at a time: 1 window x 511 scored tokens"
         "\\(b\\) continuation NLL \\(nats\\) of the last 64 tokens"
         "\npolicy +25% \\(128\\)\n"
@@ -68,7 +70,8 @@ endforeach()
 
 # name=value lines.
 foreach(pair IN ITEMS "windows=1" "window_positions=512" "scored_tokens=511" "prompt_tokens=448"
-        "continuation_tokens=64" "chunk=64")
+        "continuation_tokens=64" "chunk=64" "skip=0" "dtype=f32" "full_dtype=f32"
+        "demote=none")
   if(NOT eval_out MATCHES "(^|\n)${pair}\n")
     fail("the output lacks the line '${pair}':\n${eval_out}")
   endif()
@@ -130,7 +133,7 @@ if(NOT n EQUAL 4)
   fail("eval.csv has ${n} lines, expected 4")
 endif()
 list(GET csv 0 header)
-set(expected_header "policy,budget_ratio,decode_budget,sinks,recent,ppl,nll,held_decode,prompt_budget,prompt_sinks,prompt_recent,cont_nll_per_chunk,cont_nll_once,held_per_chunk,held_once")
+set(expected_header "policy,budget_ratio,decode_budget,sinks,recent,ppl,nll,held_decode,prompt_budget,prompt_sinks,prompt_recent,cont_nll_per_chunk,cont_nll_once,held_per_chunk,held_once,held_bytes_decode,held_bytes_per_chunk,held_bytes_once,dtype,demote,demote_keep")
 if(NOT header STREQUAL expected_header)
   fail("eval.csv header is\n  ${header}\nexpected\n  ${expected_header}")
 endif()
@@ -140,20 +143,48 @@ if(NOT row MATCHES "^full_cache,1,0,-1,-1,[0-9.]+,[0-9.]+,511\\.00,0,-1,-1,")
 endif()
 list(GET csv 3 row)
 # snapkv: budget 128 (25% of 512), recent 32 (its window), 128 held after decoding; budget 112
-# for the prompt (25% of 448), 112 + 63 held after the continuation.
-if(NOT row MATCHES "^snapkv,0\\.25,128,0,32,[0-9.]+,[0-9.]+,128\\.00,112,0,32,[0-9.]+,[0-9.]+,175\\.00,175\\.00$")
+# for the prompt (25% of 448), 112 + 63 held after the continuation; their bytes (f32); no
+# demotion.
+if(NOT row MATCHES "^snapkv,0\\.25,128,0,32,[0-9.]+,[0-9.]+,128\\.00,112,0,32,[0-9.]+,[0-9.]+,175\\.00,175\\.00,[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*,f32,none,-1$")
   fail("eval.csv snapkv row: ${row}")
 endif()
 
 # Markdown: both tables with their rows.
 file(READ "${OUT_DIR}/eval.md" md)
-foreach(pattern IN ITEMS "\n\\| policy \\| 25% \\(128\\) \\|\n\\|---\\|---:\\|\n"
+foreach(pattern IN ITEMS "^Storage: K/V f32, no demotion; windows from text token 0\\.\n"
+        "\n\\| policy \\| 25% \\(128\\) \\|\n\\|---\\|---:\\|\n"
         "\n\\| policy \\| 25% \\(112\\) per_chunk \\| 25% once \\|\n\\|---\\|---:\\|---:\\|\n"
         "\n\\| full cache \\| [0-9.]+ \\|\n" "\n\\| snapkv \\| [0-9.]+ \\| [0-9.]+ \\|\n")
   if(NOT md MATCHES "${pattern}")
     fail("eval.md lacks '${pattern}':\n${md}")
   endif()
 endforeach()
+
+# The storage and text options: a bad value is a usage error (exit 2) naming the option; a
+# --skip that leaves too little text is a failure (exit 1) saying how many tokens it needs.
+function(expect_exit code pattern)
+  execute_process(COMMAND "${KVL}" ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr)
+  if(NOT rc EQUAL code)
+    fail("`kvc-llama ${ARGN}` exited with ${rc}, expected ${code}\nstderr:\n${stderr}")
+  endif()
+  if(NOT stderr MATCHES "${pattern}")
+    fail("`kvc-llama ${ARGN}`: stderr lacks '${pattern}':\n${stderr}")
+  endif()
+endfunction()
+set(args --model "${model}" --tokenizer "${tokenizer}" --text "${text}" --windows 1)
+expect_exit(2 "--dtype expects f32, f16, bf16, q8_0 or q4_0, got 'f64'" eval ${args} --dtype f64)
+expect_exit(2 "--full-dtype expects f32, f16, bf16, q8_0 or q4_0, got 'f8'"
+            eval ${args} --full-dtype f8)
+expect_exit(2 "--demote expects f32, f16, bf16, q8_0 or q4_0, got 'q3'" eval ${args} --demote q3)
+expect_exit(2 "--demote-keep needs --demote" eval ${args} --demote-keep 0.5)
+expect_exit(2 "--demote-keep expects a number in \\[0, 1\\], got '1.5'"
+            eval ${args} --demote q4_0 --demote-keep 1.5)
+expect_exit(2 "--skip expects an integer" eval ${args} --skip -1)
+expect_exit(2 "--demote expects f32, f16, bf16, q8_0 or q4_0, got 'q3'"
+            eval --retrieval --model "${model}" --demote q3)
+expect_exit(1 "--skip 1000000 and 1 window of 511 text tokens need 1000511"
+            eval ${args} --skip 1000000)
 
 message("kvc.llama_eval_smoke: full cache ppl ${full_ppl} (= kvc-llama ppl), continuation NLL "
         "${full_cont}; snapkv 25%: ppl ${p_snapkv_ppl}, continuation NLL per_chunk "

@@ -59,6 +59,54 @@ int kvl_cli_int(const char *command, const char *usage, const char *option, cons
 int kvl_cli_double(const char *command, const char *usage, const char *option, const char *text,
                    double min, double *out);
 
+/* The storage options of `eval` and `eval --retrieval`: the cache's format of K and V and
+ * "demote before evict" for the runs with a policy. KVL_CLI_STORAGE_OPTIONS(t) gives the
+ * option rows that fill a kvl_cli_storage_text t; KVL_CLI_STORAGE_USAGE their usage lines. */
+typedef struct kvl_cli_storage_text {
+  const char *dtype, *full_dtype, *demote, *demote_keep;
+} kvl_cli_storage_text;
+
+#define KVL_CLI_STORAGE_OPTIONS(t)                                                            \
+  {"--dtype", &(t).dtype, NULL}, {"--full-dtype", &(t).full_dtype, NULL},                     \
+      {"--demote", &(t).demote, NULL}, {"--demote-keep", &(t).demote_keep, NULL}
+#define KVL_CLI_STORAGE_USAGE                                                                 \
+  "  --dtype F          storage format of K and V in every run, the full cache's too:\n"      \
+  "                     f32 (default), f16, bf16, q8_0 or q4_0\n"                             \
+  "  --full-dtype F     the full cache's format instead (default: --dtype); with\n"           \
+  "                     --policies full, the full policy's rows then measure --dtype\n"       \
+  "                     alone against the full cache in F\n"                                  \
+  "  --demote F         demote before evict in every run with a policy: the tokens its\n"     \
+  "                     budget cannot keep in --dtype are stored as F (a smaller format)\n"   \
+  "                     before any is evicted; the budget then counts bytes (that many\n"     \
+  "                     tokens' bytes in --dtype). Default: none\n"                           \
+  "  --demote-keep R    with --demote: the share of a head's budget kept in --dtype, in\n"    \
+  "                     [0, 1] (default: the library's, 0.25)\n"
+
+/** The parsed storage options: dtype for the runs with a policy, full_dtype for the full
+ * cache; demote -1: none; demote_keep < 0: the library's default. */
+typedef struct kvl_cli_storage {
+  int32_t dtype, full_dtype, demote;
+  double demote_keep;
+} kvl_cli_storage;
+
+/** Parses the storage options' texts (NULL: not given) into *out; on error prints it (usage
+ * error) and returns KVL_EXIT_USAGE. */
+int kvl_cli_storage_parse(const char *command, const char *usage,
+                          const kvl_cli_storage_text *text, kvl_cli_storage *out);
+/** Sets the cache formats in *params: with_policy nonzero, dtype and the demotion; zero (the
+ * full cache), full_dtype. */
+void kvl_cli_storage_apply(const kvl_cli_storage *storage, int with_policy,
+                           kvc_cache_params *params);
+/** The demote_keep in effect: --demote-keep, else the library's default. */
+double kvl_cli_storage_keep(const kvl_cli_storage *storage);
+/** Creates and destroys a cache for `model` with `storage` and `policy`, so that a setting the
+ * library or its backend refuses (demotion without the backend's convert, say) fails before
+ * any run. Returns 0, or -1 after printing the error. */
+int kvl_cli_storage_check(kvc_context *context, const kvl_model *model,
+                          const kvl_cli_storage *storage, const char *policy);
+/** "K/V f16, policies demote to q4_0 (keep 0.25)" or "K/V f32, no demotion" into out. */
+void kvl_cli_storage_describe(const kvl_cli_storage *storage, char *out, size_t size);
+
 /* ------------------------------------------------------------------ session */
 
 typedef struct kvl_cli_session {

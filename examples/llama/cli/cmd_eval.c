@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvcache/kvcache_format.h>
+
 #include "cli.h"
 
 /* Tokens scored after the prompt in (b); the prompt is the rest of the window. */
@@ -22,12 +24,14 @@ static const char usage[] =
     "usage: kvc-llama eval --model FILE [--tokenizer FILE] (--text FILE | --token-ids FILE)\n"
     "                      [--windows N] [--prompt P] [--policies a,b,...]\n"
     "                      [--budgets r1,r2,...] [--chunk N] [--skip-decode | --skip-prefill]\n"
-    "                      [--csv FILE] [--markdown FILE]\n"
+    "                      [--csv FILE] [--markdown FILE] [--skip S]\n"
+    "                      [--dtype F] [--full-dtype F] [--demote F [--demote-keep R]]\n"
     "\n"
     "Quality of every eviction policy at every budget, against the full cache. The text\n"
-    "is cut into N windows of W = P + 64 positions. With a model that starts texts with BOS\n"
-    "(llama2.c) window k is [BOS, t(k*(W-1)), ..., t(k*(W-1) + W-2)]; without one (a GGUF\n"
-    "model whose add_bos_token is false) it is [t(k*W), ..., t(k*W + W-1)]: the windows of\n"
+    "from its token S on (--skip, default 0) is cut into N windows of W = P + 64 positions.\n"
+    "With a model that starts texts with BOS (llama2.c) window k is [BOS, t(S + k*(W-1)),\n"
+    "..., t(S + k*(W-1) + W-2)]; without one (a GGUF model whose add_bos_token is false) it\n"
+    "is [t(S + k*W), ..., t(S + k*W + W-1)]: with S = 0 the windows of\n"
     "`ppl --window W --tokens N*(W-1)`. Each token is predicted from the positions before\n"
     "it. All windows run as one batch; the numbers are averaged over them, and every\n"
     "difference from the full cache comes with its standard error (windows as clusters).\n"
@@ -47,13 +51,17 @@ static const char usage[] =
     "Policies use their documented defaults (docs/policies.md); where a default protected\n"
     "window (sinks + recent) would not fit inside a budget, recent and sinks are set to\n"
     "half the budget at most (a note says so). The full cache is the same procedure with no\n"
-    "policy. Prints tables and name=value lines on stdout, progress on stderr.\n"
+    "policy, in --dtype too unless --full-dtype says otherwise. \"held\" is what a (window,\n"
+    "layer, KV head) holds at the end, mean over them, in tokens and in bytes (the cache's\n"
+    "bytes_used). Prints tables and name=value lines on stdout, progress on stderr.\n"
     "\n"
     "  --model FILE       llama2.c version 0 checkpoint or GGUF file (llama architecture)\n"
     "  --tokenizer FILE   llama2.c tokenizer file (default for GGUF: the model's vocabulary)\n"
-    "  --text FILE        UTF-8 text with at least N * W tokens\n"
+    "  --text FILE        UTF-8 text with at least S + N * W tokens\n"
     "  --token-ids FILE   the text already encoded: whitespace-separated decimal ids\n"
     "  --windows N        windows to average over (default 4)\n"
+    "  --skip S           the windows start after the text's first S tokens (default 0);\n"
+    "                     e.g. past the part of a text used to choose settings\n"
     "  --prompt P         prompt positions in (b) (default: min(context, 512) - 64)\n"
     "  --skip-decode      leave out (a), the slow part with long windows\n"
     "  --skip-prefill     leave out (b)\n"
@@ -63,8 +71,8 @@ static const char usage[] =
     "  --chunk N          prefill chunk in (b), >= 2 (default 64); a last chunk of one\n"
     "                     token is merged into the one before it\n"
     "  --csv FILE         also write the results as CSV, one row per (policy, budget)\n"
-    "  --retrieval        the pass-key retrieval test instead (--retrieval --help)\n"
-    "  --markdown FILE    also write the tables as Markdown\n";
+    "  --markdown FILE    also write the tables as Markdown\n" KVL_CLI_STORAGE_USAGE
+    "  --retrieval        the pass-key retrieval test instead (--retrieval --help)\n";
 
 static const char *const default_policies[] = {"full",   "window",    "streaming", "h2o",
                                                "tova",   "snapkv",    "pyramidkv", "adakv",
@@ -81,6 +89,7 @@ typedef struct eval_setup {
 typedef struct eval_result {
   double nll;        /* mean NLL (nats) of the scored tokens */
   double held;       /* tokens held at the end, mean over (window, layer, KV head) */
+  double held_bytes; /* the cache's bytes_used at the end, per (window, layer, KV head) */
   double *token_nll; /* [windows, per_window]: each scored token's NLL */
   int32_t per_window;
 } eval_result;
@@ -99,7 +108,8 @@ typedef struct eval_state {
   kvl_model *model;
   kvl_tokenizer *tokenizer;
   kvc_context *context;
-  int32_t vocab, n_windows, window, prompt, chunk, skip_decode, skip_prefill;
+  int32_t vocab, n_windows, window, prompt, chunk, skip_decode, skip_prefill, skip;
+  kvl_cli_storage storage;
   int32_t *windows; /* [n_windows, window]: BOS then window - 1 text tokens */
   int32_t *tokens, *positions, *n_tokens, *seq_ids; /* one step's batch */
   float *logits;                                     /* [n_windows, vocab] */
@@ -131,7 +141,7 @@ static int eval_open(eval_state *st, const eval_setup *setup, kvc_cache **out_ca
   int32_t i;
 
   kvl_cache_params_for(st->model, &p);
-  p.dtype = KVC_DTYPE_F32;
+  kvl_cli_storage_apply(&st->storage, setup->policy != NULL, &p);
   if (setup->policy != NULL) {
     p.policy = setup->policy;
     p.budget = setup->budget;
@@ -161,11 +171,17 @@ static int eval_open(eval_state *st, const eval_setup *setup, kvc_cache **out_ca
   return 0;
 }
 
-static double held_tokens(const eval_state *st, const kvc_cache *cache) {
+/* What each (window, layer, KV head) holds at the end, mean over them: tokens and bytes. */
+static void read_held(const eval_state *st, const kvc_cache *cache, eval_result *out) {
   const kvl_config *c = kvl_model_config(st->model);
+  const double heads = (double)st->n_windows * c->n_layers * c->n_kv_heads;
   kvc_cache_stats stats;
-  if (kvl_cli_read_stats(cache, &stats) != 0) return NAN;
-  return (double)stats.tokens_stored / ((double)st->n_windows * c->n_layers * c->n_kv_heads);
+  if (kvl_cli_read_stats(cache, &stats) != 0) {
+    out->held = out->held_bytes = NAN;
+    return;
+  }
+  out->held = (double)stats.tokens_stored / heads;
+  out->held_bytes = (double)stats.bytes_used / heads;
 }
 
 /* Room for every scored token's NLL: n_windows rows of per_window. */
@@ -227,7 +243,7 @@ static int run_decode(eval_state *st, const eval_setup *setup, eval_result *out)
     }
   }
   out->nll = result_mean(st, out);
-  out->held = held_tokens(st, cache);
+  read_held(st, cache, out);
   kvl_engine_free(engine);
   kvc_cache_destroy(cache);
   return 0;
@@ -268,7 +284,7 @@ static int run_prefill(eval_state *st, const eval_setup *setup, eval_result *out
     if (decode_step(st, engine, pos, out, pos - st->prompt + 1) != 0) goto fail;
   }
   out->nll = result_mean(st, out);
-  out->held = held_tokens(st, cache);
+  read_held(st, cache, out);
   kvl_engine_free(engine);
   kvc_cache_destroy(cache);
   return 0;
@@ -287,7 +303,7 @@ static int policy_defaults(const eval_state *st, const char *policy, int32_t bud
   kvc_policy_info info;
   kvc_status *status;
   kvl_cache_params_for(st->model, &p);
-  p.dtype = KVC_DTYPE_F32;
+  kvl_cli_storage_apply(&st->storage, 1, &p);
   p.policy = policy;
   p.budget = budget;
   status = kvc_cache_create(st->context, &p, &cache);
@@ -410,9 +426,13 @@ static const eval_row *row_at(const eval_report *r, int policy, int budget) {
 static void print_tables(FILE *out, const eval_report *r, int markdown) {
   const eval_state *st = r->st;
   const char *sep = markdown ? " | " : "  ";
-  char label[32];
+  char label[32], storage[128];
   int p, b;
 
+  kvl_cli_storage_describe(&st->storage, storage, sizeof storage);
+  fprintf(out, markdown ? "Storage: %s; windows from text token %d.\n\n"
+                        : "storage: %s; windows from text token %d\n\n",
+          storage, (int)st->skip);
   if (!st->skip_decode) {
     if (markdown) {
       fprintf(out,
@@ -659,13 +679,25 @@ static void print_summary(FILE *out, const eval_report *r, int values) {
   }
 }
 
+static void print_storage_values(FILE *out, const kvl_cli_storage *storage) {
+  fprintf(out, "dtype=%s\nfull_dtype=%s\n", kvc_format_name(storage->dtype),
+          kvc_format_name(storage->full_dtype));
+  if (storage->demote < 0) {
+    fprintf(out, "demote=none\n");
+  } else {
+    fprintf(out, "demote=%s\ndemote_keep=%g\n", kvc_format_name(storage->demote),
+            kvl_cli_storage_keep(storage));
+  }
+}
+
 static void print_values(FILE *out, const eval_report *r) {
   int p, b;
   fprintf(out, "windows=%d\nwindow_positions=%d\nscored_tokens=%d\n", (int)r->st->n_windows,
           (int)r->st->window,
           r->st->skip_decode ? 0 : (int)(r->st->n_windows * (r->st->window - 1)));
-  fprintf(out, "prompt_tokens=%d\ncontinuation_tokens=%d\nchunk=%d\n", (int)r->st->prompt,
-          EVAL_CONTINUATION, (int)r->st->chunk);
+  fprintf(out, "prompt_tokens=%d\ncontinuation_tokens=%d\nchunk=%d\nskip=%d\n",
+          (int)r->st->prompt, EVAL_CONTINUATION, (int)r->st->chunk, (int)r->st->skip);
+  print_storage_values(out, &r->st->storage);
   fprintf(out, "full_cache.ppl=%.4f\nfull_cache.nll=%.6f\nfull_cache.cont_nll=%.6f\n",
           exp(r->full_decode.nll), r->full_decode.nll, r->full_prompt.nll);
   for (p = 0; p < r->n_policies; ++p) {
@@ -681,8 +713,12 @@ static void print_values(FILE *out, const eval_report *r) {
 }
 
 static int write_csv(const char *path, const eval_report *r) {
+  const kvl_cli_storage *storage = &r->st->storage;
+  const char *demote = storage->demote < 0 ? "none" : kvc_format_name(storage->demote);
+  double demote_keep = -1.0;
   FILE *f = fopen(path, "w");
   int p, b;
+  if (storage->demote >= 0) demote_keep = kvl_cli_storage_keep(storage);
   if (f == NULL) {
     kvl_cli_error("%s: cannot open for writing", path);
     return -1;
@@ -690,24 +726,33 @@ static int write_csv(const char *path, const eval_report *r) {
   fprintf(f,
           "policy,budget_ratio,decode_budget,sinks,recent,ppl,nll,held_decode,prompt_budget,"
           "prompt_sinks,prompt_recent,cont_nll_per_chunk,cont_nll_once,held_per_chunk,"
-          "held_once\n");
+          "held_once,held_bytes_decode,held_bytes_per_chunk,held_bytes_once,dtype,demote,"
+          "demote_keep\n");
   /* The full cache: no policy, no budget (0), no protected tokens (-1 = not applicable). The
    * sinks and recent columns of a policy are the tokens the host protects: the policy's
    * default as kvc_cache_policy_info reports it, unless eval set them; h2o's recent half is
-   * part of its score, not protected by the host. held_*: tokens held at
-   * the end, mean over (window, layer, KV head). */
-  fprintf(f, "full_cache,1,0,-1,-1,%.6f,%.6f,%.2f,0,-1,-1,%.6f,%.6f,%.2f,%.2f\n",
+   * part of its score, not protected by the host. held_*: tokens held at the end, mean over
+   * (window, layer, KV head); held_bytes_*: the cache's bytes_used at the end, likewise. dtype
+   * is the row's (the full cache's is --full-dtype); demote and demote_keep are the policies'
+   * (none and -1 when there is none, and for the full cache). */
+  fprintf(f, "full_cache,1,0,-1,-1,%.6f,%.6f,%.2f,0,-1,-1,%.6f,%.6f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,"
+             "none,-1\n",
           exp(r->full_decode.nll), r->full_decode.nll, r->full_decode.held, r->full_prompt.nll,
-          r->full_prompt.nll, r->full_prompt.held, r->full_prompt.held);
+          r->full_prompt.nll, r->full_prompt.held, r->full_prompt.held,
+          r->full_decode.held_bytes, r->full_prompt.held_bytes, r->full_prompt.held_bytes,
+          kvc_format_name(storage->full_dtype));
   for (p = 0; p < r->n_policies; ++p) {
     for (b = 0; b < r->n_budgets; ++b) {
       const eval_row *row = row_at(r, p, b);
-      fprintf(f, "%s,%g,%d,%d,%d,%.6f,%.6f,%.2f,%d,%d,%d,%.6f,%.6f,%.2f,%.2f\n", row->policy,
-              row->ratio, (int)row->budget_decode,
-              (int)row->sinks_decode, (int)row->recent_decode, exp(row->decode.nll),
-              row->decode.nll, row->decode.held, (int)row->budget_prompt,
-              (int)row->sinks_prompt, (int)row->recent_prompt,
-              row->per_chunk.nll, row->once.nll, row->per_chunk.held, row->once.held);
+      fprintf(f,
+              "%s,%g,%d,%d,%d,%.6f,%.6f,%.2f,%d,%d,%d,%.6f,%.6f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%s,"
+              "%g\n",
+              row->policy, row->ratio, (int)row->budget_decode, (int)row->sinks_decode,
+              (int)row->recent_decode, exp(row->decode.nll), row->decode.nll, row->decode.held,
+              (int)row->budget_prompt, (int)row->sinks_prompt, (int)row->recent_prompt,
+              row->per_chunk.nll, row->once.nll, row->per_chunk.held, row->once.held,
+              row->decode.held_bytes, row->per_chunk.held_bytes, row->once.held_bytes,
+              kvc_format_name(storage->dtype), demote, demote_keep);
     }
   }
   if (fclose(f) != 0) {
@@ -738,7 +783,8 @@ int kvl_cmd_eval(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *text_path = NULL;
   const char *windows_text = NULL, *policies_text = NULL, *budgets_text = NULL;
   const char *chunk_text = NULL, *csv_path = NULL, *markdown_path = NULL, *ids_path = NULL;
-  const char *prompt_text = NULL;
+  const char *prompt_text = NULL, *skip_text = NULL;
+  kvl_cli_storage_text storage_text = {NULL, NULL, NULL, NULL};
   int skip_decode = 0, skip_prefill = 0;
   const kvl_cli_option options[] = {
       {"--model", &model_path, NULL},       {"--tokenizer", &tokenizer_path, NULL},
@@ -747,7 +793,8 @@ int kvl_cmd_eval(int argc, char **argv) {
       {"--policies", &policies_text, NULL}, {"--budgets", &budgets_text, NULL},
       {"--chunk", &chunk_text, NULL},       {"--csv", &csv_path, NULL},
       {"--markdown", &markdown_path, NULL}, {"--skip-decode", NULL, &skip_decode},
-      {"--skip-prefill", NULL, &skip_prefill},
+      {"--skip-prefill", NULL, &skip_prefill}, {"--skip", &skip_text, NULL},
+      KVL_CLI_STORAGE_OPTIONS(storage_text),
   };
   char *policy_list = NULL, *budget_list = NULL, *text = NULL;
   char *policy_items[EVAL_MAX_POLICIES], *budget_items[EVAL_MAX_BUDGETS];
@@ -778,7 +825,9 @@ int kvl_cmd_eval(int argc, char **argv) {
   }
   if ((rc = kvl_cli_int(argv[0], usage, "--windows", windows_text, 1, 4096, &n_windows)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--prompt", prompt_text, 2, 1L << 20, &prompt)) != 0 ||
-      (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 2, 1L << 20, &chunk)) != 0) {
+      (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 2, 1L << 20, &chunk)) != 0 ||
+      (rc = kvl_cli_int(argv[0], usage, "--skip", skip_text, 0, 2147483647L, &st.skip)) != 0 ||
+      (rc = kvl_cli_storage_parse(argv[0], usage, &storage_text, &st.storage)) != 0) {
     return rc;
   }
 
@@ -857,6 +906,12 @@ int kvl_cmd_eval(int argc, char **argv) {
       goto done;
     }
   }
+  for (p = 0; p < n_policies; ++p) {
+    if (kvl_cli_storage_check(st.context, st.model, &st.storage, policies[p]) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
   st.vocab = kvl_model_config(st.model)->vocab_size;
   bos = kvl_model_bos(st.model);
   {
@@ -904,15 +959,17 @@ int kvl_cmd_eval(int argc, char **argv) {
   {
     /* With BOS a window holds W - 1 text tokens, without W. */
     const int32_t per = bos >= 0 ? st.window - 1 : st.window;
-    if ((int64_t)n_text < (int64_t)n_windows * per) {
-      kvl_cli_error("%s has %d tokens; %d windows need %lld", text_path ? text_path : ids_path,
-                    (int)n_text, (int)n_windows, (long long)n_windows * per);
+    const int64_t need = (int64_t)st.skip + (int64_t)n_windows * per;
+    if ((int64_t)n_text < need) {
+      kvl_cli_error("%s has %d tokens; --skip %d and %d window%s of %d text tokens need %lld",
+                    text_path ? text_path : ids_path, (int)n_text, (int)st.skip, (int)n_windows,
+                    n_windows == 1 ? "" : "s", (int)per, (long long)need);
       rc = KVL_EXIT_FAILURE;
       goto done;
     }
     for (i = 0; i < n_windows; ++i) {
       int32_t *w = st.windows + (size_t)i * st.window;
-      const int32_t *x = text_tokens + (size_t)i * per;
+      const int32_t *x = text_tokens + st.skip + (size_t)i * per;
       int32_t j;
       st.seq_ids[i] = i;
       if (bos >= 0) {
@@ -924,12 +981,16 @@ int kvl_cmd_eval(int argc, char **argv) {
     }
   }
 
-  fprintf(stderr,
-          "kvc-llama eval: %d polic%s x %d budget%s, %d window%s of %d positions, prompt %d + "
-          "continuation %d, chunks of %d\n",
-          n_policies, n_policies == 1 ? "y" : "ies", n_budgets, n_budgets == 1 ? "" : "s",
-          (int)n_windows, n_windows == 1 ? "" : "s", (int)st.window, (int)st.prompt,
-          EVAL_CONTINUATION, (int)chunk);
+  {
+    char storage[128];
+    kvl_cli_storage_describe(&st.storage, storage, sizeof storage);
+    fprintf(stderr,
+            "kvc-llama eval: %d polic%s x %d budget%s, %d window%s of %d positions from text "
+            "token %d, prompt %d + continuation %d, chunks of %d; %s\n",
+            n_policies, n_policies == 1 ? "y" : "ies", n_budgets, n_budgets == 1 ? "" : "s",
+            (int)n_windows, n_windows == 1 ? "" : "s", (int)st.window, (int)st.skip,
+            (int)st.prompt, EVAL_CONTINUATION, (int)chunk, storage);
+  }
   t_start = kvl_cli_now();
   total_runs = 1 + n_policies * n_budgets;
 
@@ -994,10 +1055,11 @@ int kvl_cmd_eval(int argc, char **argv) {
       format_ratio(label, sizeof label, row->ratio);
       fprintf(stderr,
               "[%d/%d] %s %s: ppl %.4f (budget %d, %.1f held); continuation NLL per_chunk "
-              "%.4f, once %.4f (budget %d) (%.2f s)\n",
+              "%.4f, once %.4f (budget %d, per_chunk %.1f held in %.0f bytes) (%.2f s)\n",
               ++done_runs, total_runs, row->policy, label, exp(row->decode.nll),
               (int)row->budget_decode, row->decode.held, row->per_chunk.nll, row->once.nll,
-              (int)row->budget_prompt, kvl_cli_now() - t_run);
+              (int)row->budget_prompt, row->per_chunk.held, row->per_chunk.held_bytes,
+              kvl_cli_now() - t_run);
     }
   }
 

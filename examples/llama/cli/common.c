@@ -104,6 +104,104 @@ int kvl_cli_double(const char *command, const char *usage, const char *option, c
   return KVL_EXIT_OK;
 }
 
+/* The ::kvc_dtype named `name` (kvc_format_name), or -1. */
+static int32_t format_named(const char *name) {
+  int32_t f;
+  for (f = 0; f < KVC_FORMAT_CODE_END; ++f) {
+    if (kvc_format_is_valid(f) && strcmp(kvc_format_name(f), name) == 0) return f;
+  }
+  return -1;
+}
+
+int kvl_cli_storage_parse(const char *command, const char *usage,
+                          const kvl_cli_storage_text *text, kvl_cli_storage *out) {
+  out->dtype = KVC_DTYPE_F32;
+  out->demote = -1;
+  out->demote_keep = -1.0;
+  if (text->dtype != NULL && (out->dtype = format_named(text->dtype)) < 0) {
+    return kvl_cli_usage_error(command, usage,
+                               "--dtype expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
+                               text->dtype);
+  }
+  out->full_dtype = out->dtype;
+  if (text->full_dtype != NULL && (out->full_dtype = format_named(text->full_dtype)) < 0) {
+    return kvl_cli_usage_error(command, usage,
+                               "--full-dtype expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
+                               text->full_dtype);
+  }
+  if (text->demote != NULL && (out->demote = format_named(text->demote)) < 0) {
+    return kvl_cli_usage_error(command, usage,
+                               "--demote expects f32, f16, bf16, q8_0 or q4_0, got '%s'",
+                               text->demote);
+  }
+  if (text->demote_keep != NULL) {
+    int rc;
+    if (text->demote == NULL) {
+      return kvl_cli_usage_error(command, usage, "--demote-keep needs --demote");
+    }
+    rc = kvl_cli_double(command, usage, "--demote-keep", text->demote_keep, 0.0,
+                        &out->demote_keep);
+    if (rc != KVL_EXIT_OK) return rc;
+    if (out->demote_keep > 1.0) {
+      return kvl_cli_usage_error(command, usage,
+                                 "--demote-keep expects a number in [0, 1], got '%s'",
+                                 text->demote_keep);
+    }
+  }
+  return KVL_EXIT_OK;
+}
+
+void kvl_cli_storage_apply(const kvl_cli_storage *storage, int with_policy,
+                           kvc_cache_params *params) {
+  params->dtype = (kvc_dtype)(with_policy ? storage->dtype : storage->full_dtype);
+  if (!with_policy || storage->demote < 0) return;
+  params->demote_k_dtype = storage->demote;
+  params->demote_v_dtype = storage->demote;
+  if (storage->demote_keep >= 0.0) params->demote_keep = storage->demote_keep;
+}
+
+double kvl_cli_storage_keep(const kvl_cli_storage *storage) {
+  kvc_cache_params defaults;
+  if (storage->demote_keep >= 0.0) return storage->demote_keep;
+  kvc_cache_params_init(&defaults);
+  return defaults.demote_keep;
+}
+
+void kvl_cli_storage_describe(const kvl_cli_storage *storage, char *out, size_t size) {
+  char full[48] = "";
+  if (storage->full_dtype != storage->dtype) {
+    snprintf(full, sizeof full, " (the full cache %s)", kvc_format_name(storage->full_dtype));
+  }
+  if (storage->demote < 0) {
+    snprintf(out, size, "K/V %s%s, no demotion", kvc_format_name(storage->dtype), full);
+  } else {
+    snprintf(out, size, "K/V %s%s, policies demote to %s (keep %g)",
+             kvc_format_name(storage->dtype), full, kvc_format_name(storage->demote),
+             kvl_cli_storage_keep(storage));
+  }
+}
+
+int kvl_cli_storage_check(kvc_context *context, const kvl_model *model,
+                          const kvl_cli_storage *storage, const char *policy) {
+  kvc_cache_params p;
+  kvc_cache *cache = NULL;
+  kvc_status *status;
+  kvl_cache_params_for(model, &p);
+  kvl_cli_storage_apply(storage, policy != NULL, &p);
+  p.policy = policy;
+  p.budget = policy != NULL ? 64 : 0;
+  status = kvc_cache_create(context, &p, &cache);
+  if (status == NULL) {
+    kvc_cache_destroy(cache);
+    return 0;
+  }
+  kvl_cli_error("kvc_cache_create (%s, policy %s): %s: %s", kvc_format_name(storage->dtype),
+                policy != NULL ? policy : "none",
+                kvc_status_code_name(kvc_status_get_code(status)), kvc_status_message(status));
+  kvc_status_free(status);
+  return -1;
+}
+
 const char *kvl_cli_tokenizer_path(const char *model_path, const char *tokenizer_path) {
   if (tokenizer_path != NULL) return tokenizer_path;
   if (kvl_model_is_gguf(model_path)) return model_path;

@@ -22,6 +22,7 @@ static const char usage[] =
     "usage: kvc-llama eval --retrieval --model FILE [--tokenizer FILE] [--lengths L1,...]\n"
     "                      [--depths d1,...] [--keys N] [--policies a,...] [--budgets r1,...]\n"
     "                      [--prefill once|per_chunk] [--chunk N] [--seed N]\n"
+    "                      [--dtype F] [--full-dtype F] [--demote F [--demote-keep R]]\n"
     "\n"
     "Pass-key retrieval. Each prompt is the chat template around\n"
     "  \"There is an important pass key hidden inside a lot of irrelevant text. Find it\n"
@@ -30,8 +31,9 @@ static const char usage[] =
     "with the assistant's turn begun as \"The pass key is\"; the filler repeats \"The grass is\n"
     "green. The sky is blue. The sun is yellow. Here we go. There and back again.\", a depth d\n"
     "of it before the key. The answer is right when the first number of the greedy\n"
-    "continuation (8 tokens) is K; \"digits\" counts the key's digits it has in place. Budget r keeps round(r * prompt tokens) tokens per (layer,\n"
-    "KV head); the full cache keeps everything.\n"
+    "continuation (8 tokens) is K; \"digits\" counts the key's digits it has in place.\n"
+    "Budget r keeps round(r * prompt tokens) tokens per (layer, KV head); the full cache\n"
+    "keeps everything, in --dtype unless --full-dtype is given.\n"
     "\n"
     "  --model FILE       GGUF model with a byte-level BPE vocabulary and ChatML tokens\n"
     "  --tokenizer FILE   default: the model's vocabulary\n"
@@ -43,7 +45,7 @@ static const char usage[] =
     "  --budgets LIST     budget ratios (default 0.125,0.25)\n"
     "  --prefill MODE     once (default) or per_chunk\n"
     "  --chunk N          prefill chunk (default 256)\n"
-    "  --seed N           the keys' seed (default 1)\n";
+    "  --seed N           the keys' seed (default 1)\n" KVL_CLI_STORAGE_USAGE;
 
 static const char *const default_policies[] = {"window",    "streaming", "h2o",   "tova",
                                                "snapkv",    "pyramidkv", "adakv", "knorm",
@@ -62,6 +64,7 @@ typedef struct ret_state {
   kvc_context *context;
   int32_t vocab, chunk;
   kvc_prefill_compression prefill;
+  kvl_cli_storage storage;
 } ret_state;
 
 static int split_numbers(const char *text, double *out, int max) {
@@ -182,7 +185,7 @@ static int run_batch(ret_state *st, const char *policy, int32_t budget, ret_prom
   int rc = -1;
 
   kvl_cache_params_for(st->model, &p);
-  p.dtype = KVC_DTYPE_F32;
+  kvl_cli_storage_apply(&st->storage, policy != NULL, &p);
   p.memory_limit = (size_t)8 << 30;
   if (policy != NULL) {
     p.policy = policy;
@@ -309,6 +312,7 @@ int kvl_eval_retrieval(int argc, char **argv) {
   const char *model_path = NULL, *tokenizer_path = NULL, *lengths_text = NULL;
   const char *depths_text = NULL, *keys_text = NULL, *policies_text = NULL;
   const char *budgets_text = NULL, *prefill_text = NULL, *chunk_text = NULL, *seed_text = NULL;
+  kvl_cli_storage_text storage_text = {NULL, NULL, NULL, NULL};
   int retrieval = 0;
   const kvl_cli_option options[] = {
       {"--retrieval", NULL, &retrieval},    {"--model", &model_path, NULL},
@@ -316,7 +320,7 @@ int kvl_eval_retrieval(int argc, char **argv) {
       {"--depths", &depths_text, NULL},     {"--keys", &keys_text, NULL},
       {"--policies", &policies_text, NULL}, {"--budgets", &budgets_text, NULL},
       {"--prefill", &prefill_text, NULL},   {"--chunk", &chunk_text, NULL},
-      {"--seed", &seed_text, NULL},
+      {"--seed", &seed_text, NULL},         KVL_CLI_STORAGE_OPTIONS(storage_text),
   };
   double lengths[RET_MAX_ITEMS], depths[RET_MAX_ITEMS], budgets[RET_MAX_ITEMS];
   const char *policies[RET_MAX_POLICIES];
@@ -350,7 +354,8 @@ int kvl_eval_retrieval(int argc, char **argv) {
   }
   if ((rc = kvl_cli_int(argv[0], usage, "--keys", keys_text, 1, 64, &keys)) != 0 ||
       (rc = kvl_cli_int(argv[0], usage, "--chunk", chunk_text, 2, 1L << 16, &st.chunk)) != 0 ||
-      (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0) {
+      (rc = kvl_cli_int(argv[0], usage, "--seed", seed_text, 0, 2147483647L, &seed)) != 0 ||
+      (rc = kvl_cli_storage_parse(argv[0], usage, &storage_text, &st.storage)) != 0) {
     return rc;
   }
   if (prefill_text != NULL) {
@@ -398,6 +403,12 @@ int kvl_eval_retrieval(int argc, char **argv) {
       goto done;
     }
   }
+  for (pi = 0; pi < n_policies; ++pi) {
+    if (kvl_cli_storage_check(st.context, st.model, &st.storage, policies[pi]) != 0) {
+      rc = KVL_EXIT_FAILURE;
+      goto done;
+    }
+  }
   st.vocab = kvl_model_config(st.model)->vocab_size;
   n_prompts = n_lengths * n_depths * keys;
   prompts = (ret_prompt *)calloc((size_t)n_prompts, sizeof *prompts);
@@ -426,10 +437,14 @@ int kvl_eval_retrieval(int argc, char **argv) {
     }
   }
 
-  printf("pass-key retrieval: %d prompts per length (%d depths x %d keys), prefill %s in "
-         "chunks of %d; right answers per prompt length\n",
-         n_depths * (int)keys, n_depths, (int)keys,
-         st.prefill == KVC_PREFILL_ONCE ? "once" : "per_chunk", (int)st.chunk);
+  {
+    char storage[128];
+    kvl_cli_storage_describe(&st.storage, storage, sizeof storage);
+    printf("pass-key retrieval: %d prompts per length (%d depths x %d keys), prefill %s in "
+           "chunks of %d, %s; right answers per prompt length\n",
+           n_depths * (int)keys, n_depths, (int)keys,
+           st.prefill == KVC_PREFILL_ONCE ? "once" : "per_chunk", (int)st.chunk, storage);
+  }
   printf("%-12s %-7s", "policy", "budget");
   for (li = 0; li < n_lengths; ++li) {
     char head[32];
