@@ -130,9 +130,9 @@ class HeadModel {
   int64_t excess_after(int64_t extra, int64_t seen) const {
     const int64_t budget = schedule_.budget(seen, -1);
     if (!g_.demotes()) return length_ + extra - budget;
-    const auto keep_cost = static_cast<int64_t>(g_.token_bytes(0));
+    const auto keep_cost = static_cast<int64_t>(g_.budget_token_bytes(0));
     const int64_t over = (length_ + extra - demoted_) * keep_cost +
-                         demoted_ * static_cast<int64_t>(g_.token_bytes(1)) - budget * keep_cost;
+                         demoted_ * static_cast<int64_t>(g_.budget_token_bytes(1)) - budget * keep_cost;
     return over > 0 ? (over + keep_cost - 1) / keep_cost : over / keep_cost;
   }
   int64_t excess_after(int64_t extra) const { return excess_after(extra, seen_); }
@@ -182,7 +182,7 @@ class HeadModel {
   // With policy.demote: the head is rewritten into new blocks while the old ones are held.
   size_t compress_demoting() {
     const size_t before = held_bytes();
-    const TierCosts costs{g_.token_bytes(0), g_.token_bytes(1)};
+    const TierCosts costs{g_.budget_token_bytes(0), g_.budget_token_bytes(1)};
     const size_t budget = static_cast<size_t>(schedule_.budget(seen_, -1)) * costs.keep;
     const int32_t n = static_cast<int32_t>(length_);
     const TierCounts counts =

@@ -69,9 +69,9 @@ int64_t Compressor::excess(const HeadStorage& head) const {
   const int64_t budget = head_budget(head);
   if (!geometry_.demotes()) return int64_t{head.length()} - budget;
   // In tokens of the cache's formats, rounded up: a head over its bytes by any amount is over.
-  const int64_t keep_cost = static_cast<int64_t>(geometry_.token_bytes(0));
+  const int64_t keep_cost = static_cast<int64_t>(geometry_.budget_token_bytes(0));
   const int64_t bytes = int64_t{head.length() - head.demoted_length()} * keep_cost +
-                        int64_t{head.demoted_length()} * static_cast<int64_t>(geometry_.token_bytes(1));
+                        int64_t{head.demoted_length()} * static_cast<int64_t>(geometry_.budget_token_bytes(1));
   const int64_t over = bytes - budget * keep_cost;
   return over > 0 ? (over + keep_cost - 1) / keep_cost : over / keep_cost;
 }
@@ -228,7 +228,7 @@ std::vector<Fate> Compressor::select_fates(const LayerSelection& sel, size_t h,
   for (size_t i = 0; i < demoted.size(); ++i) {
     demoted[i] = (in.order.empty() ? static_cast<int32_t>(i) : in.order[i]) < demoted_length;
   }
-  const TierCosts costs{geometry_.token_bytes(0), geometry_.token_bytes(1)};
+  const TierCosts costs{geometry_.budget_token_bytes(0), geometry_.budget_token_bytes(1)};
   const size_t budget_bytes = static_cast<size_t>(sel.budgets[h]) * costs.keep;
   const size_t keep_bytes = keep_share_bytes(policy_->config().demote.keep, budget_bytes);
   return select_tiers(in.scores.data(), demoted.data(), job.n_tokens, budget_bytes, keep_bytes,
@@ -264,6 +264,9 @@ void Compressor::apply_fates(const std::vector<LayerSelection>& selections, void
   counters_.tokens_stored -= evicted;
   counters_.tokens_evicted += evicted;
   counters_.tokens_demoted += demoted;
+  std::vector<HeadStorage*> rebuilt;
+  for (const TierPlan& plan : plans) rebuilt.push_back(plan.head);
+  memory_.release_unused_capacity(rebuilt);
 }
 
 void Compressor::apply_kept(const std::vector<LayerSelection>& selections, void* stream) {

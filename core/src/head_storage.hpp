@@ -45,6 +45,11 @@ struct Geometry {
   size_t token_bytes(uint8_t tier = 0) const {
     return tiers[tier].k_row_bytes + tiers[tier].v_row_bytes + sizeof(int32_t);
   }
+  // What one token of `tier` takes against a byte budget (policy.demote): its K, V and
+  // position, and its statistics.
+  size_t budget_token_bytes(uint8_t tier) const {
+    return token_bytes(tier) + static_cast<size_t>(stat_count()) * sizeof(float);
+  }
   // A segment of `capacity` tokens holds its K rows, then its V rows, then its positions,
   // each region starting aligned for what it holds.
   size_t v_offset(int32_t capacity, uint8_t tier = 0) const {
