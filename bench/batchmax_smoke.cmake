@@ -3,11 +3,13 @@
 # mode's mean continuation NLL is what `kvc-llama ppl` gives for the same tokens: a request's
 # continuation NLL is ppl's sum over its whole window less ppl's sum over its prompt.
 # With -DQUANTIZED=<format> per_chunk also runs with K/V in that format, whose continuation
-# NLL must be within 0.01 nats of per_chunk's in f32.
+# NLL must be within 0.01 nats of per_chunk's in f32. With -DDEMOTE=<format> the
+# per_chunk_demote mode (per_chunk demoting to that format) runs too and must report its
+# batch, peak, speed and NLL.
 #
 #   cmake -DBENCH=<kvc-bench> -DKVL=<kvc-llama> -DMODEL=<file> [-DTOKENIZER=<file>]
 #         (-DTEXT=<file> | -DIDS=<file>) -DREQUESTS=N -DPROMPT=N -DNEW=N -DCHUNK=N -DBUDGET=N
-#         [-DQUANTIZED=<format>] -DOUT_DIR=<dir> -P batchmax_smoke.cmake
+#         [-DQUANTIZED=<format>] [-DDEMOTE=<format>] -DOUT_DIR=<dir> -P batchmax_smoke.cmake
 #
 # With IDS (whitespace-separated token ids) both read the ids and any number of requests is
 # checked; with TEXT both encode it and REQUESTS must be 1 (ppl's windows cannot start where
@@ -69,12 +71,18 @@ set(formats_arg "--formats=f32")
 if(DEFINED QUANTIZED)
   set(formats_arg "--formats=f32,${QUANTIZED}")
 endif()
+set(demote_args "")
+set(modes full once once_layerwise per_chunk)
+if(DEFINED DEMOTE)
+  set(demote_args "--demote=${DEMOTE}")
+  list(APPEND modes per_chunk_demote)
+endif()
 run(bench_out "${BENCH}" batchmax "--model=${MODEL}" ${tokenizer_args} "${input_arg}"
     --requests=${REQUESTS} --prompt_tokens=${PROMPT} --new_tokens=${NEW} --chunk_tokens=${CHUNK}
-    --budget=${BUDGET} ${formats_arg} --progress=0 "--csv=${OUT_DIR}/batchmax.csv"
-    "--png=${OUT_DIR}/batchmax.png")
+    --budget=${BUDGET} ${formats_arg} ${demote_args} --progress=0
+    "--csv=${OUT_DIR}/batchmax.csv" "--png=${OUT_DIR}/batchmax.png")
 
-foreach(mode IN ITEMS full once once_layerwise per_chunk)
+foreach(mode IN LISTS modes)
   foreach(figure IN ITEMS max_batch peak_bytes decode_tokens_per_s)
     if(NOT bench_out MATCHES "\nbatchmax_${mode}_${figure}=[0-9]")
       fail("no batchmax_${mode}_${figure} line:\n${bench_out}")
