@@ -463,6 +463,9 @@ TEST_CASE("sequences: a sequence with demoted tokens exports, imports and export
   kvc_cache_params bf16 = p;
   bf16.demote_k_dtype = bf16.demote_v_dtype = KVC_DTYPE_BF16;
   kvt::CachePtr other_formats = kvt::make_cache(ctx.get(), bf16);
+  kvc_cache_params tight = p;
+  tight.memory_limit = 4 * size_t{kBlock} * (2 * kHeadDim * sizeof(float) + sizeof(int32_t));
+  kvt::CachePtr small = kvt::make_cache(ctx.get(), tight);
 
   REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
   std::mt19937 rng(41);
@@ -485,6 +488,10 @@ TEST_CASE("sequences: a sequence with demoted tokens exports, imports and export
     KVT_CHECK_ERR(kvc_seq_import(refusing, 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
     CHECK(kvt::get_stats(refusing).sequences == 0);
   }
+  // All or nothing: four blocks do not hold the tiers of 4 heads, and nothing is left.
+  KVT_CHECK_ERR(kvc_seq_import(small.get(), 0, bytes.data(), bytes.size()), KVC_ERR_OUT_OF_MEMORY);
+  CHECK(kvt::get_stats(small.get()).sequences == 0);
+  CHECK(kvt::get_stats(small.get()).bytes_used == 0);
   // The same later inputs give the same outputs, through both tiers.
   for (int step = 0; step < 6; ++step) {
     const Chunk token = random_chunk(rng, {45 + step});
