@@ -442,7 +442,7 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
 // cpu backend until it has one) a cache that demotes is refused UNSUPPORTED, and this test
 // says so and checks nothing more.
 TEST_CASE("sequences: a sequence with demoted tokens exports, imports and exports again bit for bit") {
-  kvt::ContextPtr ctx = kvt::make_context();
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  host: { plugin: host }\n");
   kvc_cache_params p = params(KVC_LAYOUT_PAGED, "h2o");
   p.backend = kvt::test_backend();
   p.dtype = KVC_DTYPE_F32;
@@ -483,6 +483,21 @@ TEST_CASE("sequences: a sequence with demoted tokens exports, imports and export
 
   KVT_CHECK_OK(kvc_seq_import(same.get(), 0, bytes.data(), bytes.size()));
   CHECK(kvt::export_bytes(same.get(), 0) == bytes);
+  // Through a store, as an offload and a restore.
+  KVT_CHECK_OK(kvc_seq_offload(same.get(), 0, "host", "demoted"));
+  KVT_CHECK_OK(kvc_seq_restore(same.get(), 0, "host", "demoted"));
+  CHECK(kvt::export_bytes(same.get(), 0) == bytes);
+  // A prefix is saved only from heads holding positions 0, 1, ... in the cache's formats.
+  {
+    std::vector<int32_t> ids = range(100, 140);
+    kvc_prefix prefix;
+    kvc_prefix_init(&prefix, "demoted", ids.data(), static_cast<int32_t>(ids.size()));
+    prefix.chunk_tokens = kBlock;
+    int32_t saved = -1;
+    const Status refused(kvc_prefix_save(cache.get(), 0, "host", &prefix, &saved));
+    CHECK(refused.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(refused.message(), "demoted tokens"));
+  }
   // Demoted rows import only as they are, into a cache demoting into their formats.
   for (kvc_cache* refusing : {no_demotion.get(), other_formats.get()}) {
     KVT_CHECK_ERR(kvc_seq_import(refusing, 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
