@@ -7,7 +7,8 @@ namespace kvc {
 namespace {
 
 size_t blocks_for(size_t tokens, int32_t capacity) {
-  return tokens == 0 ? 0 : (tokens + static_cast<size_t>(capacity) - 1) / static_cast<size_t>(capacity);
+  const auto per_block = static_cast<size_t>(capacity);
+  return tokens == 0 ? 0 : (tokens + per_block - 1) / per_block;
 }
 
 // One head's new blocks, tier 1 then tier 0, written from the image.
@@ -23,7 +24,8 @@ std::vector<Segment> write_blocks(const HeadImage& head, void* const* blocks, Ba
     const TierRows& rows = g.rows(tier);
     const int32_t capacity = g.block_capacity(tier);
     while (token < end) {
-      const int32_t count = static_cast<int32_t>(std::min(end - token, static_cast<size_t>(capacity)));
+      const auto count =
+          static_cast<int32_t>(std::min(end - token, static_cast<size_t>(capacity)));
       const Segment s{static_cast<unsigned char*>(blocks[segments.size()]), capacity, count, tier};
       const size_t k_bytes = static_cast<size_t>(count) * rows.k_row_bytes;
       const size_t v_bytes = static_cast<size_t>(count) * rows.v_row_bytes;

@@ -259,8 +259,8 @@ void check_positions(const std::vector<int32_t>& positions, size_t demoted,
   for (size_t a = 0, b = demoted; a < demoted && b < positions.size();) {
     if (positions[a] == positions[b]) {
       fail(where + ": position " + std::to_string(positions[a]) +
-           " is both in the demoted tier (token " + std::to_string(a) + ") and in the other (token " +
-           std::to_string(b) + ")");
+           " is both in the demoted tier (token " + std::to_string(a) +
+           ") and in the other (token " + std::to_string(b) + ")");
     }
     if (positions[a] < positions[b]) ++a;
     else ++b;
@@ -336,8 +336,9 @@ struct RecordBytes {
 RecordBytes record_bytes(int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype, uint32_t stats,
                          const std::optional<DemotedFormats>& demoted, uint32_t version) {
   const uint64_t own = token_bytes(head_dim, k_dtype, v_dtype, stats);
-  return RecordBytes{head_fixed_bytes(version), own,
-                     demoted ? token_bytes(head_dim, demoted->k_dtype, demoted->v_dtype, stats) : own};
+  const uint64_t low =
+      demoted ? token_bytes(head_dim, demoted->k_dtype, demoted->v_dtype, stats) : own;
+  return RecordBytes{head_fixed_bytes(version), own, low};
 }
 
 bool any_demoted(const SequenceImage& image) {
@@ -361,7 +362,8 @@ struct RowRun {
 std::array<RowRun, 2> row_runs(const SequenceImage& image, uint64_t n, uint64_t demoted,
                                bool values) {
   const kvc_dtype own = values ? image.v_dtype : image.k_dtype;
-  const kvc_dtype low = !image.demoted ? own : values ? image.demoted->v_dtype : image.demoted->k_dtype;
+  const kvc_dtype low =
+      !image.demoted ? own : values ? image.demoted->v_dtype : image.demoted->k_dtype;
   return {RowRun{demoted, low, values ? "demoted values" : "demoted keys"},
           RowRun{n - demoted, own, values ? "values" : "keys"}};
 }
@@ -754,8 +756,9 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
     image.heads.push_back(read_head(heads, image, h.version, head_name(i, image.kv_heads), rows));
   }
   if (image.demoted && !any_demoted(image)) {
-    fail("the header names demoted formats (" + std::string(kvc_format_name(image.demoted->k_dtype)) +
-         " K, " + kvc_format_name(image.demoted->v_dtype) +
+    fail("the header names demoted formats (" +
+         std::string(kvc_format_name(image.demoted->k_dtype)) + " K, " +
+         kvc_format_name(image.demoted->v_dtype) +
          " V) but no head holds demoted tokens (such an image is written in version 4 or older)");
   }
   if (heads.left() != 0) {

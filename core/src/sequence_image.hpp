@@ -37,7 +37,9 @@ struct HeadImage {
 struct DemotedFormats {
   kvc_dtype k_dtype = KVC_DTYPE_F32;
   kvc_dtype v_dtype = KVC_DTYPE_F32;
-  bool operator==(const DemotedFormats& o) const { return k_dtype == o.k_dtype && v_dtype == o.v_dtype; }
+  bool operator==(const DemotedFormats& o) const {
+    return k_dtype == o.k_dtype && v_dtype == o.v_dtype;
+  }
   bool operator!=(const DemotedFormats& o) const { return !(*this == o); }
 };
 
