@@ -439,8 +439,8 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
 }
 
 // Needs the backend's convert entry (plugin ABI 1.6) to demote: on a backend without it (the
-// cpu backend until it has one) a cache that demotes is refused UNSUPPORTED, and this test
-// says so and checks nothing more.
+// counting_1_0 and strict test backends) a cache that demotes is refused UNSUPPORTED, and this
+// test says so and checks nothing more.
 TEST_CASE("sequences: a sequence with demoted tokens exports, imports and exports again bit for bit") {
   kvt::ContextPtr ctx = kvt::make_context("stores:\n  host: { plugin: host }\n");
   kvc_cache_params p = params(KVC_LAYOUT_PAGED, "h2o");

@@ -19,7 +19,7 @@ struct HeadImage {
   std::vector<int32_t> positions;  // [n]
   // [n] rows of the K and V formats, raw storage bytes: the demoted tier's rows, then the others'
   std::vector<uint8_t> k, v;
-  int32_t demoted = 0;             // tokens of the demoted tier, first
+  int32_t demoted = 0;  // tokens of the demoted tier, first
   // An image decoded with its rows in place leaves k and v empty, and these pointing at the
   // same bytes where they lie in the decoded buffer; k_rows() and v_rows() say where they are.
   const uint8_t* k_in_place = nullptr;
