@@ -355,3 +355,82 @@ TEST_CASE("faults: a failed append after the once compression leaves the cache a
                  [&](const std::string& call) { return runs_once_compression(setup, call); });
   }
 }
+
+// Needs the cpu backend's convert entry (plugin ABI 1.6), which the fault backend forwards
+// to: without it a cache that demotes on the cpu backend is refused UNSUPPORTED, and this test
+// says so and checks nothing more.
+TEST_CASE("faults: a failed import of a sequence with demoted tokens creates nothing") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
+  arm(-1, 0);
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kDim;
+  p.dtype = KVC_DTYPE_F32;
+  p.layout = KVC_LAYOUT_PAGED;
+  p.block_tokens = 4;
+  p.memory_limit = size_t{1} << 20;
+  p.backend = "fault";
+  p.policy = "h2o";
+  p.budget = 12;
+  p.sinks = 2;
+  p.recent = 4;
+  p.demote_k_dtype = KVC_DTYPE_F16;
+  p.demote_v_dtype = KVC_DTYPE_F16;
+  {  // The fault backend's convert is the cpu backend's, which must have one.
+    kvc_cache_params cpu = p;
+    cpu.backend = "cpu";
+    kvc_cache* probe = nullptr;
+    const kvt::Status created(kvc_cache_create(ctx.get(), &cpu, &probe));
+    kvt::CachePtr owned(probe);
+    if (created.code() == KVC_ERR_UNSUPPORTED) {
+      MESSAGE("SKIPPED: the cpu backend cannot demote: " << created.describe());
+      return;
+    }
+    REQUIRE_MESSAGE(created.ok(), created.describe());
+  }
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  const int32_t seq = 0;
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), seq));
+  for (int32_t layer = 0; layer < kLayers; ++layer) {
+    KVT_REQUIRE_OK(step(cache.get(), layer, {seq}, 0, 20, true, true));
+  }
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+  REQUIRE(kvt::get_stats(cache.get()).tokens_demoted > 0);
+  size_t size = 0, written = 0;
+  KVT_REQUIRE_OK(kvc_seq_export_size(cache.get(), seq, &size));
+  std::vector<unsigned char> bytes(size);
+  KVT_REQUIRE_OK(kvc_seq_export(cache.get(), seq, bytes.data(), size, &written));
+  REQUIRE(bytes[8] == 5);  // a version 5 image: some head holds demoted tokens
+
+  const int32_t copy_entry = 0, alloc_entry = 6;
+  for (int entry : {copy_entry, alloc_entry}) {
+    CAPTURE(kEntryNames[entry]);
+    const kvc_cache_stats before = kvt::get_stats(cache.get());
+    for (long nth = 1;; ++nth) {
+      CAPTURE(nth);
+      REQUIRE(nth < 1000);
+      arm(entry, nth);
+      const kvt::Status st{kvc_seq_import(cache.get(), 5, bytes.data(), bytes.size())};
+      const bool failed = fired();
+      arm(-1, 0);
+      if (st.ok()) {
+        CHECK(!failed);
+        break;
+      }
+      INFO(st.describe());
+      REQUIRE(failed);
+      const kvc_cache_stats after = kvt::get_stats(cache.get());
+      CHECK(after.sequences == before.sequences);
+      CHECK(after.bytes_used == before.bytes_used);
+      CHECK(after.blocks_used == before.blocks_used);
+    }
+    std::vector<unsigned char> imported(size);
+    KVT_CHECK_OK(kvc_seq_export(cache.get(), 5, imported.data(), size, &written));
+    CHECK(imported == bytes);
+    KVT_CHECK_OK(kvc_seq_remove(cache.get(), 5));
+  }
+}

@@ -181,12 +181,15 @@ void check_same(const SequenceImage& a, const SequenceImage& b) {
   CHECK(a.layout == b.layout);
   CHECK(a.stats == b.stats);
   CHECK(a.offload_version == b.offload_version);
+  CHECK(a.demoted.has_value() == b.demoted.has_value());
+  if (a.demoted && b.demoted) CHECK(*a.demoted == *b.demoted);
   REQUIRE(a.heads.size() == b.heads.size());
   for (size_t h = 0; h < a.heads.size(); ++h) {
     CAPTURE(h);
     const HeadImage& x = a.heads[h];
     const HeadImage& y = b.heads[h];
     CHECK(x.positions == y.positions);
+    CHECK(x.demoted == y.demoted);
     CHECK(x.k == y.k);
     CHECK(x.v == y.v);
     for (int s = 0; s < 3; ++s) CHECK(same_floats(x.stats[s], y.stats[s]));
@@ -709,7 +712,8 @@ TEST_CASE("sequence image: every single-bit flip is a clear error") {
       const std::string message = e.what();
       if (i < 8) {
         CHECK(contains(message, "sequence image: bad magic"));
-      } else if (i == 8 && bit == 1) {  // version 3: 12 header bytes more than were written
+      } else if (i == 8 && (bit == 1 || bit == 2)) {  // version 3 or 5: header bytes more
+                                                       // than were written
         INFO(message);
         CHECK((contains(message, "sequence image: truncated") ||
                contains(message, "sequence image: checksum mismatch")));
@@ -730,7 +734,7 @@ TEST_CASE("sequence image: a newer format version is unsupported, naming both ve
   put_u32(bytes, 8, 7);
   const kvc::Error newer = decode_error(bytes);
   CHECK(newer.code() == KVC_ERR_UNSUPPORTED);
-  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 4)"));
+  CHECK(contains(newer.what(), "unknown format version 7 (this kvcache reads 1 to 5)"));
   put_u32(bytes, 8, 0);
   CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
 }
@@ -820,4 +824,325 @@ TEST_CASE("sequence image: a header lying about sizes fails without allocating w
     CHECK(contains(message, c.message));
     CHECK(largest < 4096);
   }
+}
+
+// ------------------------------------------------------------------ demoted tiers (version 5)
+
+namespace {
+
+using kvc::DemotedFormats;
+
+size_t row_of(kvc_dtype dtype, int32_t head_dim) {
+  return kvc_format_row_bytes(dtype, static_cast<size_t>(head_dim));
+}
+
+// A random image whose heads hold demoted tiers of the `demoted` formats: each head's
+// positions are dealt at random to its tiers, which therefore interleave; head 0 demotes one
+// token at least.
+SequenceImage random_mixed_image(std::mt19937& rng, kvc_dtype k_dtype, kvc_dtype v_dtype,
+                                 DemotedFormats demoted, uint32_t stats) {
+  const auto pick = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  SequenceImage image;
+  image.layers = pick(1, 2);
+  image.kv_heads = pick(1, 2);
+  image.q_heads = image.kv_heads * pick(1, 2);
+  image.head_dim = 32 * pick(1, 2);  // the group of q8_0 and q4_0
+  image.k_dtype = k_dtype;
+  image.v_dtype = v_dtype;
+  image.stats = stats;
+  image.offload_version = pick(0, 1) ? 0 : 77;
+  image.demoted = demoted;
+  image.heads.resize(static_cast<size_t>(image.layers * image.kv_heads));
+  for (size_t h = 0; h < image.heads.size(); ++h) {
+    HeadImage& head = image.heads[h];
+    std::vector<int32_t> low, own;
+    const int n = pick(h == 0 ? 1 : 0, 9);
+    int32_t pos = pick(0, 3);
+    for (int i = 0; i < n; ++i, pos += pick(1, 3)) {
+      (i == 0 && h == 0 ? low : pick(0, 1) ? low : own).push_back(pos);
+    }
+    head.positions = low;
+    head.positions.insert(head.positions.end(), own.begin(), own.end());
+    head.demoted = static_cast<int32_t>(low.size());
+    head.k = random_bytes(rng, low.size() * row_of(demoted.k_dtype, image.head_dim) +
+                                   own.size() * row_of(k_dtype, image.head_dim));
+    head.v = random_bytes(rng, low.size() * row_of(demoted.v_dtype, image.head_dim) +
+                                   own.size() * row_of(v_dtype, image.head_dim));
+    for (int s = 0; s < 3; ++s) {
+      if ((stats & (1u << s)) == 0) continue;
+      for (int i = 0; i < n; ++i) head.stats[s].push_back(random_float(rng));
+    }
+    head.seen = n + pick(0, 40);
+    head.effective_budget = pick(0, 1) ? -1 : pick(0, 100);
+  }
+  image.triggers.resize(static_cast<size_t>(image.layers));
+  for (auto& t : image.triggers) t = {pick(0, 50), pick(0, 1) == 1};
+  return image;
+}
+
+// One head of 32 values: positions 5 and 6 demoted (q8_0 K, q4_0 V), then 0, 1 and 9 in f16,
+// attn_sum tracked.
+SequenceImage small_mixed_image() {
+  std::mt19937 rng(3);
+  SequenceImage image;
+  image.layers = image.kv_heads = image.q_heads = 1;
+  image.head_dim = 32;
+  image.k_dtype = image.v_dtype = KVC_DTYPE_F16;
+  image.stats = KVC_STAT_ATTN_SUM;
+  image.demoted = DemotedFormats{KVC_DTYPE_Q8_0, KVC_DTYPE_Q4_0};
+  HeadImage head;
+  head.positions = {5, 6, 0, 1, 9};
+  head.demoted = 2;
+  head.k = random_bytes(rng, 2 * 34 + 3 * 64);
+  head.v = random_bytes(rng, 2 * 18 + 3 * 64);
+  for (int i = 0; i < 5; ++i) head.stats[0].push_back(static_cast<float>(i));
+  head.seen = 10;
+  head.effective_budget = 4;
+  image.heads = {head};
+  image.triggers = {{0, false}};
+  return image;
+}
+
+// Where small_mixed_image()'s encoding holds its head's demoted count and positions.
+constexpr size_t kMixedDemotedAt = 80 + 16;
+constexpr size_t kMixedPositionsAt = kMixedDemotedAt + 4;
+
+// small_mixed_image()'s bytes with the positions `positions`, resealed.
+std::vector<uint8_t> with_positions(std::vector<int32_t> positions) {
+  std::vector<uint8_t> bytes = encoded(small_mixed_image());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    put_u32(bytes, kMixedPositionsAt + 4 * i, static_cast<uint32_t>(positions[i]));
+  }
+  reseal(bytes);
+  return bytes;
+}
+
+std::string encode_error(const SequenceImage& image) {
+  try {
+    (void)kvc::encoded_size(image);
+  } catch (const kvc::Error& e) {
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    return e.what();
+  }
+  FAIL_CHECK("encode accepted the image");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sequence image: demoted tiers round-trip bit for bit in version 5, at the size their shape gives") {
+  std::mt19937 rng(55);
+  const DemotedFormats demoted_formats[] = {{KVC_DTYPE_Q4_0, KVC_DTYPE_Q4_0},
+                                            {KVC_DTYPE_Q8_0, KVC_DTYPE_F16},
+                                            {KVC_DTYPE_BF16, KVC_DTYPE_Q8_0}};
+  for (kvc_dtype dtype : kFormats) {
+    for (const DemotedFormats& demoted : demoted_formats) {
+      for (uint32_t stats : {0u, kAllStats}) {
+        for (int round = 0; round < 8; ++round) {
+          CAPTURE(dtype);
+          CAPTURE(demoted.k_dtype);
+          CAPTURE(demoted.v_dtype);
+          CAPTURE(stats);
+          CAPTURE(round);
+          const kvc_dtype v_dtype = round % 2 ? KVC_DTYPE_F32 : dtype;
+          const SequenceImage image = random_mixed_image(rng, dtype, v_dtype, demoted, stats);
+          const std::vector<uint8_t> bytes = encoded(image);
+          CHECK(bytes[8] == 5);
+          const SequenceImage back = kvc::decode(bytes.data(), bytes.size());
+          check_same(image, back);
+          CHECK(encoded(back) == bytes);
+          CHECK(kvc::encode(image) == bytes);
+          // The size from the shape and each head's token and demoted counts alone.
+          std::vector<size_t> head_tokens, head_demoted;
+          for (const HeadImage& head : image.heads) {
+            head_tokens.push_back(head.positions.size());
+            head_demoted.push_back(static_cast<size_t>(head.demoted));
+          }
+          CHECK(kvc::encoded_size(image.layers, image.head_dim, dtype, v_dtype, stats,
+                                  head_tokens, image.offload_version, KVC_ROTATION_NONE, demoted,
+                                  head_demoted) == bytes.size());
+          // Rows decoded in place are the encoded ones, both tiers together.
+          const SequenceImage in_place =
+              kvc::decode(bytes.data(), bytes.size(), kvc::DecodedRows::in_place);
+          for (size_t h = 0; h < image.heads.size(); ++h) {
+            const HeadImage& head = image.heads[h];
+            CHECK(in_place.heads[h].demoted == head.demoted);
+            if (head.k.empty()) continue;
+            CHECK(std::memcmp(in_place.heads[h].k_rows(), head.k.data(), head.k.size()) == 0);
+            CHECK(std::memcmp(in_place.heads[h].v_rows(), head.v.data(), head.v.size()) == 0);
+          }
+          // Streamed rows give the same bytes.
+          SequenceImage rowless = image;
+          for (HeadImage& head : rowless.heads) {
+            head.k.clear();
+            head.v.clear();
+          }
+          std::vector<uint8_t> streamed(bytes.size());
+          CHECK(kvc::encode(rowless, ImageRows(image), streamed.data(), streamed.size()) ==
+                bytes.size());
+          CHECK(streamed == bytes);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sequence image: version 5 holds the demoted formats after the rotation, a demoted count per head") {
+  const SequenceImage image = small_mixed_image();
+  const std::vector<uint8_t> bytes = encoded(image);
+  const HeadImage& head = image.heads[0];
+  const size_t record = 20 + 5 * 4 + head.k.size() + head.v.size() + 5 * 4;
+  REQUIRE(bytes.size() == 80 + record + 5 + 4);
+  const auto u32_at = [&](size_t at) {
+    uint32_t x = 0;
+    for (size_t i = 0; i < 4; ++i) x |= static_cast<uint32_t>(bytes[at + i]) << (8 * i);
+    return x;
+  };
+  CHECK(u32_at(8) == 5);
+  CHECK(u32_at(28) == KVC_DTYPE_F16);
+  CHECK(u32_at(40) == record);
+  CHECK(u32_at(56) == KVC_DTYPE_F16);  // V
+  CHECK(u32_at(68) == KVC_ROTATION_NONE);
+  CHECK(u32_at(72) == KVC_DTYPE_Q8_0);  // demoted K
+  CHECK(u32_at(76) == KVC_DTYPE_Q4_0);  // demoted V
+  CHECK(u32_at(80) == 5);               // n
+  CHECK(u32_at(84) == 4);               // effective budget
+  CHECK(u32_at(88) == 10);              // seen (low half)
+  CHECK(u32_at(kMixedDemotedAt) == 2);
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(u32_at(kMixedPositionsAt + 4 * i) == static_cast<uint32_t>(head.positions[i]));
+  }
+  // Keys: the two q8_0 rows, then the three f16 rows, as stored (little-endian on this host).
+  const size_t keys = kMixedPositionsAt + 20;
+  if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+    CHECK(std::memcmp(bytes.data() + keys, head.k.data(), head.k.size()) == 0);
+    CHECK(std::memcmp(bytes.data() + keys + head.k.size(), head.v.data(), head.v.size()) == 0);
+  }
+  CHECK(float_bits(3.0f) == u32_at(keys + head.k.size() + head.v.size() + 12));  // attn_sum[3]
+  // Without demoted tokens the same image is written in an older version.
+  SequenceImage plain = image;
+  plain.demoted.reset();
+  plain.heads[0].demoted = 0;
+  plain.heads[0].positions = {0, 1, 5, 6, 9};
+  plain.heads[0].k.resize(5 * 64);
+  plain.heads[0].v.resize(5 * 64);
+  CHECK(encoded(plain)[8] == 1);
+}
+
+TEST_CASE("sequence image: decode refuses a corrupted demoted count, unknown demoted formats, formats without demoted tokens") {
+  const std::vector<uint8_t> good = encoded(small_mixed_image());
+  CHECK(kvc::decode(good.data(), good.size()).heads[0].demoted == 2);
+  for (int32_t d : {6, -1}) {
+    CAPTURE(d);
+    std::vector<uint8_t> bytes = good;
+    put_u32(bytes, kMixedDemotedAt, static_cast<uint32_t>(d));
+    reseal(bytes);
+    const kvc::Error e = decode_error(bytes);
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "layer 0 head 0: demoted token count " + std::to_string(d) +
+                                 " is not within its 5 tokens"));
+  }
+  // A demoted count that moves the rows' boundary leaves the record's sizes wrong.
+  {
+    std::vector<uint8_t> bytes = good;
+    put_u32(bytes, kMixedDemotedAt, 3);
+    reseal(bytes);
+    CHECK(decode_error(bytes).code() == KVC_ERR_INVALID_ARGUMENT);
+  }
+  for (size_t at : {size_t{72}, size_t{76}}) {
+    CAPTURE(at);
+    std::vector<uint8_t> bytes = good;
+    put_u32(bytes, at, 99);
+    reseal(bytes);
+    const kvc::Error e = decode_error(bytes);
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "unknown demoted dtype 99"));
+  }
+  // Demoted formats of another row size are caught by the sizes; of the same size (f16 rows
+  // for f16) by the check that some head holds demoted tokens.
+  SequenceImage same_rows = small_mixed_image();
+  same_rows.demoted = DemotedFormats{KVC_DTYPE_F16, KVC_DTYPE_F16};
+  same_rows.heads[0].positions = {0, 1, 5, 6, 9};
+  same_rows.heads[0].k.resize(5 * 64);
+  same_rows.heads[0].v.resize(5 * 64);
+  std::vector<uint8_t> bytes = encoded(same_rows);
+  CHECK(kvc::decode(bytes.data(), bytes.size()).heads[0].demoted == 2);
+  put_u32(bytes, kMixedDemotedAt, 0);
+  reseal(bytes);
+  const kvc::Error none = decode_error(bytes);
+  CHECK(none.code() == KVC_ERR_INVALID_ARGUMENT);
+  CHECK(contains(none.what(), "the header names demoted formats (f16 K, f16 V) but no head holds demoted tokens"));
+}
+
+TEST_CASE("sequence image: encode refuses demoted tokens without formats, formats without them, rows of the wrong size") {
+  SequenceImage missing = small_mixed_image();
+  missing.demoted.reset();
+  CHECK(contains(encode_error(missing), "layer 0 head 0: holds 2 demoted tokens but the image names no demoted formats"));
+  SequenceImage unused = small_mixed_image();
+  unused.heads[0].demoted = 0;
+  unused.heads[0].positions = {0, 1, 5, 6, 9};
+  unused.heads[0].k.resize(5 * 64);
+  unused.heads[0].v.resize(5 * 64);
+  CHECK(contains(encode_error(unused), "names demoted formats but no head holds demoted tokens"));
+  SequenceImage short_rows = small_mixed_image();
+  short_rows.heads[0].k.resize(5 * 64);  // as if every row were f16
+  CHECK(contains(encode_error(short_rows),
+                 "layer 0 head 0 keys: 320 bytes, 2 tokens of 32 x q8_0 (demoted) and 3 tokens of "
+                 "32 x f16 need 260"));
+}
+
+TEST_CASE("sequence image: positions increase within each tier, and the tiers interleave") {
+  // 5 6 | 0 1 9: interleaved across the tiers, increasing within each.
+  const std::vector<uint8_t> good = with_positions({5, 6, 0, 1, 9});
+  CHECK(kvc::decode(good.data(), good.size()).heads[0].positions ==
+        std::vector<int32_t>{5, 6, 0, 1, 9});
+  CHECK(kvc::decode(with_positions({0, 1, 2, 3, 4}).data(), good.size()).heads[0].demoted == 2);
+  struct Case {
+    std::vector<int32_t> positions;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{{6, 5, 0, 1, 9}, "position 5 of token 1 follows 6 in the demoted tier (positions must "
+                              "be strictly increasing within each tier)"},
+        Case{{5, 6, 1, 0, 9}, "position 0 of token 3 follows 1 in the tier of its own formats"},
+        Case{{5, 5, 0, 1, 9}, "position 5 of token 1 follows 5 in the demoted tier"},
+        Case{{5, 6, 0, 5, 9}, "position 5 is both in the demoted tier (token 0) and in the other "
+                              "(token 3)"}}) {
+    CAPTURE(c.message);
+    const std::vector<uint8_t> bytes = with_positions(c.positions);
+    const kvc::Error e = decode_error(bytes);
+    CHECK(e.code() == KVC_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), c.message));
+    // encode refuses it too.
+    SequenceImage image = small_mixed_image();
+    image.heads[0].positions = c.positions;
+    CHECK(contains(encode_error(image), c.message));
+  }
+}
+
+TEST_CASE("sequence image: a storage conversion widens the rows of the image's formats, not a demoted tier's") {
+  const SequenceImage image = small_mixed_image();
+  SequenceImage wide = image;
+  kvc::convert_storage(wide, KVC_DTYPE_F32, KVC_DTYPE_F16);
+  CHECK(wide.k_dtype == KVC_DTYPE_F32);
+  CHECK(wide.v_dtype == KVC_DTYPE_F16);
+  REQUIRE(wide.demoted.has_value());
+  CHECK(*wide.demoted == *image.demoted);
+  const HeadImage& from = image.heads[0];
+  const HeadImage& to = wide.heads[0];
+  REQUIRE(to.k.size() == 2 * 34 + 3 * 128);
+  CHECK(std::memcmp(to.k.data(), from.k.data(), 2 * 34) == 0);
+  for (size_t i = 0; i < 3 * 32; ++i) {
+    uint16_t half;
+    std::memcpy(&half, from.k.data() + 2 * 34 + 2 * i, 2);
+    float f;
+    std::memcpy(&f, to.k.data() + 2 * 34 + 4 * i, 4);
+    const float expected = kvc_f16_to_f32(half);
+    CHECK((std::isnan(expected) ? std::isnan(f) : float_bits(f) == float_bits(expected)));
+  }
+  CHECK(to.v == from.v);
+  const std::vector<uint8_t> bytes = encoded(wide);
+  check_same(kvc::decode(bytes.data(), bytes.size()), wide);
 }

@@ -438,6 +438,84 @@ TEST_CASE("sequences: export then import is bit-exact, in this cache, another, a
   }
 }
 
+// Needs the backend's convert entry (plugin ABI 1.6) to demote: on a backend without it (the
+// counting_1_0 and strict test backends) a cache that demotes is refused UNSUPPORTED, and this
+// test says so and checks nothing more.
+TEST_CASE("sequences: a sequence with demoted tokens exports, imports and exports again bit for bit") {
+  kvt::ContextPtr ctx = kvt::make_context("stores:\n  host: { plugin: host }\n");
+  kvc_cache_params p = params(KVC_LAYOUT_PAGED, "h2o");
+  p.backend = kvt::test_backend();
+  p.dtype = KVC_DTYPE_F32;
+  p.demote_k_dtype = KVC_DTYPE_F16;
+  p.demote_v_dtype = KVC_DTYPE_F16;
+  kvc_cache* raw = nullptr;
+  const Status created(kvc_cache_create(ctx.get(), &p, &raw));
+  if (created.code() == KVC_ERR_UNSUPPORTED) {
+    MESSAGE("SKIPPED: the backend cannot demote: " << created.describe());
+    return;
+  }
+  REQUIRE_MESSAGE(created.ok(), created.describe());
+  kvt::CachePtr cache(raw);
+  kvt::CachePtr same = kvt::make_cache(ctx.get(), p);
+  kvc_cache_params plain = p;
+  plain.demote_k_dtype = plain.demote_v_dtype = -1;
+  kvt::CachePtr no_demotion = kvt::make_cache(ctx.get(), plain);
+  kvc_cache_params bf16 = p;
+  bf16.demote_k_dtype = bf16.demote_v_dtype = KVC_DTYPE_BF16;
+  kvt::CachePtr other_formats = kvt::make_cache(ctx.get(), bf16);
+  kvc_cache_params tight = p;
+  tight.memory_limit = 4 * size_t{kBlock} * (2 * kHeadDim * sizeof(float) + sizeof(int32_t));
+  kvt::CachePtr small = kvt::make_cache(ctx.get(), tight);
+
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  std::mt19937 rng(41);
+  feed(cache.get(), 0, random_chunk(rng, range(0, 40)));
+  compress(cache.get(), 0);
+  for (int step = 0; step < 5; ++step) feed(cache.get(), 0, random_chunk(rng, {40 + step}));
+  REQUIRE(kvt::get_stats(cache.get()).tokens_demoted > 0);
+
+  const std::vector<uint8_t> bytes = kvt::export_bytes(cache.get(), 0);
+  CHECK(bytes[8] == 5);  // the format version that carries demoted tiers
+  const kvc::SequenceImage image = kvc::decode(bytes.data(), bytes.size());
+  int32_t demoted = 0;
+  for (const kvc::HeadImage& head : image.heads) demoted += head.demoted;
+  CHECK(demoted > 0);
+
+  KVT_CHECK_OK(kvc_seq_import(same.get(), 0, bytes.data(), bytes.size()));
+  CHECK(kvt::export_bytes(same.get(), 0) == bytes);
+  // Through a store, as an offload and a restore.
+  KVT_CHECK_OK(kvc_seq_offload(same.get(), 0, "host", "demoted"));
+  KVT_CHECK_OK(kvc_seq_restore(same.get(), 0, "host", "demoted"));
+  CHECK(kvt::export_bytes(same.get(), 0) == bytes);
+  // A prefix is saved only from heads holding positions 0, 1, ... in the cache's formats.
+  {
+    std::vector<int32_t> ids = range(100, 140);
+    kvc_prefix prefix;
+    kvc_prefix_init(&prefix, "demoted", ids.data(), static_cast<int32_t>(ids.size()));
+    prefix.chunk_tokens = kBlock;
+    int32_t saved = -1;
+    const Status refused(kvc_prefix_save(cache.get(), 0, "host", &prefix, &saved));
+    CHECK(refused.code() == KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::contains(refused.message(), "demoted tokens"));
+  }
+  // Demoted rows import only as they are, into a cache demoting into their formats.
+  for (kvc_cache* refusing : {no_demotion.get(), other_formats.get()}) {
+    KVT_CHECK_ERR(kvc_seq_import(refusing, 0, bytes.data(), bytes.size()), KVC_ERR_UNSUPPORTED);
+    CHECK(kvt::get_stats(refusing).sequences == 0);
+  }
+  // All or nothing: four blocks do not hold the tiers of 4 heads, and nothing is left.
+  KVT_CHECK_ERR(kvc_seq_import(small.get(), 0, bytes.data(), bytes.size()), KVC_ERR_OUT_OF_MEMORY);
+  CHECK(kvt::get_stats(small.get()).sequences == 0);
+  CHECK(kvt::get_stats(small.get()).bytes_used == 0);
+  // The same later inputs give the same outputs, through both tiers.
+  for (int step = 0; step < 6; ++step) {
+    const Chunk token = random_chunk(rng, {45 + step});
+    const std::vector<float> expected = feed(cache.get(), 0, token);
+    CHECK(feed(same.get(), 0, token) == expected);
+  }
+  CHECK(kvt::export_bytes(same.get(), 0) == kvt::export_bytes(cache.get(), 0));
+}
+
 TEST_CASE("sequences: f16 bytes import exactly into an f32 cache; lossy imports are refused") {
   kvt::ContextPtr ctx = kvt::make_context();
   kvt::CachePtr half = kvt::make_cache(ctx.get(), params(KVC_LAYOUT_PAGED, nullptr));

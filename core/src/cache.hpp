@@ -169,8 +169,13 @@ class Cache {
   // the sequence's.
   SequenceImage image_without_rows(const Sequence& sequence, size_t max_tokens,
                                    std::vector<std::vector<kvc_segment>>& segments);
-  // A head's K and V rows from its segments into k and v, in order.
+  // A head's K and V rows from its segments into k and v, in order, each segment's of its
+  // tier's formats.
   void copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v);
+  // The formats of this cache's demoted tiers (when it demotes).
+  DemotedFormats demoted_formats() const;
+  // Refuses (UNSUPPORTED) an image whose demoted tiers are not of this cache's demoted formats.
+  void check_demoted_formats(const DemotedFormats& image) const;
   // The encoded size of a sequence's image, from its heads' lengths; the encoding itself, the
   // rows copied from storage straight into `out`. The caller holds the sequences' lock and the
   // sequence's.

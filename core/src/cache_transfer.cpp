@@ -3,8 +3,11 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <string>
 
 #include "cache.hpp"
+#include "image_heads.hpp"
 #include "kvcache/kvcache_error.hpp"
 #include "kvcache/kvcache_format.h"
 #include "kvcache/kvcache_rotation.h"
@@ -39,13 +42,6 @@ void keep_first_tokens(std::vector<kvc_segment>& segments, size_t n) {
 
 SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tokens,
                                         std::vector<std::vector<kvc_segment>>& segments) {
-  for (const HeadStorage& head : sequence.heads) {
-    if (head.demoted_length() > 0) {
-      throw Error(KVC_ERR_UNSUPPORTED,
-                  "the sequence holds demoted tokens (policy.demote), which sequence images do "
-                  "not carry yet");
-    }
-  }
   SequenceImage image;
   image.layers = config_.layers;
   image.kv_heads = config_.kv_heads;
@@ -70,6 +66,8 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
     const size_t n = std::min(static_cast<size_t>(head.length()), max_tokens);
     out.seen = head.seen();
     out.effective_budget = head.effective_budget();
+    out.demoted = std::min(head.demoted_length(), static_cast<int32_t>(n));
+    if (out.demoted > 0) image.demoted = demoted_formats();
     out.positions.resize(n);
     head.gather(segments[i], geometry_);
     keep_first_tokens(segments[i], n);
@@ -92,14 +90,36 @@ SequenceImage Cache::image_without_rows(const Sequence& sequence, size_t max_tok
 }
 
 void Cache::copy_rows(const std::vector<kvc_segment>& segments, uint8_t* k, uint8_t* v) {
-  size_t at = 0;
+  const size_t d = static_cast<size_t>(config_.head_dim);
   for (const kvc_segment& s : segments) {
-    const size_t count = static_cast<size_t>(s.count);
-    backend_.copy(k + at * geometry_.rows().k_row_bytes, s.k, count * geometry_.rows().k_row_bytes,
-                  KVC_COPY_DEVICE_TO_HOST);
-    backend_.copy(v + at * geometry_.rows().v_row_bytes, s.v, count * geometry_.rows().v_row_bytes,
-                  KVC_COPY_DEVICE_TO_HOST);
-    at += count;
+    // Each segment's rows are of its tier's formats (HeadStorage::gather names them).
+    const size_t k_bytes = static_cast<size_t>(s.count) * kvc_format_row_bytes(s.k_dtype, d);
+    const size_t v_bytes = static_cast<size_t>(s.count) * kvc_format_row_bytes(s.v_dtype, d);
+    backend_.copy(k, s.k, k_bytes, KVC_COPY_DEVICE_TO_HOST);
+    backend_.copy(v, s.v, v_bytes, KVC_COPY_DEVICE_TO_HOST);
+    k += k_bytes;
+    v += v_bytes;
+  }
+}
+
+DemotedFormats Cache::demoted_formats() const {
+  return DemotedFormats{geometry_.rows(1).k_dtype, geometry_.rows(1).v_dtype};
+}
+
+void Cache::check_demoted_formats(const DemotedFormats& image) const {
+  const auto formats = [](const DemotedFormats& f) {
+    return std::string(kvc_format_name(f.k_dtype)) + " K and " + kvc_format_name(f.v_dtype) + " V";
+  };
+  if (!geometry_.demotes()) {
+    throw Error(KVC_ERR_UNSUPPORTED, "import: the sequence holds demoted tokens (" +
+                                         formats(image) +
+                                         "), and this cache does not demote (policy.demote)");
+  }
+  if (image != demoted_formats()) {
+    throw Error(KVC_ERR_UNSUPPORTED, "import: the sequence's demoted tokens are stored as " +
+                                         formats(image) + ", this cache demotes into " +
+                                         formats(demoted_formats()) +
+                                         " (demoted rows are imported only as they are)");
   }
 }
 
@@ -111,20 +131,26 @@ SequenceImage Cache::export_sequence(int32_t seq_id, size_t max_tokens) {
   SequenceImage image = image_without_rows(sequence, max_tokens, segments);
   for (size_t i = 0; i < image.heads.size(); ++i) {
     HeadImage& head = image.heads[i];
-    head.k.resize(head.positions.size() * geometry_.rows().k_row_bytes);
-    head.v.resize(head.positions.size() * geometry_.rows().v_row_bytes);
+    const size_t demoted = static_cast<size_t>(head.demoted);
+    const size_t own = head.positions.size() - demoted;
+    head.k.resize(demoted * geometry_.rows(1).k_row_bytes + own * geometry_.rows().k_row_bytes);
+    head.v.resize(demoted * geometry_.rows(1).v_row_bytes + own * geometry_.rows().v_row_bytes);
     copy_rows(segments[i], head.k.data(), head.v.data());
   }
   return image;
 }
 
 size_t Cache::encoded_size_of(const Sequence& sequence, uint64_t offload_version) const {
-  std::vector<size_t> head_tokens;
+  std::vector<size_t> head_tokens, head_demoted;
+  std::optional<DemotedFormats> demoted;
   for (const HeadStorage& head : sequence.heads) {
     head_tokens.push_back(static_cast<size_t>(head.length()));
+    head_demoted.push_back(static_cast<size_t>(head.demoted_length()));
+    if (head.demoted_length() > 0) demoted = demoted_formats();
   }
   return encoded_size(config_.layers, config_.head_dim, config_.k_dtype, config_.v_dtype,
-                      geometry_.stats, head_tokens, offload_version, config_.k_rotation);
+                      geometry_.stats, head_tokens, offload_version, config_.k_rotation, demoted,
+                      head_demoted);
 }
 
 size_t Cache::encode_sequence(const Sequence& sequence, uint8_t* out, size_t capacity,
@@ -200,6 +226,7 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
                                            " statistic, which this cache's policy reads");
     }
   }
+  if (image.demoted) check_demoted_formats(*image.demoted);
   convert_storage(image, config_.k_dtype, config_.v_dtype);
 
   std::unique_lock<std::shared_mutex> lock(sequences_.mutex());
@@ -214,6 +241,13 @@ void Cache::import_sequence(int32_t seq_id, SequenceImage image) {
   for (size_t i = 0; i < image.heads.size(); ++i) {
     targets.push_back(&sequence->heads[i]);
     lengths.push_back(static_cast<int32_t>(image.heads[i].positions.size()));
+  }
+  if (image.demoted) {
+    // The append path stores rows of the cache's own formats only: each tier is copied into
+    // blocks of its formats instead.
+    build_tiered_heads(image, targets, backend_, pool_, geometry_);
+    sequences_.add(seq_id, std::move(sequence));
+    return;
   }
   // All or nothing, exactly the size needed.
   memory_.keep(memory_.ensure_room(targets, lengths, true));

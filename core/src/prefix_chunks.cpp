@@ -29,6 +29,11 @@ void check_prefix_heads(const SequenceImage& image, int32_t seq_id, int32_t toke
     const std::vector<int32_t>& positions = image.heads[h].positions;
     const std::string where =
         "prefix: sequence " + std::to_string(seq_id) + " " + head_name(h, image.kv_heads);
+    if (image.heads[h].demoted > 0) {
+      throw Error(KVC_ERR_UNSUPPORTED,
+                  where + " holds demoted tokens (policy.demote): a prefix is saved from heads "
+                          "holding positions 0, 1, ... in order in the cache's formats");
+    }
     const size_t checked = std::min(positions.size(), static_cast<size_t>(tokens));
     for (size_t i = 0; i < checked; ++i) {
       if (positions[i] != static_cast<int32_t>(i)) {
@@ -91,6 +96,7 @@ void check_chunk(const SequenceImage& image, const PrefixIdentity& identity, int
       image.k_rotation != identity.k_rotation || image.stats != identity.stats) {
     throw mismatch("it holds another shape, dtype, rotation of K or set of statistics");
   }
+  if (image.demoted) throw mismatch("it holds demoted tokens, which no prefix chunk does");
   const int64_t first = static_cast<int64_t>(chunk) * identity.chunk_tokens;
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const std::vector<int32_t>& positions = image.heads[h].positions;

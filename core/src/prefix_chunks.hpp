@@ -12,7 +12,8 @@
 namespace kvc {
 
 // Refuses with UNSUPPORTED, naming the head and what it found, an exported sequence some head
-// of which does not hold positions 0 .. tokens-1 at indices 0 .. tokens-1.
+// of which does not hold positions 0 .. tokens-1 at indices 0 .. tokens-1 in the cache's formats
+// (no demoted tokens).
 void check_prefix_heads(const SequenceImage& image, int32_t seq_id, int32_t tokens);
 // Chunk `chunk` of an image check_prefix_heads() accepted; default triggers.
 SequenceImage prefix_chunk(const SequenceImage& image, int32_t chunk, int32_t chunk_tokens);

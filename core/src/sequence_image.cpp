@@ -2,6 +2,7 @@
 
 #include <isa-l/crc.h>
 
+#include <array>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -22,7 +23,9 @@ constexpr size_t kHeaderBytes = 56;     // magic, version, shape, dtype, layout,
 constexpr size_t kVFormatBytes = 4;     // version 2: the V format after the sections
 constexpr size_t kOffloadVersionBytes = 8;  // version 3: the offload version after that
 constexpr size_t kRotationBytes = 4;        // version 4: the rotation of K after that
+constexpr size_t kDemotedFormatsBytes = 8;  // version 5: the demoted K and V formats after that
 constexpr size_t kHeadFixedBytes = 16;  // n, effective budget, seen
+constexpr size_t kDemotedCountBytes = 4;  // version 5: the demoted tokens after those
 constexpr size_t kTriggerBytes = 5;     // decode steps, prefill pending
 constexpr size_t kChecksumBytes = 4;
 
@@ -181,6 +184,19 @@ class Reader {
 
 // ------------------------------------------------------------------ checks shared by both ways
 
+// `which`: "" for the image's own formats, "demoted " for its demoted tiers'.
+void check_formats(uint32_t k_dtype, uint32_t v_dtype, int32_t head_dim, const char* which) {
+  for (uint32_t dtype : {k_dtype, v_dtype}) {
+    if (dtype >= KVC_FORMAT_CODE_END || !kvc_format_is_valid(static_cast<int>(dtype))) {
+      fail(std::string("unknown ") + which + "dtype " + std::to_string(dtype));
+    }
+    if (kvc_format_row_bytes(static_cast<int>(dtype), static_cast<size_t>(head_dim)) == 0) {
+      fail("head_dim " + std::to_string(head_dim) + " is not a multiple of " + which +
+           kvc_format_name(static_cast<int>(dtype)) + "'s group size");
+    }
+  }
+}
+
 void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t head_dim,
                   uint32_t k_dtype, uint32_t v_dtype, uint32_t layout, uint32_t stats) {
   const std::pair<const char*, int32_t> positive[] = {
@@ -192,15 +208,7 @@ void check_header(int32_t layers, int32_t kv_heads, int32_t q_heads, int32_t hea
     fail("q_heads " + std::to_string(q_heads) + " is not a multiple of kv_heads " +
          std::to_string(kv_heads));
   }
-  for (uint32_t dtype : {k_dtype, v_dtype}) {
-    if (dtype >= KVC_FORMAT_CODE_END || !kvc_format_is_valid(static_cast<int>(dtype))) {
-      fail("unknown dtype " + std::to_string(dtype));
-    }
-    if (kvc_format_row_bytes(static_cast<int>(dtype), static_cast<size_t>(head_dim)) == 0) {
-      fail("head_dim " + std::to_string(head_dim) + " is not a multiple of " +
-           kvc_format_name(static_cast<int>(dtype)) + "'s group size");
-    }
-  }
+  check_formats(k_dtype, v_dtype, head_dim, "");
   if (layout != KVC_LAYOUT_PAGED && layout != KVC_LAYOUT_CONTIGUOUS) {
     fail("unknown layout " + std::to_string(layout));
   }
@@ -216,8 +224,13 @@ void check_rotation(uint32_t k_rotation) {
   }
 }
 
-void check_counters(int32_t n, int64_t seen, int32_t budget, const std::string& where) {
+void check_counters(int32_t n, int32_t demoted, int64_t seen, int32_t budget,
+                    const std::string& where) {
   if (n < 0) fail(where + ": token count " + std::to_string(n) + " is negative");
+  if (demoted < 0 || demoted > n) {
+    fail(where + ": demoted token count " + std::to_string(demoted) + " is not within its " +
+         std::to_string(n) + " tokens");
+  }
   if (seen < n) {
     fail(where + ": holds " + std::to_string(n) + " tokens but only " + std::to_string(seen) +
          " were ever appended");
@@ -225,17 +238,32 @@ void check_counters(int32_t n, int64_t seen, int32_t budget, const std::string& 
   if (budget < -1) fail(where + ": effective budget " + std::to_string(budget) + " is below -1");
 }
 
-void check_positions(const std::vector<int32_t>& positions, const std::string& where) {
+// Each tier (the first `demoted` tokens, then the rest) strictly increasing; across tiers
+// positions interleave, but none is in both.
+void check_positions(const std::vector<int32_t>& positions, size_t demoted,
+                     const std::string& where) {
   for (size_t i = 0; i < positions.size(); ++i) {
     if (positions[i] < 0) {
       fail(where + ": position " + std::to_string(positions[i]) + " of token " +
            std::to_string(i) + " is negative");
     }
-    if (i > 0 && positions[i] <= positions[i - 1]) {
+    if (i > 0 && i != demoted && positions[i] <= positions[i - 1]) {
       fail(where + ": position " + std::to_string(positions[i]) + " of token " +
            std::to_string(i) + " follows " + std::to_string(positions[i - 1]) +
-           " (positions must be strictly increasing)");
+           (demoted > 0 ? (i < demoted ? " in the demoted tier" : " in the tier of its own formats")
+                        : std::string()) +
+           " (positions must be strictly increasing" + (demoted > 0 ? " within each tier)" : ")"));
     }
+  }
+  // Both tiers are sorted: one merge finds a position held twice.
+  for (size_t a = 0, b = demoted; a < demoted && b < positions.size();) {
+    if (positions[a] == positions[b]) {
+      fail(where + ": position " + std::to_string(positions[a]) +
+           " is both in the demoted tier (token " + std::to_string(a) +
+           ") and in the other (token " + std::to_string(b) + ")");
+    }
+    if (positions[a] < positions[b]) ++a;
+    else ++b;
   }
 }
 
@@ -255,10 +283,12 @@ size_t unit_bytes(kvc_dtype dtype) {
   return kvc_format_group_size(dtype) == 1 ? kvc_format_group_bytes(dtype) : 1;
 }
 
-// The oldest version that holds the image: 4 with rotated keys, else 3 with an offload
-// version, else 1 when K and V share a format (as every image before version 2 did), else 2.
+// The oldest version that holds the image: 5 with demoted tiers, else 4 with rotated keys, else
+// 3 with an offload version, else 1 when K and V share a format (as every image before version
+// 2 did), else 2.
 uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype, uint64_t offload_version,
-                     kvc_rotation k_rotation) {
+                     kvc_rotation k_rotation, bool demotes) {
+  if (demotes) return 5;
   if (k_rotation != KVC_ROTATION_NONE) return 4;
   if (offload_version != 0) return 3;
   return k_dtype == v_dtype ? 1 : 2;
@@ -266,7 +296,12 @@ uint32_t version_for(kvc_dtype k_dtype, kvc_dtype v_dtype, uint64_t offload_vers
 
 size_t header_bytes(uint32_t version) {
   return kHeaderBytes + (version >= 2 ? kVFormatBytes : 0) +
-         (version >= 3 ? kOffloadVersionBytes : 0) + (version >= 4 ? kRotationBytes : 0);
+         (version >= 3 ? kOffloadVersionBytes : 0) + (version >= 4 ? kRotationBytes : 0) +
+         (version >= 5 ? kDemotedFormatsBytes : 0);
+}
+
+size_t head_fixed_bytes(uint32_t version) {
+  return kHeadFixedBytes + (version >= 5 ? kDemotedCountBytes : 0);
 }
 
 int stat_count(uint32_t stats) {
@@ -287,8 +322,55 @@ uint64_t token_bytes(int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype, uin
          4 * static_cast<uint64_t>(stat_count(stats));
 }
 
-uint64_t head_section_bytes(size_t tokens, uint64_t per_token) {
-  return kHeadFixedBytes + tokens * per_token;
+// The bytes of a head record: its fixed fields, then per token (of its own formats or the
+// demoted ones).
+struct RecordBytes {
+  uint64_t fixed;
+  uint64_t per_token;
+  uint64_t per_demoted_token;
+  uint64_t of(size_t tokens, size_t demoted) const {
+    return fixed + (tokens - demoted) * per_token + demoted * per_demoted_token;
+  }
+};
+
+RecordBytes record_bytes(int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype, uint32_t stats,
+                         const std::optional<DemotedFormats>& demoted, uint32_t version) {
+  const uint64_t own = token_bytes(head_dim, k_dtype, v_dtype, stats);
+  const uint64_t low =
+      demoted ? token_bytes(head_dim, demoted->k_dtype, demoted->v_dtype, stats) : own;
+  return RecordBytes{head_fixed_bytes(version), own, low};
+}
+
+bool any_demoted(const SequenceImage& image) {
+  for (const HeadImage& head : image.heads) {
+    if (head.demoted > 0) return true;
+  }
+  return false;
+}
+
+uint32_t version_of(const SequenceImage& image) {
+  return version_for(image.k_dtype, image.v_dtype, image.offload_version, image.k_rotation,
+                     image.demoted.has_value());
+}
+
+// A head's K or V rows as runs of one format each: its demoted tier's, then the others'.
+struct RowRun {
+  uint64_t tokens;
+  kvc_dtype dtype;
+  const char* part;
+};
+std::array<RowRun, 2> row_runs(const SequenceImage& image, uint64_t n, uint64_t demoted,
+                               bool values) {
+  const kvc_dtype own = values ? image.v_dtype : image.k_dtype;
+  const kvc_dtype low =
+      !image.demoted ? own : values ? image.demoted->v_dtype : image.demoted->k_dtype;
+  return {RowRun{demoted, low, values ? "demoted values" : "demoted keys"},
+          RowRun{n - demoted, own, values ? "values" : "keys"}};
+}
+
+uint64_t rows_bytes(const std::array<RowRun, 2>& runs, int32_t head_dim) {
+  return runs[0].tokens * row_bytes(head_dim, runs[0].dtype) +
+         runs[1].tokens * row_bytes(head_dim, runs[1].dtype);
 }
 
 uint64_t image_bytes(const Sections& s) {
@@ -302,6 +384,10 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
                static_cast<uint32_t>(image.k_dtype), static_cast<uint32_t>(image.v_dtype),
                static_cast<uint32_t>(image.layout), image.stats);
   check_rotation(static_cast<uint32_t>(image.k_rotation));
+  if (image.demoted) {
+    check_formats(static_cast<uint32_t>(image.demoted->k_dtype),
+                  static_cast<uint32_t>(image.demoted->v_dtype), image.head_dim, "demoted ");
+  }
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
   if (image.heads.size() != head_count) {
     fail(std::to_string(image.heads.size()) + " heads for " + std::to_string(image.layers) +
@@ -311,10 +397,13 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
     fail(std::to_string(image.triggers.size()) + " trigger states for " +
          std::to_string(image.layers) + " layers");
   }
-  const uint64_t per_token = token_bytes(image.head_dim, image.k_dtype, image.v_dtype, image.stats);
-  Sections sections{0, kTriggerBytes * image.triggers.size(),
-                    header_bytes(version_for(image.k_dtype, image.v_dtype,
-                                             image.offload_version, image.k_rotation))};
+  if (image.demoted && !any_demoted(image)) {
+    fail("the image names demoted formats but no head holds demoted tokens");
+  }
+  const uint32_t version = version_of(image);
+  const RecordBytes record = record_bytes(image.head_dim, image.k_dtype, image.v_dtype,
+                                          image.stats, image.demoted, version);
+  Sections sections{0, kTriggerBytes * image.triggers.size(), header_bytes(version)};
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const std::string where = head_name(h, image.kv_heads);
@@ -322,19 +411,31 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
     if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
       fail(where + ": " + std::to_string(n) + " tokens, more than an int32 counts");
     }
-    check_counters(static_cast<int32_t>(n), head.seen, head.effective_budget, where);
-    check_positions(head.positions, where);
+    check_counters(static_cast<int32_t>(n), head.demoted, head.seen, head.effective_budget, where);
+    if (head.demoted > 0 && !image.demoted) {
+      fail(where + ": holds " + std::to_string(head.demoted) +
+           " demoted tokens but the image names no demoted formats");
+    }
+    const size_t demoted = static_cast<size_t>(head.demoted);
+    check_positions(head.positions, demoted, where);
     struct Rows {
       const char* part;
       const std::vector<uint8_t>* data;
-      kvc_dtype dtype;
+      std::array<RowRun, 2> runs;
     };
-    for (const Rows& r : {Rows{"keys", &head.k, image.k_dtype}, Rows{"values", &head.v, image.v_dtype}}) {
-      const uint64_t expected_rows = rows_streamed ? 0 : n * row_bytes(image.head_dim, r.dtype);
+    for (const Rows& r : {Rows{"keys", &head.k, row_runs(image, n, demoted, false)},
+                          Rows{"values", &head.v, row_runs(image, n, demoted, true)}}) {
+      const uint64_t expected_rows = rows_streamed ? 0 : rows_bytes(r.runs, image.head_dim);
       if (r.data->size() != expected_rows) {
-        fail(where + " " + r.part + ": " + std::to_string(r.data->size()) + " bytes, " +
-             std::to_string(n) + " tokens of " + std::to_string(image.head_dim) + " x " +
-             kvc_format_name(r.dtype) + " need " + std::to_string(expected_rows) +
+        const auto tokens_of = [&](const RowRun& run) {
+          return std::to_string(run.tokens) + " tokens of " + std::to_string(image.head_dim) +
+                 " x " + kvc_format_name(run.dtype);
+        };
+        const std::string tokens =
+            demoted > 0 ? tokens_of(r.runs[0]) + " (demoted) and " + tokens_of(r.runs[1])
+                        : tokens_of(r.runs[1]);
+        fail(where + " " + r.part + ": " + std::to_string(r.data->size()) + " bytes, " + tokens +
+             " need " + std::to_string(expected_rows) +
              (rows_streamed ? " (a RowWriter writes them)" : ""));
       }
     }
@@ -346,7 +447,7 @@ Sections check_image(const SequenceImage& image, bool rows_streamed) {
              " expected");
       }
     }
-    sections.heads += head_section_bytes(n, per_token);
+    sections.heads += record.of(n, demoted);
   }
   for (size_t layer = 0; layer < image.triggers.size(); ++layer) {
     check_trigger(image.triggers[layer].decode_steps, layer);
@@ -361,6 +462,9 @@ struct Header {
   uint32_t k_dtype, v_dtype, layout, stats;
   uint64_t offload_version;
   uint32_t k_rotation;
+  uint32_t version;
+  bool demotes;  // version 5: demoted formats follow
+  uint32_t demoted_k_dtype, demoted_v_dtype;
   Sections sections;
 };
 
@@ -390,6 +494,10 @@ Header read_header(Reader& r) {
   h.v_dtype = version >= 2 ? f.le<uint32_t>("V dtype") : h.k_dtype;
   h.offload_version = version >= 3 ? f.le<uint64_t>("offload version") : 0;
   h.k_rotation = version >= 4 ? f.le<uint32_t>("K rotation") : uint32_t{KVC_ROTATION_NONE};
+  h.version = version;
+  h.demotes = version >= 5;
+  h.demoted_k_dtype = h.demotes ? f.le<uint32_t>("demoted K dtype") : h.k_dtype;
+  h.demoted_v_dtype = h.demotes ? f.le<uint32_t>("demoted V dtype") : h.v_dtype;
   return h;
 }
 
@@ -414,28 +522,45 @@ void check_envelope(const Sections& s, const uint8_t* bytes, size_t n) {
   }
 }
 
-HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& where,
-                    DecodedRows rows) {
+// Rows of one format appended to `out` (host order), as units of unit_bytes(): their count
+// and width are the format's, within the bounds Reader::take() needs. Returns where they lie
+// in the bytes read.
+const uint8_t* read_rows(Reader& r, const RowRun& run, int32_t head_dim, DecodedRows rows,
+                         std::vector<uint8_t>& out) {
+  const uint64_t width = unit_bytes(run.dtype);
+  const uint64_t units = run.tokens * row_bytes(head_dim, run.dtype) / width;
+  const uint8_t* p = r.take(units, width, run.part);
+  if (rows == DecodedRows::copied || !kHostIsLittleEndian) {
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(units * width));
+    le_to_host(p, out.data() + at, static_cast<size_t>(units), static_cast<size_t>(width));
+  }
+  return p;
+}
+
+HeadImage read_head(Reader& r, const SequenceImage& image, uint32_t version,
+                    const std::string& where, DecodedRows rows) {
   r.at(where);
   HeadImage head;
   const int32_t n = r.i32("token count");
   head.effective_budget = r.i32("effective budget");
   head.seen = r.i64("seen count");
-  check_counters(n, head.seen, head.effective_budget, where);
+  head.demoted = version >= 5 ? r.i32("demoted token count") : 0;
+  check_counters(n, head.demoted, head.seen, head.effective_budget, where);
   const auto count = static_cast<uint64_t>(n);
+  const auto demoted = static_cast<uint64_t>(head.demoted);
   r.array(head.positions, count, 4, "positions");
-  check_positions(head.positions, where);
-  // Rows as units of unit_bytes(): their count and width are the format's, within the
-  // bounds Reader::take() needs.
-  const uint64_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
-  const uint64_t k_units = count * row_bytes(image.head_dim, image.k_dtype) / k_width;
-  const uint64_t v_units = count * row_bytes(image.head_dim, image.v_dtype) / v_width;
+  check_positions(head.positions, static_cast<size_t>(demoted), where);
+  // The demoted rows lie just before the others: the first run's start is the rows'.
+  const std::array<RowRun, 2> keys = row_runs(image, count, demoted, false);
+  const std::array<RowRun, 2> values = row_runs(image, count, demoted, true);
+  const uint8_t* k = read_rows(r, keys[0], image.head_dim, rows, head.k);
+  read_rows(r, keys[1], image.head_dim, rows, head.k);
+  const uint8_t* v = read_rows(r, values[0], image.head_dim, rows, head.v);
+  read_rows(r, values[1], image.head_dim, rows, head.v);
   if (rows == DecodedRows::in_place && kHostIsLittleEndian) {
-    head.k_in_place = r.take(k_units, k_width, "keys");
-    head.v_in_place = r.take(v_units, v_width, "values");
-  } else {
-    r.array(head.k, k_units, k_width, "keys");
-    r.array(head.v, v_units, v_width, "values");
+    head.k_in_place = k;
+    head.v_in_place = v;
   }
   for (int s = 0; s < 3; ++s) {
     if ((image.stats & kStats[s].flag) == 0) continue;
@@ -447,14 +572,17 @@ HeadImage read_head(Reader& r, const SequenceImage& image, const std::string& wh
 
 // ------------------------------------------------------------------ storage conversion
 
-// n rows of `from` as f32 rows, by the format table's reference conversion.
-std::vector<uint8_t> widen_to_f32(const uint8_t* rows, size_t n, int32_t head_dim, kvc_dtype from) {
+// The first `kept` bytes of `rows` (a demoted tier's rows) as they are, then the n rows of
+// `from` after them as f32 rows, by the format table's reference conversion.
+std::vector<uint8_t> widen_to_f32(const uint8_t* rows, size_t kept, size_t n, int32_t head_dim,
+                                  kvc_dtype from) {
   const size_t d = static_cast<size_t>(head_dim);
-  std::vector<uint8_t> wide(n * kvc_format_row_bytes(KVC_DTYPE_F32, d));
+  std::vector<uint8_t> wide(kept + n * kvc_format_row_bytes(KVC_DTYPE_F32, d));
+  if (kept > 0) std::memcpy(wide.data(), rows, kept);
   std::vector<float> row(d);
   for (size_t t = 0; t < n; ++t) {
-    kvc_format_row_to_f32(from, rows + t * kvc_format_row_bytes(from, d), row.data(), d);
-    kvc_format_row_from_f32(KVC_DTYPE_F32, row.data(), wide.data() + t * 4 * d, d);
+    kvc_format_row_to_f32(from, rows + kept + t * kvc_format_row_bytes(from, d), row.data(), d);
+    kvc_format_row_from_f32(KVC_DTYPE_F32, row.data(), wide.data() + kept + t * 4 * d, d);
   }
   return wide;
 }
@@ -482,11 +610,16 @@ size_t encoded_size(const SequenceImage& image) {
 
 size_t encoded_size(int32_t layers, int32_t head_dim, kvc_dtype k_dtype, kvc_dtype v_dtype,
                     uint32_t stats, const std::vector<size_t>& head_tokens,
-                    uint64_t offload_version, kvc_rotation k_rotation) {
-  const uint64_t per_token = token_bytes(head_dim, k_dtype, v_dtype, stats);
-  Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers),
-             header_bytes(version_for(k_dtype, v_dtype, offload_version, k_rotation))};
-  for (size_t n : head_tokens) s.heads += head_section_bytes(n, per_token);
+                    uint64_t offload_version, kvc_rotation k_rotation,
+                    const std::optional<DemotedFormats>& demoted,
+                    const std::vector<size_t>& head_demoted) {
+  const uint32_t version =
+      version_for(k_dtype, v_dtype, offload_version, k_rotation, demoted.has_value());
+  const RecordBytes record = record_bytes(head_dim, k_dtype, v_dtype, stats, demoted, version);
+  Sections s{0, kTriggerBytes * static_cast<uint64_t>(layers), header_bytes(version)};
+  for (size_t h = 0; h < head_tokens.size(); ++h) {
+    s.heads += record.of(head_tokens[h], head_demoted.empty() ? 0 : head_demoted[h]);
+  }
   return static_cast<size_t>(image_bytes(s));
 }
 
@@ -504,8 +637,7 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   }
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
-  const uint32_t version =
-      version_for(image.k_dtype, image.v_dtype, image.offload_version, image.k_rotation);
+  const uint32_t version = version_of(image);
   w.le(version);
   for (int32_t x : {image.layers, image.kv_heads, image.q_heads, image.head_dim}) {
     w.le(static_cast<uint32_t>(x));
@@ -518,26 +650,41 @@ size_t encode_rows_from(const SequenceImage& image, const RowWriter* rows, uint8
   if (version >= 2) w.le(static_cast<uint32_t>(image.v_dtype));
   if (version >= 3) w.le(image.offload_version);
   if (version >= 4) w.le(static_cast<uint32_t>(image.k_rotation));
-  const size_t k_width = unit_bytes(image.k_dtype), v_width = unit_bytes(image.v_dtype);
-  const size_t k_row = static_cast<size_t>(row_bytes(image.head_dim, image.k_dtype));
-  const size_t v_row = static_cast<size_t>(row_bytes(image.head_dim, image.v_dtype));
+  if (version >= 5) {
+    w.le(static_cast<uint32_t>(image.demoted->k_dtype));
+    w.le(static_cast<uint32_t>(image.demoted->v_dtype));
+  }
   for (size_t h = 0; h < image.heads.size(); ++h) {
     const HeadImage& head = image.heads[h];
     const size_t n = head.positions.size();
+    const size_t demoted = static_cast<size_t>(head.demoted);
     w.le(static_cast<uint32_t>(n));
     w.le(static_cast<uint32_t>(head.effective_budget));
     w.le(static_cast<uint64_t>(head.seen));
+    if (version >= 5) w.le(static_cast<uint32_t>(head.demoted));
     w.elements(head.positions.data(), n, 4);
-    if (rows) {
-      uint8_t* k = w.skip(n * k_row);
-      uint8_t* v = w.skip(n * v_row);
-      rows->write(h, k, v);
-      host_to_le_in_place(k, n * k_row / k_width, k_width);
-      host_to_le_in_place(v, n * v_row / v_width, v_width);
-    } else {
-      w.elements(head.k.data(), head.k.size() / k_width, k_width);
-      w.elements(head.v.data(), head.v.size() / v_width, v_width);
-    }
+    const std::array<RowRun, 2> keys = row_runs(image, n, demoted, false);
+    const std::array<RowRun, 2> values = row_runs(image, n, demoted, true);
+    uint8_t* k = w.skip(static_cast<size_t>(rows_bytes(keys, image.head_dim)));
+    uint8_t* v = w.skip(static_cast<size_t>(rows_bytes(values, image.head_dim)));
+    // Each run's rows little-endian, in units of its format: from the image's host-order
+    // rows, or where the RowWriter wrote them.
+    const auto put = [&](uint8_t* at, const uint8_t* host, const std::array<RowRun, 2>& runs) {
+      for (const RowRun& run : runs) {
+        const size_t width = unit_bytes(run.dtype);
+        const size_t bytes = static_cast<size_t>(run.tokens * row_bytes(image.head_dim, run.dtype));
+        if (host) {
+          host_to_le(host, at, bytes / width, width);
+          host += bytes;
+        } else {
+          host_to_le_in_place(at, bytes / width, width);
+        }
+        at += bytes;
+      }
+    };
+    if (rows) rows->write(h, k, v);
+    put(k, rows ? nullptr : head.k.data(), keys);
+    put(v, rows ? nullptr : head.v.data(), values);
     for (int st = 0; st < 3; ++st) {
       if ((image.stats & kStats[st].flag) == 0) continue;
       w.elements(head.stats[st].data(), head.stats[st].size(), 4);
@@ -574,6 +721,7 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   check_header(h.layers, h.kv_heads, h.q_heads, h.head_dim, h.k_dtype, h.v_dtype, h.layout,
                h.stats);
   check_rotation(h.k_rotation);
+  if (h.demotes) check_formats(h.demoted_k_dtype, h.demoted_v_dtype, h.head_dim, "demoted ");
   SequenceImage image;
   image.layers = h.layers;
   image.kv_heads = h.kv_heads;
@@ -585,10 +733,14 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   image.stats = h.stats;
   image.offload_version = h.offload_version;
   image.k_rotation = static_cast<kvc_rotation>(h.k_rotation);
+  if (h.demotes) {
+    image.demoted = DemotedFormats{static_cast<kvc_dtype>(h.demoted_k_dtype),
+                                   static_cast<kvc_dtype>(h.demoted_v_dtype)};
+  }
 
   const Sections& s = h.sections;
   const uint64_t head_count = static_cast<uint64_t>(image.layers) * image.kv_heads;
-  if (head_count > s.heads / kHeadFixedBytes) {
+  if (head_count > s.heads / head_fixed_bytes(h.version)) {
     fail(std::to_string(image.layers) + " layers x " + std::to_string(image.kv_heads) +
          " KV heads do not fit in a head section of " + std::to_string(s.heads) + " bytes");
   }
@@ -601,7 +753,13 @@ SequenceImage decode(const uint8_t* bytes, size_t n, DecodedRows rows) {
   Reader heads(bytes + s.header, static_cast<size_t>(s.heads));
   image.heads.reserve(static_cast<size_t>(head_count));
   for (size_t i = 0; i < head_count; ++i) {
-    image.heads.push_back(read_head(heads, image, head_name(i, image.kv_heads), rows));
+    image.heads.push_back(read_head(heads, image, h.version, head_name(i, image.kv_heads), rows));
+  }
+  if (image.demoted && !any_demoted(image)) {
+    fail("the header names demoted formats (" +
+         std::string(kvc_format_name(image.demoted->k_dtype)) + " K, " +
+         kvc_format_name(image.demoted->v_dtype) +
+         " V) but no head holds demoted tokens (such an image is written in version 4 or older)");
   }
   if (heads.left() != 0) {
     fail("the head section has " + std::to_string(heads.left()) + " bytes after the last head");
@@ -644,10 +802,18 @@ void convert_storage(SequenceImage& image, kvc_dtype k_target, kvc_dtype v_targe
   wide.reserve(image.heads.size());
   for (const HeadImage& head : image.heads) {
     const size_t n = head.positions.size();
+    const auto demoted = static_cast<size_t>(head.demoted);
+    const std::array<RowRun, 2> keys = row_runs(image, n, demoted, false);
+    const std::array<RowRun, 2> values = row_runs(image, n, demoted, true);
+    const auto kept = [&](const RowRun& run) {
+      return static_cast<size_t>(run.tokens * row_bytes(image.head_dim, run.dtype));
+    };
     wide.emplace_back(
-        widen_k ? widen_to_f32(head.k_rows(), n, image.head_dim, image.k_dtype)
+        widen_k ? widen_to_f32(head.k_rows(), kept(keys[0]), n - demoted, image.head_dim,
+                               image.k_dtype)
                 : std::vector<uint8_t>{},
-        widen_v ? widen_to_f32(head.v_rows(), n, image.head_dim, image.v_dtype)
+        widen_v ? widen_to_f32(head.v_rows(), kept(values[0]), n - demoted, image.head_dim,
+                               image.v_dtype)
                 : std::vector<uint8_t>{});
   }
   for (size_t h = 0; h < image.heads.size(); ++h) {

@@ -1,6 +1,7 @@
 // The input as a sequence image (docs/sequence_format.md) for kvc_seq_import into small
 // caches of one shape (2 layers, 2 KV heads, 4 query heads, head_dim 8) with different
-// storage: f32 paged, f16 contiguous, bf16 paged under h2o (which needs attn_sum). A refused
+// storage: f32 paged, f16 contiguous, bf16 paged under h2o (which needs attn_sum), f32 paged
+// under h2o demoting into f16 (which takes images with demoted tiers of f16 rows). A refused
 // image must change nothing; an imported one must be viewable, attendable, and export bytes
 // that import into an equal sequence. Each input is imported as it is and, so that mutations
 // get past the checksum, with its last four bytes replaced by the CRC-32 of the rest.
@@ -17,10 +18,12 @@ struct Storage {
   kvc_dtype dtype;
   kvc_layout layout;
   const char* policy;
+  int32_t demote = -1;  // the format K and V are demoted into, -1: none
 };
 constexpr Storage kStorages[] = {{KVC_DTYPE_F32, KVC_LAYOUT_PAGED, nullptr},
                                  {KVC_DTYPE_F16, KVC_LAYOUT_CONTIGUOUS, nullptr},
-                                 {KVC_DTYPE_BF16, KVC_LAYOUT_PAGED, "h2o"}};
+                                 {KVC_DTYPE_BF16, KVC_LAYOUT_PAGED, "h2o"},
+                                 {KVC_DTYPE_F32, KVC_LAYOUT_PAGED, "h2o", KVC_DTYPE_F16}};
 
 kvc_cache* make_cache(const Storage& storage) {
   kvc_cache_params p;
@@ -35,18 +38,28 @@ kvc_cache* make_cache(const Storage& storage) {
   p.memory_limit = 256 * 1024;
   p.policy = storage.policy;
   if (storage.policy != nullptr) p.budget = 8;
+  p.demote_k_dtype = p.demote_v_dtype = storage.demote;
   kvc_cache* cache = nullptr;
   kvf::require_ok(kvc_cache_create(kvf::shared_context(), &p, &cache), "kvc_cache_create");
   return cache;
 }
 
-// Views every (layer, KV head) and attends one query per layer after the last position.
-void view_and_attend(kvc_cache* cache, int32_t seq) {
+// Views every (layer, KV head) and attends one query per layer after the last position. A
+// head with a demoted tier has no view (its storage order is not position order): the query
+// then comes at the largest position, after every stored one.
+void view_and_attend(kvc_cache* cache, int32_t seq, bool demotes) {
   int32_t last = -1;
+  bool unviewed = false;
   for (int32_t l = 0; l < kLayers; ++l) {
     for (int32_t h = 0; h < kKvHeads; ++h) {
       size_t count = 0;
-      kvf::require_ok(kvc_seq_view(cache, seq, l, h, nullptr, 0, &count), "kvc_seq_view");
+      kvc_status* viewed = kvc_seq_view(cache, seq, l, h, nullptr, 0, &count);
+      if (demotes && viewed != nullptr && kvc_status_get_code(viewed) == KVC_ERR_UNSUPPORTED) {
+        kvc_status_free(viewed);
+        unviewed = true;
+        continue;
+      }
+      kvf::require_ok(viewed, "kvc_seq_view");
       std::vector<kvc_segment_view> views(count);
       size_t again = 0;
       kvf::require_ok(kvc_seq_view(cache, seq, l, h, views.data(), views.size(), &again),
@@ -66,8 +79,8 @@ void view_and_attend(kvc_cache* cache, int32_t seq) {
       if (previous > last) last = previous;
     }
   }
-  if (last == INT32_MAX) return;  // no position after it to attend from
-  const int32_t position = last + 1, one = 1;
+  if (last == INT32_MAX && !unviewed) return;  // no position after it to attend from
+  const int32_t position = unviewed ? INT32_MAX : last + 1, one = 1;
   kvc_batch batch;
   kvc_batch_init(&batch, 1, &seq, &one, &position);
   std::vector<float> q(kQHeads * kHeadDim, 0.5f), out(q.size());
@@ -89,7 +102,7 @@ void import_into(const Storage& storage, const uint8_t* data, size_t size) {
     return;
   }
   kvf::check(kvf::stats_of(cache).sequences == 1, "an import made other than one sequence");
-  view_and_attend(cache, 0);
+  view_and_attend(cache, 0, storage.demote != -1);
   const std::vector<uint8_t> exported = kvf::export_of(cache, 0);
   kvf::check(!exported.empty(), "an imported sequence does not export");
   // Twice the tokens may not fit the limit; anything else must import.

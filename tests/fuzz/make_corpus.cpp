@@ -20,8 +20,9 @@ void write(const std::string& path, const std::vector<uint8_t>& bytes) {
   kvf::check(out.good(), "cannot write " + path);
 }
 
-// A cache of fuzz_import's shape: 2 layers, 2 KV heads, 4 query heads, head_dim 8.
-kvc_cache* cache(kvc_dtype dtype, kvc_layout layout, const char* policy) {
+// A cache of fuzz_import's shape: 2 layers, 2 KV heads, 4 query heads, head_dim 8; `demote`
+// (-1: none) the format its policy demotes K and V into.
+kvc_cache* cache(kvc_dtype dtype, kvc_layout layout, const char* policy, int32_t demote) {
   kvc_cache_params p;
   kvc_cache_params_init(&p);
   p.layers = 2;
@@ -33,6 +34,7 @@ kvc_cache* cache(kvc_dtype dtype, kvc_layout layout, const char* policy) {
   p.block_tokens = 4;
   p.policy = policy;
   if (policy != nullptr) p.budget = 6;
+  p.demote_k_dtype = p.demote_v_dtype = demote;
   kvc_cache* c = nullptr;
   kvf::require_ok(kvc_cache_create(kvf::shared_context(), &p, &c), "kvc_cache_create");
   return c;
@@ -69,6 +71,7 @@ void images(const std::string& dir) {
     const char* policy;
     int32_t first, tokens, decode;
     bool compress;
+    int32_t demote = -1;
   };
   const Case cases[] = {
       {"empty_f32", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, nullptr, 0, 0, 0, false},
@@ -80,9 +83,12 @@ void images(const std::string& dir) {
       {"h2o_bf16", KVC_DTYPE_BF16, KVC_LAYOUT_PAGED, "h2o", 0, 5, 1, false},
       {"tova_f16", KVC_DTYPE_F16, KVC_LAYOUT_PAGED, "tova", 0, 8, 2, true},
       {"snapkv_f32_contiguous", KVC_DTYPE_F32, KVC_LAYOUT_CONTIGUOUS, "snapkv", 2, 10, 0, true},
+      // Version 5: heads with a demoted tier of f16 rows before their f32 ones.
+      {"h2o_f32_demoted_f16", KVC_DTYPE_F32, KVC_LAYOUT_PAGED, "h2o", 0, 16, 2, true,
+       KVC_DTYPE_F16},
   };
   for (const Case& k : cases) {
-    kvc_cache* c = cache(k.dtype, k.layout, k.policy);
+    kvc_cache* c = cache(k.dtype, k.layout, k.policy, k.demote);
     kvf::require_ok(kvc_seq_create(c, 0), "kvc_seq_create");
     if (k.tokens > 0) feed(c, k.first, k.tokens, k.decode);
     if (k.compress) {
