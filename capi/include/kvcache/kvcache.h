@@ -426,7 +426,9 @@ KVC_API kvc_status *kvc_seq_export_size(kvc_cache *cache, int32_t seq_id, size_t
  * statistics, and its compression counters) into @p buffer in the versioned, checksummed,
  * little-endian format of docs/sequence_format.md; K as stored (rotated, with the rotation
  * recorded, when the cache rotates K: such bytes import only into a cache of the same
- * rotation). Fails with INVALID_ARGUMENT, writing
+ * rotation); a head's demoted tier (demote_k_dtype, demote_v_dtype) in its own formats, with
+ * the formats recorded: such bytes import only into a cache that demotes into the same
+ * formats (UNSUPPORTED otherwise). Fails with INVALID_ARGUMENT, writing
  * nothing, when @p capacity is smaller than kvc_seq_export_size(); stores the bytes written
  * in @p out_written.
  */
