@@ -1,0 +1,286 @@
+// Review of demote before evict (policy.demote): counters after a failed append whose "once"
+// compression demoted tokens, the peak estimate against the real peak of demoting caches,
+// heads whose every token is demoted, and concurrent compressions of disjoint sequences.
+#include <dlfcn.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace {
+
+constexpr int32_t kKvHeads = 2, kQHeads = 4, kDim = 64;
+constexpr int kFaultAppend = 1;  // the fault backend's entry number of append
+
+kvc_cache_params review_params(const char* policy, int32_t budget, int32_t sinks, int32_t recent,
+                               double keep) {
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = 2;
+  p.kv_heads = kKvHeads;
+  p.q_heads = kQHeads;
+  p.head_dim = kDim;
+  p.dtype = KVC_DTYPE_F16;
+  p.policy = policy;
+  p.budget = budget;
+  p.sinks = sinks;
+  p.recent = recent;
+  p.demote_k_dtype = KVC_DTYPE_Q4_0;
+  p.demote_v_dtype = KVC_DTYPE_Q4_0;
+  p.demote_keep = keep;
+  return p;
+}
+
+std::vector<float> random_rows(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+// Appends positions [first, first + n) of `seq` on `layer`, attending over them when `attend`.
+kvt::Status step(kvc_cache* cache, int32_t layer, int32_t seq, int32_t first, int32_t n,
+                 std::mt19937& rng, bool attend, std::vector<float>* out = nullptr) {
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int32_t t = 0; t < n; ++t) positions[size_t(t)] = first + t;
+  const size_t width = size_t(kKvHeads) * kDim;
+  const std::vector<float> k = random_rows(rng, size_t(n) * width);
+  const std::vector<float> v = random_rows(rng, size_t(n) * width);
+  const std::vector<float> q = random_rows(rng, size_t(n) * kQHeads * kDim);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+  const kvc_tensor kt = kvt::tensor(k.data(), KVC_DTYPE_F32);
+  const kvc_tensor vt = kvt::tensor(v.data(), KVC_DTYPE_F32);
+  if (!attend) return kvt::Status{kvc_append(cache, layer, &batch, &kt, &vt)};
+  std::vector<float> local;
+  std::vector<float>& o = out ? *out : local;
+  o.assign(q.size(), NAN);
+  const kvc_tensor qt = kvt::tensor(q.data(), KVC_DTYPE_F32);
+  kvc_tensor_mut ot = kvt::tensor_mut(o.data());
+  return kvt::Status{kvc_append_attend(cache, layer, &batch, &qt, &kt, &vt, nullptr, &ot)};
+}
+
+void arm_fault(int entry, long nth) {
+  void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto arm = reinterpret_cast<void (*)(int, long, int32_t, const char*)>(
+      dlsym(handle, "kvc_fault_arm"));
+  const bool found = arm != nullptr;
+  REQUIRE(found);
+  arm(entry, nth, KVC_ERR_PLUGIN, "injected fault");
+  dlclose(handle);
+}
+
+bool all_finite(const std::vector<float>& values) {
+  for (float x : values) {
+    if (!std::isfinite(x)) return false;
+  }
+  return true;
+}
+
+std::vector<unsigned char> exported(kvc_cache* cache, int32_t seq) {
+  size_t size = 0, written = 0;
+  KVT_REQUIRE_OK(kvc_seq_export_size(cache, seq, &size));
+  std::vector<unsigned char> bytes(size);
+  KVT_REQUIRE_OK(kvc_seq_export(cache, seq, bytes.data(), bytes.size(), &written));
+  bytes.resize(written);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("demote_review: a failed append puts back tokens_demoted of its once compression") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  KVT_REQUIRE_OK(kvc_context_load_plugin(ctx.get(), KVC_TEST_FAULT_PLUGIN));
+  arm_fault(-1, 0);
+  kvc_cache_params p = review_params("window", 40, 4, 8, 0.5);
+  p.layers = 1;
+  p.backend = "fault";
+  p.prefill = KVC_PREFILL_ONCE;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  std::mt19937 rng(1);
+  // A prompt attended over, then its first decode token compresses it (prefill once).
+  KVT_REQUIRE_OK(step(cache.get(), 0, 0, 0, 100, rng, true));
+  const kvc_cache_stats before = kvt::get_stats(cache.get());
+  REQUIRE(before.tokens_demoted == 0);
+  const std::vector<unsigned char> image = exported(cache.get(), 0);
+  // The first decode token compresses the prompt (demoting tokens), then its store fails.
+  arm_fault(kFaultAppend, 1);
+  kvt::Status failed = step(cache.get(), 0, 0, 100, 1, rng, false);
+  arm_fault(-1, 0);
+  REQUIRE(failed.code() == KVC_ERR_PLUGIN);
+  CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 100);
+  CHECK(exported(cache.get(), 0) == image);
+  const kvc_cache_stats after = kvt::get_stats(cache.get());
+  CHECK(after.tokens_stored == before.tokens_stored);
+  CHECK(after.tokens_evicted == before.tokens_evicted);
+  CHECK(after.tokens_demoted == before.tokens_demoted);
+  // The retried step demotes again, counted once.
+  KVT_REQUIRE_OK(step(cache.get(), 0, 0, 100, 1, rng, false));
+  const kvc_cache_stats done = kvt::get_stats(cache.get());
+  INFO(kvt::stats_string(done));
+  CHECK(done.tokens_demoted > 0);
+  CHECK(done.tokens_demoted + done.tokens_evicted + done.tokens_stored >= 2 * 101);
+}
+
+TEST_CASE("demote_review: the peak estimate bounds the real peak of a demoting cache") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  struct Mode {
+    const char* name;
+    kvc_prefill_compression prefill;
+    int32_t decode_every;
+    int32_t decode_slack;
+  };
+  const Mode modes[] = {{"per_chunk", KVC_PREFILL_PER_CHUNK, 0, 0},
+                        {"once", KVC_PREFILL_ONCE, 0, 0},
+                        {"per_chunk+decode_every", KVC_PREFILL_PER_CHUNK, 8, 0},
+                        {"decode_every", KVC_PREFILL_NONE, 4, 0},
+                        {"decode_slack", KVC_PREFILL_NONE, 0, 5}};
+  for (const char* policy : {"window", "h2o", "tova"}) {
+    for (const Mode& mode : modes) {
+      for (double keep : {0.0, 0.3, 1.0}) {
+        for (int32_t chunk : {7, 32, 100}) {
+          const std::string policy_name = policy, mode_name = mode.name;
+          CAPTURE(policy_name);
+          CAPTURE(mode_name);
+          CAPTURE(keep);
+          CAPTURE(chunk);
+          kvc_cache_params p = review_params(policy, 40, 4, 8, keep);
+          p.prefill = mode.prefill;
+          p.decode_every = mode.decode_every;
+          p.decode_slack = mode.decode_slack;
+          kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+          const int32_t prompt = 150, decode = 60;
+          size_t estimate = 0;
+          KVT_REQUIRE_OK(kvc_cache_estimate_peak_bytes(cache.get(), prompt, chunk, decode, &estimate));
+          KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+          std::mt19937 rng(4);
+          for (int32_t first = 0; first < prompt; first += chunk) {
+            const int32_t n = std::min(chunk, prompt - first);
+            for (int32_t layer = 0; layer < p.layers; ++layer) {
+              KVT_REQUIRE_OK(step(cache.get(), layer, 0, first, n, rng, true));
+            }
+          }
+          for (int32_t t = 0; t < decode; ++t) {
+            for (int32_t layer = 0; layer < p.layers; ++layer) {
+              KVT_REQUIRE_OK(step(cache.get(), layer, 0, prompt + t, 1, rng, true));
+            }
+          }
+          const kvc_cache_stats stats = kvt::get_stats(cache.get());
+          INFO(kvt::stats_string(stats));
+          CHECK(stats.bytes_peak <= estimate);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("demote_review: heads with every token demoted append, fork and attend") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (const char* policy : {"window", "h2o"}) {
+    const std::string policy_name = policy;
+    CAPTURE(policy_name);
+    kvc_cache_params p = review_params(policy, 20, 0, 0, 0.0);
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    std::mt19937 rng(6);
+    for (int32_t layer = 0; layer < p.layers; ++layer) {
+      KVT_REQUIRE_OK(step(cache.get(), layer, 0, 0, 50, rng, true));
+    }
+    const int32_t seq = 0;
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+    kvc_cache_stats stats = kvt::get_stats(cache.get());
+    // keep 0: no token stays in f16, so every stored token is a demoted one.
+    CHECK(stats.tokens_demoted == stats.tokens_stored);
+    CHECK(stats.tokens_stored + stats.tokens_evicted == 2u * 2u * 50u);
+    CHECK(stats.tokens_stored > 2u * 2u * 20u);
+    const int32_t held = kvt::seq_length(cache.get(), 0, 0, 0);
+    KVT_REQUIRE_OK(kvc_seq_fork(cache.get(), 0, 1));
+    // Both sides append past a block and attend over the demoted tier then the new f16 one.
+    for (int32_t s : {0, 1}) {
+      for (int32_t t = 0; t < 20; ++t) {
+        for (int32_t layer = 0; layer < p.layers; ++layer) {
+          std::vector<float> out;
+          KVT_REQUIRE_OK(step(cache.get(), layer, s, 50 + t, 1, rng, true, &out));
+          CHECK(all_finite(out));
+        }
+      }
+      CHECK(kvt::seq_length(cache.get(), s, 0, 0) == held + 20);
+    }
+    stats = kvt::get_stats(cache.get());
+    size_t lengths = 0;
+    for (int32_t s = 0; s < 2; ++s) {
+      for (int32_t layer = 0; layer < p.layers; ++layer) {
+        for (int32_t h = 0; h < kKvHeads; ++h) lengths += size_t(kvt::seq_length(cache.get(), s, layer, h));
+      }
+    }
+    CHECK(stats.tokens_stored == lengths);
+    // Removing the whole demoted tier leaves the f16 tokens, which still append.
+    KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 1, 0, 50));
+    CHECK(kvt::seq_length(cache.get(), 1, 0, 0) == 20);
+    for (int32_t layer = 0; layer < p.layers; ++layer) {
+      std::vector<float> out;
+      KVT_REQUIRE_OK(step(cache.get(), layer, 1, 70, 1, rng, true, &out));
+      CHECK(all_finite(out));
+    }
+    // Truncating into the demoted tier of the other side.
+    KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, 10));
+    const int32_t left = kvt::seq_length(cache.get(), 0, 0, 0);
+    CHECK(left == 10);
+    for (int32_t layer = 0; layer < p.layers; ++layer) {
+      std::vector<float> out;
+      KVT_REQUIRE_OK(step(cache.get(), layer, 0, 10, 17, rng, true, &out));
+      CHECK(all_finite(out));
+    }
+    CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == left + 17);
+  }
+}
+
+TEST_CASE("demote_review: compressions of disjoint sequences on threads match one by one") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  constexpr int32_t kSeqs = 4;
+  auto run = [&](kvc_cache* cache, int32_t seq) {
+    std::mt19937 rng(static_cast<unsigned>(100 + seq));
+    for (int32_t first = 0; first < 120; first += 24) {
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        if (step(cache, layer, seq, first, 24, rng, true).code() != KVC_OK) return false;
+      }
+    }
+    for (int32_t t = 0; t < 20; ++t) {
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        if (step(cache, layer, seq, 120 + t, 1, rng, true).code() != KVC_OK) return false;
+      }
+    }
+    return true;
+  };
+  kvc_cache_params p = review_params("h2o", 30, 2, 4, 0.4);
+  p.prefill = KVC_PREFILL_PER_CHUNK;
+  p.decode_every = 3;
+  kvt::CachePtr serial = kvt::make_cache(ctx.get(), p);
+  kvt::CachePtr parallel = kvt::make_cache(ctx.get(), p);
+  for (int32_t s = 0; s < kSeqs; ++s) {
+    KVT_REQUIRE_OK(kvc_seq_create(serial.get(), s));
+    KVT_REQUIRE_OK(kvc_seq_create(parallel.get(), s));
+    CHECK(run(serial.get(), s));
+  }
+  std::vector<std::thread> threads;
+  std::vector<char> ok(kSeqs, 0);
+  for (int32_t s = 0; s < kSeqs; ++s) {
+    threads.emplace_back([&, s] { ok[size_t(s)] = run(parallel.get(), s) ? 1 : 0; });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int32_t s = 0; s < kSeqs; ++s) {
+    CHECK(ok[size_t(s)] == 1);
+    CHECK(exported(serial.get(), s) == exported(parallel.get(), s));
+  }
+  const kvc_cache_stats a = kvt::get_stats(serial.get()), b = kvt::get_stats(parallel.get());
+  CHECK(a.tokens_demoted == b.tokens_demoted);
+  CHECK(a.tokens_stored == b.tokens_stored);
+  CHECK(a.bytes_used == b.bytes_used);
+  CHECK(a.tokens_demoted > 0);
+}
