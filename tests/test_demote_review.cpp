@@ -1,14 +1,19 @@
 // Review of demote before evict (policy.demote): counters after a failed append whose "once"
 // compression demoted tokens, the peak estimate against the real peak of demoting caches,
-// heads whose every token is demoted, and concurrent compressions of disjoint sequences.
+// heads whose every token is demoted, statistics and rows following their tokens through
+// rewrites, images imported into a cache of other blocks, and concurrent compressions of
+// disjoint sequences.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "host_reads.hpp"
+#include "kvcache/kvcache_format.h"
 #include "test_support.hpp"
 
 namespace {
@@ -283,4 +288,128 @@ TEST_CASE("demote_review: compressions of disjoint sequences on threads match on
   CHECK(a.tokens_stored == b.tokens_stored);
   CHECK(a.bytes_used == b.bytes_used);
   CHECK(a.tokens_demoted > 0);
+}
+
+namespace {
+
+// Per head of `seq`: position -> (statistics, K row bytes, V row bytes, demoted).
+struct StoredToken {
+  float stats[3];
+  std::vector<uint8_t> k, v;
+  bool demoted;
+};
+using StoredHeads = std::vector<std::vector<std::pair<int32_t, StoredToken>>>;
+
+StoredHeads stored_tokens(kvc_cache* cache, int32_t seq) {
+  const kvc::SequenceImage image = kvt::stored_sequence(cache, seq);
+  StoredHeads out;
+  for (const kvc::HeadImage& head : image.heads) {
+    out.emplace_back();
+    size_t k_at = 0, v_at = 0;
+    const size_t k_row = kvc_format_row_bytes(KVC_DTYPE_F16, kDim);
+    const size_t k_demoted = kvc_format_row_bytes(KVC_DTYPE_Q4_0, kDim);
+    for (size_t t = 0; t < head.positions.size(); ++t) {
+      StoredToken token{};
+      token.demoted = static_cast<int32_t>(t) < head.demoted;
+      const size_t bytes = token.demoted ? k_demoted : k_row;
+      token.k.assign(head.k_rows() + k_at, head.k_rows() + k_at + bytes);
+      token.v.assign(head.v_rows() + v_at, head.v_rows() + v_at + bytes);
+      k_at += bytes;
+      v_at += bytes;
+      for (size_t s = 0; s < 3; ++s) token.stats[s] = head.stats[s].empty() ? 0.0f : head.stats[s][t];
+      out.back().emplace_back(head.positions[t], std::move(token));
+    }
+  }
+  return out;
+}
+
+// Every token `after` holds was in `before` with the same statistics, and with the same rows
+// unless it was demoted in between.
+void check_followed(const StoredHeads& before, const StoredHeads& after) {
+  REQUIRE(before.size() == after.size());
+  for (size_t h = 0; h < before.size(); ++h) {
+    for (const auto& [pos, token] : after[h]) {
+      CAPTURE(h);
+      CAPTURE(pos);
+      const auto found = std::find_if(before[h].begin(), before[h].end(),
+                                      [&](const auto& entry) { return entry.first == pos; });
+      REQUIRE(found != before[h].end());
+      for (size_t s = 0; s < 3; ++s) CHECK(found->second.stats[s] == token.stats[s]);
+      if (found->second.demoted == token.demoted) {
+        CHECK(found->second.k == token.k);
+        CHECK(found->second.v == token.v);
+      }
+      CHECK((token.demoted || !found->second.demoted));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("demote_review: statistics and rows follow their tokens through rewrites") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (const char* policy : {"h2o", "tova", "snapkv", "pyramidkv"}) {
+    const std::string policy_name = policy;
+    CAPTURE(policy_name);
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), review_params(policy, 40, 4, 8, 0.4));
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    std::mt19937 rng(8);
+    const int32_t seq = 0;
+    int32_t next = 0;
+    for (int round = 0; round < 3; ++round) {
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        KVT_REQUIRE_OK(step(cache.get(), layer, 0, next, 30, rng, true));
+        for (int32_t t = 0; t < 5; ++t) KVT_REQUIRE_OK(step(cache.get(), layer, 0, next + 30 + t, 1, rng, true));
+      }
+      next += 35;
+      const StoredHeads before = stored_tokens(cache.get(), 0);
+      KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+      const StoredHeads after = stored_tokens(cache.get(), 0);
+      check_followed(before, after);
+    }
+    CHECK(kvt::get_stats(cache.get()).tokens_demoted > 0);
+    // A removed range in the middle of both tiers keeps the rest as it was.
+    const StoredHeads before = stored_tokens(cache.get(), 0);
+    KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 0, 20, 90));
+    check_followed(before, stored_tokens(cache.get(), 0));
+  }
+}
+
+TEST_CASE("demote_review: an image with demoted tiers imports into a cache of other blocks") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = review_params("h2o", 40, 4, 8, 0.4);
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+  std::mt19937 rng(9);
+  for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache.get(), layer, 0, 0, 90, rng, true));
+  const int32_t seq = 0;
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+  REQUIRE(kvt::get_stats(cache.get()).tokens_demoted > 0);
+  const std::vector<unsigned char> image = exported(cache.get(), 0);
+  for (int32_t block_tokens : {5, 16, 64}) {
+    CAPTURE(block_tokens);
+    kvc_cache_params q = p;
+    q.block_tokens = block_tokens;
+    kvt::CachePtr other = kvt::make_cache(ctx.get(), q);
+    KVT_REQUIRE_OK(kvc_seq_import(other.get(), 0, image.data(), image.size()));
+    CHECK(exported(other.get(), 0) == image);
+    const kvc_cache_stats stats = kvt::get_stats(other.get());
+    CHECK(stats.tokens_stored == kvt::get_stats(cache.get()).tokens_stored);
+    // Both attend alike over the imported tiers, then append past a block and compress again.
+    for (int32_t t = 0; t < 40; ++t) {
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        std::mt19937 a(unsigned(t * 2 + layer)), b(unsigned(t * 2 + layer));
+        std::vector<float> out_a, out_b;
+        KVT_REQUIRE_OK(step(cache.get(), layer, 0, 90 + t, 1, a, true, &out_a));
+        KVT_REQUIRE_OK(step(other.get(), layer, 0, 90 + t, 1, b, true, &out_b));
+        CHECK(out_a == out_b);
+      }
+    }
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+    KVT_REQUIRE_OK(kvc_compress(other.get(), -1, 1, &seq));
+    CHECK(kvt::stored_bytes(cache.get(), 0) == kvt::stored_bytes(other.get(), 0));
+    // Put the source back as it was for the next block size.
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+    KVT_REQUIRE_OK(kvc_seq_import(cache.get(), 0, image.data(), image.size()));
+  }
 }
