@@ -348,7 +348,7 @@ void check_followed(const StoredHeads& before, const StoredHeads& after) {
 
 TEST_CASE("demote_review: statistics and rows follow their tokens through rewrites") {
   kvt::ContextPtr ctx = kvt::make_context();
-  for (const char* policy : {"h2o", "tova", "snapkv", "pyramidkv"}) {
+  for (const char* policy : {"h2o", "tova", "snapkv", "pyramidkv", "adakv"}) {
     const std::string policy_name = policy;
     CAPTURE(policy_name);
     kvt::CachePtr cache = kvt::make_cache(ctx.get(), review_params(policy, 40, 4, 8, 0.4));
@@ -411,5 +411,128 @@ TEST_CASE("demote_review: an image with demoted tiers imports into a cache of ot
     // Put the source back as it was for the next block size.
     KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
     KVT_REQUIRE_OK(kvc_seq_import(cache.get(), 0, image.data(), image.size()));
+  }
+}
+
+namespace {
+
+// Blocks a sequence's heads take, each tier in whole blocks of its own (no block shared).
+size_t expected_blocks(kvc_cache* cache, int32_t seq, int32_t block_tokens) {
+  const size_t token_f16 = 2 * kvc_format_row_bytes(KVC_DTYPE_F16, kDim) + 4;
+  const size_t token_q4 = 2 * kvc_format_row_bytes(KVC_DTYPE_Q4_0, kDim) + 4;
+  const size_t demoted_per_block = size_t(block_tokens) * token_f16 / token_q4;
+  size_t blocks = 0;
+  for (const kvc::HeadImage& head : kvt::stored_sequence(cache, seq).heads) {
+    const size_t demoted = size_t(head.demoted), kept = head.positions.size() - demoted;
+    blocks += (demoted + demoted_per_block - 1) / demoted_per_block +
+              (kept + size_t(block_tokens) - 1) / size_t(block_tokens);
+  }
+  return blocks;
+}
+
+}  // namespace
+
+TEST_CASE("demote_review: random appends, compressions and removals keep the counters exact") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (int32_t block_tokens : {4, 16}) {
+    for (double keep : {0.0, 0.5, 1.0}) {
+      CAPTURE(block_tokens);
+      CAPTURE(keep);
+      kvc_cache_params p = review_params("window", 30, 2, 3, keep);
+      p.block_tokens = block_tokens;
+      kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+      KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+      std::mt19937 rng(static_cast<unsigned>(block_tokens * 10 + keep * 4));
+      const int32_t seq = 0;
+      int32_t next = 0;
+      for (int op = 0; op < 150; ++op) {
+        CAPTURE(op);
+        const int kind = int(rng() % 5);
+        if (kind <= 1) {
+          const int32_t n = 1 + int32_t(rng() % 40);
+          for (int32_t layer = 0; layer < 2; ++layer) {
+            std::vector<float> out;
+            KVT_REQUIRE_OK(step(cache.get(), layer, 0, next, n, rng, true, &out));
+            CHECK(all_finite(out));
+          }
+          next += n;
+        } else if (kind == 2) {
+          KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+        } else if (kind == 3 && next > 0) {
+          const int32_t first = int32_t(rng() % uint32_t(next));
+          const int32_t end = first + int32_t(rng() % 30);
+          KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 0, first, end));
+        } else if (next > 0) {
+          KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, next - int32_t(rng() % 20)));
+        }
+        const kvc_cache_stats stats = kvt::get_stats(cache.get());
+        size_t lengths = 0;
+        for (int32_t layer = 0; layer < 2; ++layer) {
+          for (int32_t h = 0; h < kKvHeads; ++h) lengths += size_t(kvt::seq_length(cache.get(), 0, layer, h));
+        }
+        CHECK(stats.tokens_stored == lengths);
+        const size_t blocks = expected_blocks(cache.get(), 0, block_tokens);
+        CHECK(stats.blocks_used == blocks);
+        CHECK(stats.bytes_used == blocks * size_t(block_tokens) * (2 * kvc_format_row_bytes(KVC_DTYPE_F16, kDim) + 4));
+        // An image round trip changes nothing (every tenth step, so that most steps work on
+        // heads the cache built itself).
+        if (op % 10 != 9) continue;
+        const std::vector<unsigned char> image = exported(cache.get(), 0);
+        KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 0));
+        KVT_REQUIRE_OK(kvc_seq_import(cache.get(), 0, image.data(), image.size()));
+        CHECK(exported(cache.get(), 0) == image);
+      }
+      // keep 1: the whole budget stays in f16 and nothing is demoted.
+      CHECK((kvt::get_stats(cache.get()).tokens_demoted > 0) == (keep < 1.0));
+    }
+  }
+}
+
+TEST_CASE("demote_review: a fork of mixed heads leaves its source as a cache that never forked") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (int32_t budget : {30, 5}) {  // 5: less than the sinks and recent tokens protected
+    CAPTURE(budget);
+    const kvc_cache_params p = review_params("h2o", budget, 4, 8, 0.3);
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    kvt::CachePtr twin = kvt::make_cache(ctx.get(), p);
+    const int32_t seq = 0;
+    for (kvc_cache* c : {cache.get(), twin.get()}) {
+      KVT_REQUIRE_OK(kvc_seq_create(c, 0));
+      std::mt19937 rng(12);
+      for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(c, layer, 0, 0, 77, rng, true));
+      KVT_REQUIRE_OK(kvc_compress(c, -1, 1, &seq));
+    }
+    // Budget 5: the protected tokens stay in f16 and take more than the budget, so no
+    // other token is left, demoted or not.
+    CHECK((kvt::get_stats(cache.get()).tokens_demoted > 0) == (budget == 30));
+    if (budget == 5) CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 12);
+    KVT_REQUIRE_OK(kvc_seq_fork(cache.get(), 0, 1));
+    // Every block the source holds is shared now, a demoted tier's blocks too, each counting
+    // a whole block as it does in bytes_used (which also holds the statistics arrays).
+    const kvc_cache_stats forked = kvt::get_stats(cache.get());
+    const size_t block_bytes = 16 * (2 * kvc_format_row_bytes(KVC_DTYPE_F16, kDim) + 4);
+    CHECK(forked.bytes_shared == forked.blocks_used * block_bytes);
+    // The fork appends into the shared open block, compresses and removes; then both sides
+    // append the same tokens as the twin's sequence.
+    std::mt19937 fork_rng(13);
+    for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache.get(), layer, 1, 77, 9, fork_rng, true));
+    const int32_t fork = 1;
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &fork));
+    KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 1, 10, 40));
+    CHECK(exported(cache.get(), 0) == exported(twin.get(), 0));
+    for (kvc_cache* c : {cache.get(), twin.get()}) {
+      std::mt19937 rng(14);
+      for (int32_t t = 0; t < 30; ++t) {
+        for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(c, layer, 0, 77 + t, 1, rng, true));
+      }
+      KVT_REQUIRE_OK(kvc_compress(c, -1, 1, &seq));
+    }
+    CHECK(exported(cache.get(), 0) == exported(twin.get(), 0));
+    KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 1));
+    const kvc_cache_stats a = kvt::get_stats(cache.get()), b = kvt::get_stats(twin.get());
+    CHECK(a.blocks_used == b.blocks_used);
+    CHECK(a.bytes_used == b.bytes_used);
+    CHECK(a.tokens_stored == b.tokens_stored);
+    CHECK(a.bytes_shared == 0);
   }
 }
