@@ -536,3 +536,110 @@ TEST_CASE("demote_review: a fork of mixed heads leaves its source as a cache tha
     CHECK(a.bytes_shared == 0);
   }
 }
+
+namespace {
+
+std::vector<float> decoded(int format, const uint8_t* row) {
+  std::vector<float> out(kDim);
+  REQUIRE(kvc_format_row_to_f32(format, row, out.data(), kDim));
+  return out;
+}
+
+std::vector<float> rounded(int format, const std::vector<float>& values) {
+  std::vector<unsigned char> row(kvc_format_row_bytes(format, values.size()));
+  std::vector<float> out(values.size());
+  REQUIRE(kvc_format_row_from_f32(format, values.data(), row.data(), values.size()));
+  REQUIRE(kvc_format_row_to_f32(format, row.data(), out.data(), values.size()));
+  return out;
+}
+
+// Attention in double of one query token at `q_pos` over what the sequence stores (its image),
+// keys within the sliding window (0: none); demoted (q4_0) keys meet the scaled query rounded
+// to q4_0's query format, f16 ones the exact query.
+std::vector<double> image_attention(kvc_cache* cache, int32_t seq, int32_t layer,
+                                    const std::vector<float>& q, int32_t q_pos, int32_t window) {
+  const kvc::SequenceImage image = kvt::stored_sequence(cache, seq);
+  const double scale = 1.0 / std::sqrt(double(kDim));
+  std::vector<double> out(q.size(), 0.0);
+  for (int32_t qh = 0; qh < kQHeads; ++qh) {
+    const kvc::HeadImage& head =
+        image.heads[size_t(layer * kKvHeads + qh / (kQHeads / kKvHeads))];
+    const std::vector<float> exact(q.begin() + qh * kDim, q.begin() + (qh + 1) * kDim);
+    std::vector<float> scaled(exact);
+    for (float& x : scaled) x *= float(scale);
+    const std::vector<float> query_q4 = rounded(kvc_format_query_format(KVC_DTYPE_Q4_0), scaled);
+    std::vector<double> logits;
+    std::vector<std::vector<float>> values;
+    double top = -INFINITY;
+    size_t k_at = 0;
+    for (size_t t = 0; t < head.positions.size(); ++t) {
+      const bool demoted = int32_t(t) < head.demoted;
+      const int format = demoted ? KVC_DTYPE_Q4_0 : KVC_DTYPE_F16;
+      const std::vector<float> k = decoded(format, head.k_rows() + k_at);
+      values.push_back(decoded(format, head.v_rows() + k_at));
+      k_at += kvc_format_row_bytes(format, kDim);
+      double dot = 0.0;
+      for (int32_t i = 0; i < kDim; ++i) {
+        dot += demoted ? double(query_q4[size_t(i)]) * k[size_t(i)]
+                       : double(exact[size_t(i)]) * k[size_t(i)] * scale;
+      }
+      const int32_t p = head.positions[t];
+      const bool seen = p <= q_pos && (window <= 0 || p > q_pos - window);
+      logits.push_back(seen ? dot : -INFINITY);
+      top = std::max(top, logits.back());
+    }
+    double sum = 0.0;
+    for (size_t j = 0; j < logits.size(); ++j) {
+      const double w = std::exp(logits[j] - top);
+      sum += w;
+      for (int32_t i = 0; i < kDim; ++i) out[size_t(qh * kDim + i)] += w * values[j][size_t(i)];
+    }
+    // A query that sees no key gets zeros.
+    for (int32_t i = 0; i < kDim; ++i) out[size_t(qh * kDim + i)] = top == -INFINITY ? 0.0 : out[size_t(qh * kDim + i)] / sum;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("demote_review: queries at older positions and sliding windows over mixed heads") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (int32_t block_tokens : {16, 5}) {
+    CAPTURE(block_tokens);
+    kvc_cache_params p = review_params("window", 40, 4, 8, 0.5);
+    p.block_tokens = block_tokens;
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    std::mt19937 rng(15);
+    for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache.get(), layer, 0, 0, 150, rng, false));
+    const int32_t seq = 0;
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+    // A few f16 tokens after the kept ones: a demoted tier, then f16 blocks, the last partly
+    // filled.
+    for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache.get(), layer, 0, 150, 3, rng, false));
+    REQUIRE(kvt::get_stats(cache.get()).tokens_demoted > 0);
+    for (int32_t q_pos : {152, 151, 145, 100, 60, 3, 0}) {
+      for (int32_t window : {0, 1, 7, 60}) {
+        CAPTURE(q_pos);
+        CAPTURE(window);
+        const std::vector<float> q = random_rows(rng, size_t(kQHeads) * kDim);
+        std::vector<float> out(q.size(), NAN);
+        const int32_t n = 1;
+        kvc_batch batch;
+        kvc_batch_init(&batch, 1, &seq, &n, &q_pos);
+        kvc_attention_params params;
+        kvc_attention_params_init(&params);
+        params.sliding_window = window;
+        const kvc_tensor qt = kvt::tensor(q.data(), KVC_DTYPE_F32);
+        kvc_tensor_mut ot = kvt::tensor_mut(out.data());
+        KVT_REQUIRE_OK(kvc_attend(cache.get(), 1, &batch, &qt, &params, &ot));
+        const std::vector<double> expected = image_attention(cache.get(), 0, 1, q, q_pos, window);
+        double worst = 0.0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          worst = std::max(worst, std::isnan(out[i]) ? INFINITY : std::fabs(double(out[i]) - expected[i]));
+        }
+        CHECK(worst < 1e-4);
+      }
+    }
+  }
+}
