@@ -643,3 +643,26 @@ TEST_CASE("demote_review: queries at older positions and sliding windows over mi
     }
   }
 }
+
+TEST_CASE("demote_review: truncation at the memory limit frees memory in a demoting cache") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  const size_t block_bytes = 16 * (2 * kvc_format_row_bytes(KVC_DTYPE_F16, kDim) + 4);
+  for (bool demoting : {false, true}) {
+    CAPTURE(demoting);
+    kvc_cache_params p = review_params("window", 40, 4, 8, 0.5);
+    p.layers = 1;
+    if (!demoting) p.demote_k_dtype = p.demote_v_dtype = -1;
+    p.memory_limit = 7 * kKvHeads * block_bytes;  // 100 tokens fill 7 blocks a head
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    std::mt19937 rng(16);
+    KVT_REQUIRE_OK(step(cache.get(), 0, 0, 0, 100, rng, false));
+    REQUIRE(kvt::get_stats(cache.get()).bytes_used == p.memory_limit);
+    // Rejected speculative tokens rolled back: no head holds a demoted token yet.
+    KVT_CHECK_OK(kvc_seq_truncate(cache.get(), 0, 98));
+    CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 98);
+    KVT_CHECK_OK(kvc_seq_remove_range(cache.get(), 0, 90, 95));
+    CHECK(kvt::seq_length(cache.get(), 0, 0, 0) == 93);
+    CHECK(kvt::get_stats(cache.get()).bytes_used <= p.memory_limit);
+  }
+}
