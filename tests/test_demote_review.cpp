@@ -1,8 +1,9 @@
-// Review of demote before evict (policy.demote): counters after a failed append whose "once"
-// compression demoted tokens, the peak estimate against the real peak of demoting caches,
-// heads whose every token is demoted, statistics and rows following their tokens through
-// rewrites, images imported into a cache of other blocks, and concurrent compressions of
-// disjoint sequences.
+// Review of demote before evict (policy.demote), through the C API: counters and heads after
+// a failed append whose "once" compression rewrote them, the peak estimate against the real
+// peak, heads whose every token is demoted, statistics and rows following their tokens through
+// rewrites, version-5 images in caches of other blocks, random operations against exact block
+// counts, forks (bytes_shared, copy-on-write), masked and windowed queries over both tiers,
+// truncation at the memory limit, batches of mixed and new sequences, and threads.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -709,4 +710,58 @@ TEST_CASE("demote_review: a failed append puts back mixed heads its once compres
     }
   }
   CHECK(kvt::get_stats(cache.get()).tokens_stored == lengths);
+}
+
+TEST_CASE("demote_review: a batch of a mixed and a new sequence stores as each one alone") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  kvc_cache_params p = review_params("snapkv", 30, 2, 4, 0.3);
+  p.prefill = KVC_PREFILL_PER_CHUNK;
+  p.decode_every = 2;
+  // Sequence 0 is compressed to mixed heads first; then both decode in one batch per step.
+  auto prefill = [&](kvc_cache* cache, int32_t seq, int32_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache, layer, seq, 0, n, rng, true));
+  };
+  kvt::CachePtr batched = kvt::make_cache(ctx.get(), p);
+  kvt::CachePtr alone = kvt::make_cache(ctx.get(), p);
+  for (int32_t s : {0, 1}) {
+    KVT_REQUIRE_OK(kvc_seq_create(batched.get(), s));
+    KVT_REQUIRE_OK(kvc_seq_create(alone.get(), s));
+  }
+  prefill(batched.get(), 0, 90, 20);
+  prefill(alone.get(), 0, 90, 20);
+  REQUIRE(kvt::get_stats(batched.get()).tokens_demoted > 0);
+  prefill(batched.get(), 1, 20, 21);
+  prefill(alone.get(), 1, 20, 21);
+  const size_t width = size_t(kKvHeads) * kDim;
+  std::mt19937 rng(22);
+  for (int32_t t = 0; t < 25; ++t) {
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const std::vector<float> k = random_rows(rng, 2 * width), v = random_rows(rng, 2 * width);
+      const std::vector<float> q = random_rows(rng, 2 * size_t(kQHeads) * kDim);
+      const int32_t ids[2] = {0, 1}, counts[2] = {1, 1}, positions[2] = {90 + t, 20 + t};
+      std::vector<float> out_batched(q.size()), out_alone(q.size());
+      kvc_batch batch;
+      kvc_batch_init(&batch, 2, ids, counts, positions);
+      kvc_tensor kt = kvt::tensor(k.data(), KVC_DTYPE_F32), vt = kvt::tensor(v.data(), KVC_DTYPE_F32);
+      kvc_tensor qt = kvt::tensor(q.data(), KVC_DTYPE_F32);
+      kvc_tensor_mut ot = kvt::tensor_mut(out_batched.data());
+      KVT_REQUIRE_OK(kvc_append_attend(batched.get(), layer, &batch, &qt, &kt, &vt, nullptr, &ot));
+      for (int32_t s : {0, 1}) {
+        kvc_batch one;
+        kvc_batch_init(&one, 1, &ids[s], &counts[s], &positions[s]);
+        kvc_tensor ks = kvt::tensor(k.data() + size_t(s) * width, KVC_DTYPE_F32);
+        kvc_tensor vs = kvt::tensor(v.data() + size_t(s) * width, KVC_DTYPE_F32);
+        kvc_tensor qs = kvt::tensor(q.data() + size_t(s) * kQHeads * kDim, KVC_DTYPE_F32);
+        kvc_tensor_mut os = kvt::tensor_mut(out_alone.data() + size_t(s) * kQHeads * kDim);
+        KVT_REQUIRE_OK(kvc_append_attend(alone.get(), layer, &one, &qs, &ks, &vs, nullptr, &os));
+      }
+      CHECK(out_batched == out_alone);
+    }
+  }
+  for (int32_t s : {0, 1}) CHECK(exported(batched.get(), s) == exported(alone.get(), s));
+  const kvc_cache_stats a = kvt::get_stats(batched.get()), b = kvt::get_stats(alone.get());
+  CHECK(a.tokens_demoted == b.tokens_demoted);
+  CHECK(a.tokens_evicted == b.tokens_evicted);
+  CHECK(a.bytes_used == b.bytes_used);
 }
