@@ -765,3 +765,31 @@ TEST_CASE("demote_review: a batch of a mixed and a new sequence stores as each o
   CHECK(a.tokens_evicted == b.tokens_evicted);
   CHECK(a.bytes_used == b.bytes_used);
 }
+
+TEST_CASE("demote_review: reserve on mixed heads gives the f16 tier the blocks its appends use") {
+  kvt::ContextPtr ctx = kvt::make_context();
+  for (double keep : {0.0, 0.5}) {  // 0: the f16 tier is empty after the compression
+    CAPTURE(keep);
+    kvc_cache_params p = review_params("window", 30, keep == 0.0 ? 0 : 2, keep == 0.0 ? 0 : 3, keep);
+    kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+    KVT_REQUIRE_OK(kvc_seq_create(cache.get(), 0));
+    std::mt19937 rng(23);
+    for (int32_t layer = 0; layer < 2; ++layer) KVT_REQUIRE_OK(step(cache.get(), layer, 0, 0, 70, rng, false));
+    const int32_t seq = 0;
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+    REQUIRE(kvt::get_stats(cache.get()).tokens_demoted > 0);
+    const int32_t length = kvt::seq_length(cache.get(), 0, 0, 0);
+    KVT_REQUIRE_OK(kvc_seq_reserve(cache.get(), 0, length + 40));
+    const kvc_cache_stats reserved = kvt::get_stats(cache.get());
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      std::vector<float> out;
+      KVT_REQUIRE_OK(step(cache.get(), layer, 0, 70, 40, rng, true, &out));
+      CHECK(all_finite(out));
+    }
+    const kvc_cache_stats appended = kvt::get_stats(cache.get());
+    CHECK(appended.blocks_used == reserved.blocks_used);
+    CHECK(appended.blocks_used == expected_blocks(cache.get(), 0, 16));
+    KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq));
+    CHECK(kvt::get_stats(cache.get()).blocks_used == expected_blocks(cache.get(), 0, 16));
+  }
+}
