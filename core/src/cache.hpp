@@ -126,11 +126,6 @@ class Cache {
   std::unique_ptr<Sequence> sequence_of_blocks(const std::vector<std::vector<void*>>& blocks);
   // The tokens a head holds at indices 0, 1, ... with positions 0, 1, ...
   int32_t in_order_tokens(const HeadStorage& head);
-  // remove_positions() in a cache that demotes: every head that loses tokens is rewritten
-  // (head_rebuild.hpp), its tiers kept apart, from its positions and statistics read before.
-  void remove_by_rebuild(Sequence& sequence, int32_t first, int32_t end,
-                         const std::vector<std::vector<int32_t>>& positions,
-                         const std::vector<float> (*stats)[std::size(kStoredStats)]);
 
   ResolvedBatch resolve(int32_t layer, const kvc_batch& batch) const;
   // Refuses an append whose positions do not increase strictly within each sequence, from

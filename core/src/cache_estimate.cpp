@@ -115,11 +115,15 @@ class HeadModel {
       peak = compress();
       triggers_.prefill_pending = false;
     }
-    peak = std::max(peak, grow(tokens));
+    const size_t grown = grow(tokens);
+    peak = std::max(peak, grown);
     length_ += tokens;
     seen_ += tokens;
     if (schedule_.after_attend(triggers_, tokens, prompt_end, [&] { return excess(); })) {
-      peak = std::max(peak, compress());
+      // What the growth replaced is given back only after the attention's compression, whose
+      // rewrite (with demotion) takes new blocks meanwhile.
+      const size_t replaced = g_.demotes() ? grown - held_bytes() : 0;
+      peak = std::max(peak, compress() + replaced);
     }
     const size_t after = held_bytes();
     peak_bytes_ = std::max(peak_bytes_, peak + static_cast<size_t>(layers_ - 1) * std::max(before, after));

@@ -25,7 +25,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
 
   // Every head's positions, in one batched read; with demotion the statistics too, which a
   // rewritten head takes along.
-  const bool rebuild = geometry_.demotes();
+  const bool demotes = geometry_.demotes();
   using Stats = std::vector<float>[std::size(kStoredStats)];
   std::vector<std::vector<int32_t>> positions(sequence.heads.size());
   std::unique_ptr<Stats[]> stats(new Stats[sequence.heads.size()]);
@@ -41,7 +41,7 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     job.n_segments = static_cast<int32_t>(segments[i].size());
     job.segments = segments[i].data();
     job.out_pos = positions[i].data();
-    if (rebuild) {
+    if (demotes) {
       job.stats = head.stats(geometry_);
       float** outs[] = {&job.out_attn_sum, &job.out_attn_last, &job.out_attn_window};
       for (size_t s = 0; s < std::size(kStoredStats); ++s) {
@@ -53,32 +53,46 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
     reads.push_back(job);
   }
   backend_.read_tokens(reads, nullptr);
-  if (rebuild) {
-    remove_by_rebuild(sequence, first, end, positions, stats.get());
-    return;
-  }
 
-  // A head keeps its tokens outside [first, end): a prefix is a truncation (counts only),
-  // anything else a compaction.
+  // A head keeps its tokens outside [first, end): a prefix of its storage is a truncation
+  // (counts only); anything else a compaction, or, for a head with a demoted tier, a rewrite
+  // that keeps each token's tier. The rewrite is prepared first and made the heads' last, so
+  // that a failure anywhere leaves every head as it was.
+  const std::vector<int32_t> storage_order;  // the rewrite names tokens by storage index
   std::vector<std::vector<int32_t>> kept(sequence.heads.size());
   std::vector<Compressor::Compaction> compactions;
   std::vector<Compressor::Compaction> truncations;
+  std::vector<TierPlan> rewrites;
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     HeadStorage& head = sequence.heads[i];
     const std::vector<int32_t>& pos = positions[i];
+    int32_t newest = -1;
     for (int32_t t = 0; t < head.length(); ++t) {
       const int32_t p = pos[static_cast<size_t>(t)];
-      if (p < first || p >= end) kept[i].push_back(t);
+      if (p >= first && p < end) continue;
+      kept[i].push_back(t);
+      newest = std::max(newest, p);
     }
     const int32_t n_keep = static_cast<int32_t>(kept[i].size());
     if (n_keep == head.length()) continue;
-    const int32_t newest = n_keep == 0 ? -1 : pos[static_cast<size_t>(kept[i].back())];
     const bool prefix = n_keep == 0 || kept[i].back() == n_keep - 1;
+    if (!prefix && head.demoted_length() > 0) {
+      TierPlan plan{&head, {}, {}, &storage_order, &positions[i], stats[i]};
+      for (int32_t t : kept[i]) (t < head.demoted_length() ? plan.demoted : plan.kept).push_back(t);
+      rewrites.push_back(std::move(plan));
+      continue;
+    }
     (prefix ? truncations : compactions).push_back(Compressor::Compaction{&head, &kept[i], newest});
   }
+  HeadRewrite rewrite(rewrites, backend_, pool_, geometry_, nullptr);
   compressor_.compact_heads(compactions, nullptr);
   std::vector<HeadStorage*> changed;
   for (const Compressor::Compaction& c : compactions) changed.push_back(c.head);
+  for (const TierPlan& plan : rewrites) {
+    counters_.tokens_stored -= static_cast<uint64_t>(plan.head->length()) - plan.demoted.size() - plan.kept.size();
+    changed.push_back(plan.head);
+  }
+  rewrite.commit();
   for (const auto& [head, kept_indices, newest] : truncations) {
     const int32_t n_keep = static_cast<int32_t>(kept_indices->size());
     counters_.tokens_stored -= static_cast<uint64_t>(head->length() - n_keep);
@@ -89,31 +103,6 @@ void Cache::remove_positions(int32_t seq_id, int32_t first, int32_t end) {
   // The removed tokens are as if never appended: ratio budgets follow what is left.
   for (size_t i = 0; i < sequence.heads.size(); ++i) {
     sequence.heads[i].forget(static_cast<int32_t>(positions[i].size() - kept[i].size()));
-  }
-}
-
-void Cache::remove_by_rebuild(Sequence& sequence, int32_t first, int32_t end,
-                              const std::vector<std::vector<int32_t>>& positions,
-                              const std::vector<float> (*stats)[std::size(kStoredStats)]) {
-  const std::vector<int32_t> storage_order;  // the plans name tokens by storage index
-  std::vector<TierPlan> plans;
-  std::vector<size_t> removed;
-  for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    HeadStorage& head = sequence.heads[i];
-    TierPlan plan{&head, {}, {}, &storage_order, &positions[i], stats[i]};
-    for (int32_t t = 0; t < head.length(); ++t) {
-      const int32_t p = positions[i][static_cast<size_t>(t)];
-      if (p >= first && p < end) continue;
-      (t < head.demoted_length() ? plan.demoted : plan.kept).push_back(t);
-    }
-    const size_t n_removed = positions[i].size() - plan.demoted.size() - plan.kept.size();
-    removed.push_back(n_removed);
-    if (n_removed > 0) plans.push_back(std::move(plan));
-  }
-  rebuild_heads(plans, backend_, pool_, geometry_, nullptr);
-  for (size_t i = 0; i < sequence.heads.size(); ++i) {
-    counters_.tokens_stored -= removed[i];
-    sequence.heads[i].forget(static_cast<int32_t>(removed[i]));
   }
 }
 

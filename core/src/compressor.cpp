@@ -366,6 +366,7 @@ Compressor::OnceCompression Compressor::compress_before_append(int32_t layer,
   if (once.sequences.empty()) return once;
   once.tokens_stored = counters_.tokens_stored;
   once.tokens_evicted = counters_.tokens_evicted;
+  once.tokens_demoted = counters_.tokens_demoted;
   once.bytes_copied = counters_.bytes_copied;
   try {
     for (Sequence* seq : once.sequences) {
@@ -402,6 +403,7 @@ void Compressor::roll_back(OnceCompression& once) {
   if (once.sequences.empty()) return;
   counters_.tokens_stored = once.tokens_stored;
   counters_.tokens_evicted = once.tokens_evicted;
+  counters_.tokens_demoted = once.tokens_demoted;
   counters_.bytes_copied = once.bytes_copied;
 }
 

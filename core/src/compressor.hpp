@@ -66,7 +66,7 @@ class Compressor {
   struct OnceCompression {
     std::vector<Sequence*> sequences;
     std::vector<std::pair<HeadStorage*, HeadSnapshot>> heads;
-    uint64_t tokens_stored = 0, tokens_evicted = 0, bytes_copied = 0;  // before it
+    uint64_t tokens_stored = 0, tokens_evicted = 0, tokens_demoted = 0, bytes_copied = 0;  // before it
   };
   OnceCompression compress_before_append(int32_t layer, const kvc_batch& batch,
                                          const ResolvedBatch& resolved);

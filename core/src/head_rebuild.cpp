@@ -127,24 +127,24 @@ void write_stats(const TierPlan& plan, float* stats, Backend& backend, const Geo
 
 }  // namespace
 
-void rebuild_heads(const std::vector<TierPlan>& plans, Backend& backend, BlockPool& pool,
-                   const Geometry& g, void* stream) {
+HeadRewrite::HeadRewrite(const std::vector<TierPlan>& plans, Backend& backend, BlockPool& pool,
+                         const Geometry& g, void* stream)
+    : plans_(plans), pool_(pool), g_(g), stream_(stream) {
   size_t blocks = 0;
-  std::vector<size_t> sizes;
   for (const TierPlan& plan : plans) {
     blocks += blocks_for(plan.demoted.size(), g.block_capacity(1)) +
               blocks_for(plan.kept.size(), g.block_capacity(0));
-    if (plan.head->stats_array()) sizes.push_back(g.stats_bytes_for(plan.head->stats_capacity()));
+    if (plan.head->stats_array()) sizes_.push_back(g.stats_bytes_for(plan.head->stats_capacity()));
   }
-  BlockPool::Taken taken = pool.take(blocks, sizes);
+  taken_ = pool.take(blocks, sizes_);
   std::vector<NewHead> heads(plans.size());
   try {
-    Writer writer(g, taken.blocks);
+    Writer writer(g, taken_.blocks);
     size_t next_memory = 0;
     for (size_t i = 0; i < plans.size(); ++i) {
       writer.place(plans[i], plans[i].demoted, 1, heads[i]);
       writer.place(plans[i], plans[i].kept, 0, heads[i]);
-      if (plans[i].head->stats_array()) heads[i].stats = static_cast<float*>(taken.memory[next_memory++]);
+      if (plans[i].head->stats_array()) heads[i].stats = static_cast<float*>(taken_.memory[next_memory++]);
     }
     backend.convert(writer.jobs(), stream);
     for (size_t i = 0; i < plans.size(); ++i) {
@@ -156,18 +156,40 @@ void rebuild_heads(const std::vector<TierPlan>& plans, Backend& backend, BlockPo
       if (head.stats) write_stats(plans[i], head.stats, backend, g, stream);
     }
   } catch (...) {
-    for (void* block : taken.blocks) pool.give_back_block(block);
-    for (size_t i = 0; i < taken.memory.size(); ++i) pool.release(taken.memory[i], sizes[i], stream);
+    give_back();
     throw;
   }
-  for (size_t i = 0; i < plans.size(); ++i) {
-    HeadStorage& head = *plans[i].head;
-    const int32_t stats_capacity = head.stats_capacity();
-    auto [old_segments, old_stats] = head.replace_tokens(
-        std::move(heads[i].segments), heads[i].stats, stats_capacity, heads[i].newest_position);
-    for (const Segment& s : old_segments) pool.give_back_block(s.base);
-    if (old_stats) pool.release(old_stats, g.stats_bytes_for(stats_capacity), stream);
+  for (NewHead& head : heads) {
+    segments_.push_back(std::move(head.segments));
+    stats_.push_back(head.stats);
+    newest_.push_back(head.newest_position);
   }
+}
+
+HeadRewrite::~HeadRewrite() {
+  if (!committed_) give_back();
+}
+
+void HeadRewrite::give_back() {
+  for (void* block : taken_.blocks) pool_.give_back_block(block);
+  for (size_t i = 0; i < taken_.memory.size(); ++i) pool_.release(taken_.memory[i], sizes_[i], stream_);
+}
+
+void HeadRewrite::commit() {
+  committed_ = true;
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    HeadStorage& head = *plans_[i].head;
+    const int32_t stats_capacity = head.stats_capacity();
+    auto [old_segments, old_stats] =
+        head.replace_tokens(std::move(segments_[i]), stats_[i], stats_capacity, newest_[i]);
+    for (const Segment& s : old_segments) pool_.give_back_block(s.base);
+    if (old_stats) pool_.release(old_stats, g_.stats_bytes_for(stats_capacity), stream_);
+  }
+}
+
+void rebuild_heads(const std::vector<TierPlan>& plans, Backend& backend, BlockPool& pool,
+                   const Geometry& g, void* stream) {
+  HeadRewrite(plans, backend, pool, g, stream).commit();
 }
 
 }  // namespace kvc

@@ -5,8 +5,6 @@
 namespace kvc {
 namespace {
 
-size_t segment_bytes(const Segment& s, const Geometry& g) { return g.bytes_for(s.capacity, s.tier); }
-
 // Gives back what restore_head took before it failed.
 void release_parts(std::vector<Segment>& taken, BlockPool& pool, const Geometry& g) {
   for (const Segment& s : taken) {

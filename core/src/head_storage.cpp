@@ -229,6 +229,7 @@ void HeadStorage::truncate(int32_t new_length, int32_t newest_position, BlockPoo
   length_ = kept;
   newest_position_ = newest_position;
   release_empty_blocks(pool, g);
+  count_demoted();
   segments_changed();
 }
 
@@ -264,7 +265,7 @@ void HeadStorage::fork_from(const HeadStorage& source, void* stats_memory, Backe
   }
   for (const Segment& s : source.segments_) {
     if (s.count == 0) break;
-    pool.share(s.base, g.bytes_for(s.capacity, s.tier));
+    pool.share(s.base, segment_bytes(s, g));
     segments_.push_back(s);
   }
   segments_changed();

@@ -235,6 +235,11 @@ class HeadStorage {
   int32_t effective_budget_ = -1;
 };
 
+// The bytes a segment's memory takes: a paged block's whatever its tier, else its capacity's.
+inline size_t segment_bytes(const Segment& s, const Geometry& g) {
+  return g.layout == KVC_LAYOUT_PAGED ? g.bytes_for(g.block_tokens) : g.bytes_for(s.capacity, s.tier);
+}
+
 inline unsigned char* segment_k(const Segment& s) { return s.base; }
 inline unsigned char* segment_v(const Segment& s, const Geometry& g) {
   return s.base + g.v_offset(s.capacity, s.tier);
