@@ -459,8 +459,9 @@ TEST_CASE("mixed formats: convert refuses a bad job, naming it") {
   job.dst_v = nullptr;
   refused("convert job 0 has a NULL pointer");
   job.dst_v = job.dst_k;
-  job.dst_k_dtype = kvc_dtype(9);
-  refused("unknown storage dtype 9");
+  // 7: within the enum's range (loading anything beyond it is undefined), not a format.
+  job.dst_k_dtype = kvc_dtype(7);
+  refused("unknown storage dtype 7");
   job.dst_k_dtype = KVC_DTYPE_Q4_0;
   call.head_dim = 48;
   refused("head_dim 48 is not a multiple of q4_0's group of 32 values");
@@ -607,9 +608,9 @@ TEST_CASE("mixed formats: attention refuses a segment format that does not fit")
   c.n_jobs = 1;
   Instance backend;
   kvc_plugin_error error{};
-  head.abi[0].v_dtype = kvc_dtype(17);
+  head.abi[0].v_dtype = kvc_dtype(6);  // within the enum's range, not a format
   CHECK(backend.cpu->attend(backend.instance, &c, &error) == KVC_ERR_INVALID_ARGUMENT);
-  CHECK_MESSAGE(kvt::contains(error.message, "attend job 0: segment 0 has unknown storage dtype 17"),
+  CHECK_MESSAGE(kvt::contains(error.message, "attend job 0: segment 0 has unknown storage dtype 6"),
                 error.message);
   // f16 queries are a query dtype of f16 and of q8_0 keys alike; not of f32 keys.
   head.abi[0].v_dtype = KVC_DTYPE_Q8_0;
