@@ -2,17 +2,19 @@
 // a double-precision reference over the rows as stored, with the selection rule of
 // docs/policies.md written out again here; failures that leave the cache as it was; fork and
 // removal of mixed heads.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kvcache/kvcache_format.h"
+#include "demote_support.hpp"
 #include "test_support.hpp"
 
 namespace {
+
+using dmt::arm_fault;
+using dmt::random_rows;
 
 constexpr int32_t kKvHeads = 2, kQHeads = 4, kDim = 64;
 constexpr int32_t kSinks = 4, kRecent = 8, kBudget = 40;
@@ -172,13 +174,6 @@ kvc_cache_params demote_params(int demoted_format) {
   return p;
 }
 
-std::vector<float> random_rows(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
 kvc_batch one_sequence(const int32_t& seq, const int32_t& n, const int32_t* positions) {
   kvc_batch batch;
   kvc_batch_init(&batch, 1, &seq, &n, positions);
@@ -250,16 +245,6 @@ bool same_stats(kvc_cache_stats a, kvc_cache_stats b) {
   return kvt::stats_equal(a, b);
 }
 
-void arm_fault(int entry, long nth) {
-  void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(handle != nullptr);
-  auto arm = reinterpret_cast<void (*)(int, long, int32_t, const char*)>(
-      dlsym(handle, "kvc_fault_arm"));
-  const bool found = arm != nullptr;
-  REQUIRE(found);
-  arm(entry, nth, KVC_ERR_PLUGIN, "injected fault");
-  dlclose(handle);
-}
 
 }  // namespace
 
@@ -361,13 +346,7 @@ TEST_CASE("demote: a failed demotion leaves the cache as it was") {
   Reference ref(KVC_DTYPE_Q4_0);
   std::mt19937 rng(5);
   append(cache.get(), 0, ref, rng, 0, 100);
-  const auto exported = [&] {
-    size_t size = 0, written = 0;
-    KVT_REQUIRE_OK(kvc_seq_export_size(cache.get(), 0, &size));
-    std::vector<unsigned char> bytes(size);
-    KVT_REQUIRE_OK(kvc_seq_export(cache.get(), 0, bytes.data(), bytes.size(), &written));
-    return bytes;
-  };
+  const auto exported = [&] { return dmt::exported(cache.get(), 0); };
   const std::vector<unsigned char> before = exported();
   const kvc_cache_stats stats_before = kvt::get_stats(cache.get());
   // The backend's conversion fails, then every later backend call of the compression in turn.

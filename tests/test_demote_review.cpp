@@ -4,8 +4,6 @@
 // rewrites, version-5 images in caches of other blocks, random operations against exact block
 // counts, forks (bytes_shared, copy-on-write), masked and windowed queries over both tiers,
 // truncation at the memory limit, batches of mixed and new sequences, and threads.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -13,11 +11,16 @@
 #include <thread>
 #include <vector>
 
+#include "demote_support.hpp"
 #include "host_reads.hpp"
 #include "kvcache/kvcache_format.h"
 #include "test_support.hpp"
 
 namespace {
+
+using dmt::arm_fault;
+using dmt::exported;
+using dmt::random_rows;
 
 constexpr int32_t kKvHeads = 2, kQHeads = 4, kDim = 64;
 constexpr int kFaultAppend = 1;  // the fault backend's entry number of append
@@ -39,13 +42,6 @@ kvc_cache_params review_params(const char* policy, int32_t budget, int32_t sinks
   p.demote_v_dtype = KVC_DTYPE_Q4_0;
   p.demote_keep = keep;
   return p;
-}
-
-std::vector<float> random_rows(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
 }
 
 // Appends positions [first, first + n) of `seq` on `layer`, attending over them when `attend`.
@@ -70,31 +66,11 @@ kvt::Status step(kvc_cache* cache, int32_t layer, int32_t seq, int32_t first, in
   return kvt::Status{kvc_append_attend(cache, layer, &batch, &qt, &kt, &vt, nullptr, &ot)};
 }
 
-void arm_fault(int entry, long nth) {
-  void* handle = dlopen(KVC_TEST_FAULT_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(handle != nullptr);
-  auto arm = reinterpret_cast<void (*)(int, long, int32_t, const char*)>(
-      dlsym(handle, "kvc_fault_arm"));
-  const bool found = arm != nullptr;
-  REQUIRE(found);
-  arm(entry, nth, KVC_ERR_PLUGIN, "injected fault");
-  dlclose(handle);
-}
-
 bool all_finite(const std::vector<float>& values) {
   for (float x : values) {
     if (!std::isfinite(x)) return false;
   }
   return true;
-}
-
-std::vector<unsigned char> exported(kvc_cache* cache, int32_t seq) {
-  size_t size = 0, written = 0;
-  KVT_REQUIRE_OK(kvc_seq_export_size(cache, seq, &size));
-  std::vector<unsigned char> bytes(size);
-  KVT_REQUIRE_OK(kvc_seq_export(cache, seq, bytes.data(), bytes.size(), &written));
-  bytes.resize(written);
-  return bytes;
 }
 
 }  // namespace
