@@ -288,6 +288,39 @@ const Formats kPairs[][2] = {
     {{KVC_DTYPE_Q8_0, KVC_DTYPE_F16}, {KVC_DTYPE_F16, KVC_DTYPE_Q4_0}},
 };
 
+// One query token (kGroup heads, f32) at `q_pos` over `segments`, as one attend call whose own
+// formats are `call_format` for K and V.
+struct OneQuery {
+  OneQuery(ref::Rng& rng, int32_t position, const kvc_segment* segments, size_t n_segments,
+           kvc_dtype call_format)
+      : q(rng.vec(kGroup * kDim)), out(q.size()), q_pos(position) {
+    job.struct_size = sizeof(job);
+    job.n_queries = 1;
+    job.q = q.data();
+    job.q_stride = kGroup * kDim;
+    job.q_dtype = KVC_DTYPE_F32;
+    job.q_pos = &q_pos;
+    job.out = out.data();
+    job.out_stride = kGroup * kDim;
+    job.segments = segments;
+    job.n_segments = int32_t(n_segments);
+    call.struct_size = sizeof(call);
+    call.head_dim = kDim;
+    call.group_size = kGroup;
+    call.storage_dtype = call.v_dtype = call_format;
+    call.scale = 1.0f;
+    call.jobs = &job;
+    call.n_jobs = 1;
+  }
+  OneQuery(const OneQuery&) = delete;
+  OneQuery& operator=(const OneQuery&) = delete;
+
+  std::vector<float> q, out;
+  const int32_t q_pos;
+  kvc_attend_job job{};
+  kvc_attend_call call{};
+};
+
 }  // namespace
 
 TEST_CASE("mixed formats: attention over a head whose demoted tier holds other formats") {
@@ -336,27 +369,12 @@ TEST_CASE("mixed formats: a segment written by a host older than 1.6 has the cal
     segment.struct_size = uint32_t(old_size);
     std::memcpy(packed.data() + s * old_size, &segment, old_size);
   }
-  std::vector<float> q = rng.vec(kGroup * kDim), out(q.size());
-  const int32_t q_pos = 80;
-  kvc_attend_job job{};
-  job.struct_size = sizeof(job);
-  job.n_queries = 1;
-  job.q = q.data();
-  job.q_stride = kGroup * kDim;
-  job.q_dtype = KVC_DTYPE_F32;
-  job.q_pos = &q_pos;
-  job.out = out.data();
-  job.out_stride = kGroup * kDim;
-  job.segments = reinterpret_cast<const kvc_segment*>(packed.data());
-  job.n_segments = int32_t(head.abi.size());
-  kvc_attend_call c{};
-  c.struct_size = sizeof(c);
-  c.head_dim = kDim;
-  c.group_size = kGroup;
-  c.storage_dtype = c.v_dtype = call.k;
-  c.scale = 1.0f;
-  c.jobs = &job;
-  c.n_jobs = 1;
+  OneQuery one(rng, 80, reinterpret_cast<const kvc_segment*>(packed.data()), head.abi.size(),
+               call.k);
+  std::vector<float>& q = one.q;
+  std::vector<float>& out = one.out;
+  const int32_t q_pos = one.q_pos;
+  kvc_attend_call& c = one.call;
   Instance backend;
   kvc_plugin_error error{};
   REQUIRE_MESSAGE(backend.cpu->attend(backend.instance, &c, &error) == KVC_OK, error.message);
@@ -585,27 +603,10 @@ TEST_CASE("mixed formats: attention refuses a segment format that does not fit")
   ref::Rng rng(41);
   const Formats call{KVC_DTYPE_F16, KVC_DTYPE_F16};
   Head head(call, {KVC_DTYPE_Q8_0, KVC_DTYPE_Q8_0}, 40, rng);
-  std::vector<float> q = rng.vec(kGroup * kDim), out(q.size());
-  const int32_t q_pos = 40;
-  kvc_attend_job job{};
-  job.struct_size = sizeof(job);
-  job.n_queries = 1;
-  job.q = q.data();
-  job.q_stride = kGroup * kDim;
-  job.q_dtype = KVC_DTYPE_F32;
-  job.q_pos = &q_pos;
-  job.out = out.data();
-  job.out_stride = kGroup * kDim;
-  job.segments = head.abi.data();
-  job.n_segments = int32_t(head.abi.size());
-  kvc_attend_call c{};
-  c.struct_size = sizeof(c);
-  c.head_dim = kDim;
-  c.group_size = kGroup;
-  c.storage_dtype = c.v_dtype = call.k;
-  c.scale = 1.0f;
-  c.jobs = &job;
-  c.n_jobs = 1;
+  OneQuery one(rng, 40, head.abi.data(), head.abi.size(), call.k);
+  std::vector<float>& q = one.q;
+  kvc_attend_job& job = one.job;
+  kvc_attend_call& c = one.call;
   Instance backend;
   kvc_plugin_error error{};
   head.abi[0].v_dtype = kvc_dtype(6);  // within the enum's range, not a format
