@@ -274,6 +274,24 @@ TEST_CASE("cpp wrapper: fork, truncate, remove_range") {
   CHECK(cache.length(1, 0, 1) == 4);
 }
 
+TEST_CASE("cpp wrapper: a cache's stream reaches the backend, which the cpu one ignores") {
+  kvcache::Context ctx;
+  kvcache::Cache with_stream = sequence_cache(ctx);
+  kvcache::Cache without = sequence_cache(ctx);
+  int stream = 0;  // stands for an engine's stream
+  with_stream.set_stream(&stream);
+  for (kvcache::Cache* cache : {&with_stream, &without}) {
+    cache->create_sequence(0);
+    feed(*cache, 0, positions(0, 12), 6);
+    cache->fork(0, 1);
+    cache->truncate(1, 7);
+  }
+  CHECK(feed(with_stream, 1, {7}, 2) == feed(without, 1, {7}, 2));
+  CHECK(stored(with_stream, 0) == stored(without, 0));
+  with_stream.set_stream(nullptr);
+  CHECK(feed(with_stream, 0, {12}, 3) == feed(without, 0, {12}, 3));
+}
+
 TEST_CASE("cpp wrapper: export and import, through bytes and a file") {
   kvcache::Context ctx;
   kvcache::Cache cache = sequence_cache(ctx);

@@ -67,6 +67,7 @@ const Covered kCovered[] = {
     KVT_COVERED(kvc_cache_create_from_yaml, "misuse: kvc_cache_create_from_yaml"),
     KVT_COVERED(kvc_cache_destroy, "misuse: init and destroy functions accept NULL"),
     KVT_COVERED(kvc_cache_get_params, "misuse: out-structs"),
+    KVT_COVERED(kvc_cache_set_stream, "misuse: kvc_cache_set_stream"),
     KVT_COVERED(kvc_cache_stats_init, "misuse: init and destroy functions accept NULL"),
     KVT_COVERED(kvc_cache_get_stats, "misuse: out-structs"),
     KVT_COVERED(kvc_policy_info_init, "misuse: init and destroy functions accept NULL"),
@@ -1017,6 +1018,16 @@ TEST_CASE("misuse: out-structs") {
     for (size_t i = 0; i < 24; ++i) untouched = untouched && tail[i] == 0x77;
     CHECK_MESSAGE(untouched, "an out-struct was written past the fields this library knows");
   }
+}
+
+TEST_CASE("misuse: kvc_cache_set_stream") {
+  Fixture f;
+  kvc_cache* c = f.cache;
+  int stream = 0;
+  KVT_REFUSED(KVT_ON(c), kvc_cache_set_stream(nullptr, &stream), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
+  KVT_REFUSED(KVT_ON(c), kvc_cache_set_stream(nullptr, nullptr), KVC_ERR_INVALID_ARGUMENT,
+              "cache");
 }
 
 TEST_CASE("misuse: sequence lifetime") {

@@ -679,6 +679,8 @@ struct ConfigProbeRecord {
   int32_t last_n_tokens, last_n_kv_heads;
   size_t last_n_slots;
   int covers_once;
+  long on_watched, elsewhere;
+  char first_elsewhere[32];
 };
 
 // The probe's record since the last call (it is cleared each time).
@@ -693,6 +695,18 @@ ConfigProbeRecord config_probe_record() {
   read(&out);
   dlclose(handle);
   return out;
+}
+
+// Makes the probe count the calls on `stream` apart from those on any other.
+void config_probe_watch(const void* stream) {
+  void* handle = dlopen(KVC_TEST_CONFIG_PROBE_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  auto watch =
+      reinterpret_cast<void (*)(const void*)>(dlsym(handle, "kvc_config_probe_watch"));
+  const bool found = watch != nullptr;
+  REQUIRE(found);
+  watch(stream);
+  dlclose(handle);
 }
 
 kvt::ContextPtr probe_context() {
@@ -830,6 +844,98 @@ TEST_CASE("plugins: growth copies and frees go through a 1.3 backend's stream en
   REQUIRE(views[0].count == kFirst + kSecond);
   CHECK(static_cast<const float*>(views[0].k)[kDim + 2] == rows[kDim + 2]);
   CHECK(static_cast<const float*>(views[0].k)[kFirst * kDim] == rows[0]);
+}
+
+namespace {
+
+// Appends `n` tokens to `seq` on every layer and attends over them, on `stream`.
+void append_attend_on(kvc_cache* cache, int32_t layers, int32_t seq, int32_t first, int32_t n,
+                      void* stream) {
+  constexpr int32_t kDim = 8;
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int32_t t = 0; t < n; ++t) positions[static_cast<size_t>(t)] = first + t;
+  std::vector<float> rows(static_cast<size_t>(n) * kDim);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 0.01f * static_cast<float>(i % 97);
+  std::vector<float> out(rows.size());
+  const kvc_tensor t = kvt::tensor(rows.data(), KVC_DTYPE_F32);
+  kvc_tensor_mut o = kvt::tensor_mut(out.data());
+  kvc_attention_params a;
+  kvc_attention_params_init(&a);
+  kvc_batch batch;
+  kvc_batch_init(&batch, 1, &seq, &n, positions.data());
+  batch.stream = stream;
+  for (int32_t layer = 0; layer < layers; ++layer) {
+    KVT_REQUIRE_OK(kvc_append_attend(cache, layer, &batch, &t, &t, &t, &a, &o));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("plugins: every backend call that names no stream runs on the cache's stream") {
+  constexpr int32_t kLayers = 2;
+  kvt::ContextPtr ctx = probe_context();
+  kvc_cache_params p;
+  kvc_cache_params_init(&p);
+  p.layers = kLayers;
+  p.head_dim = 8;
+  p.dtype = KVC_DTYPE_F32;
+  p.block_tokens = 4;
+  p.backend = "config_probe";
+  p.policy = "h2o";
+  p.budget = 12;
+  p.sinks = 2;
+  p.recent = 4;
+  kvt::CachePtr cache = kvt::make_cache(ctx.get(), p);
+  int engine_stream = 0, batch_stream = 0;  // stand for streams; the CPU backend never reads them
+  KVT_REQUIRE_OK(kvc_cache_set_stream(cache.get(), &engine_stream));
+  config_probe_watch(&engine_stream);
+  config_probe_record();
+
+  // Batches without a stream of their own, compression, a fork whose append unshares a block,
+  // truncation, removal of a range (copying shared blocks), export and import.
+  REQUIRE(kvc_seq_create(cache.get(), 0) == nullptr);
+  append_attend_on(cache.get(), kLayers, 0, 0, 30, nullptr);
+  const int32_t seq0 = 0;
+  KVT_REQUIRE_OK(kvc_compress(cache.get(), -1, 1, &seq0));
+  KVT_REQUIRE_OK(kvc_seq_fork(cache.get(), 0, 1));
+  append_attend_on(cache.get(), kLayers, 1, 30, 3, nullptr);
+  KVT_REQUIRE_OK(kvc_seq_remove_range(cache.get(), 1, 3, 9));
+  KVT_REQUIRE_OK(kvc_seq_truncate(cache.get(), 0, 25));
+  size_t size = 0;
+  KVT_REQUIRE_OK(kvc_seq_export_size(cache.get(), 1, &size));
+  std::vector<unsigned char> image(size);
+  size_t written = 0;
+  KVT_REQUIRE_OK(kvc_seq_export(cache.get(), 1, image.data(), image.size(), &written));
+  KVT_REQUIRE_OK(kvc_seq_import(cache.get(), 2, image.data(), written));
+  KVT_REQUIRE_OK(kvc_seq_remove(cache.get(), 2));
+  ConfigProbeRecord r = config_probe_record();
+  CHECK(r.on_watched > 20);
+  CHECK(r.copies_async > 0);
+  CHECK(r.frees_async > 0);
+  CHECK(r.synchronizes > 0);
+  CHECK(r.elsewhere == 0);
+  CHECK(std::string(r.first_elsewhere) == "");
+
+  // A batch's own stream wins for everything its call does.
+  config_probe_watch(&batch_stream);
+  append_attend_on(cache.get(), kLayers, 0, 40, 9, &batch_stream);
+  r = config_probe_record();
+  CHECK(r.on_watched >= 2 * kLayers);
+  CHECK(r.elsewhere == 0);
+
+  // NULL is the backend's default again, and destruction never uses the engine's stream.
+  config_probe_watch(&engine_stream);
+  KVT_REQUIRE_OK(kvc_cache_set_stream(cache.get(), nullptr));
+  append_attend_on(cache.get(), kLayers, 0, 60, 1, nullptr);
+  r = config_probe_record();
+  CHECK(r.on_watched == 0);
+  CHECK(r.elsewhere >= 2 * kLayers);
+  KVT_REQUIRE_OK(kvc_cache_set_stream(cache.get(), &engine_stream));
+  cache.reset();
+  r = config_probe_record();
+  CHECK(r.frees_async > 0);
+  CHECK(r.on_watched == 0);
+  config_probe_watch(nullptr);
 }
 
 TEST_CASE("plugins: a 1.4 backend gets each append once, the tensors whole, every row in one slot") {

@@ -159,7 +159,18 @@ kvc_status* kvc_cache_create_from_yaml(kvc_context* context, const char* yaml_te
   }, out_cache);
 }
 
-void kvc_cache_destroy(kvc_cache* cache) { delete cache; }
+void kvc_cache_destroy(kvc_cache* cache) {
+  // Teardown frees on the backend's default stream: the engine's may be gone already.
+  if (cache) cache->impl->set_stream(nullptr);
+  delete cache;
+}
+
+kvc_status* kvc_cache_set_stream(kvc_cache* cache, void* stream) {
+  return kvc::guarded([&] {
+    kvc::require(cache != nullptr, "cache is NULL");
+    cache->impl->set_stream(stream);
+  });
+}
 
 kvc_status* kvc_cache_get_params(const kvc_cache* cache, kvc_cache_params* out_params) {
   return kvc::guarded([&] {

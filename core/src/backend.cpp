@@ -86,7 +86,7 @@ void Backend::check(int32_t code, const kvc_plugin_error& error, const char* wha
 
 void Backend::free(void* ptr, void* stream) {
   if (has_streams(vtable_)) {
-    vtable_.free_async(instance_, ptr, stream);
+    vtable_.free_async(instance_, ptr, on(stream));
   } else {
     vtable_.free(instance_, ptr);
   }
@@ -98,6 +98,7 @@ void Backend::copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind,
     check(vtable_.copy(instance_, dst, src, bytes, kind, &error), error, "copy");
     return;
   }
+  stream = on(stream);
   check(vtable_.copy_async(instance_, dst, src, bytes, kind, stream, &error), error, "copy_async");
   if (kind != KVC_COPY_DEVICE_TO_DEVICE) {
     check(vtable_.synchronize(instance_, stream, &error), error, "synchronize");
@@ -113,6 +114,7 @@ void Backend::append(const std::vector<kvc_append_slot>& slots, kvc_append_tenso
   call.v_dtype = v_dtype_;
   call.slots = slots.data();
   call.n_slots = slots.size();
+  call.stream = on(call.stream);
   if (!vtable_.append_tensors) {
     append_by_jobs(call);
     return;
@@ -166,13 +168,14 @@ void Backend::attend(const std::vector<kvc_attend_job>& jobs, kvc_attend_call ca
   call.v_dtype = v_dtype_;
   call.jobs = jobs.data();
   call.n_jobs = jobs.size();
+  call.stream = on(call.stream);
   kvc_plugin_error error{};
   check(vtable_.attend(instance_, &call, &error), error, "attend");
 }
 
 void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_compact_call call{sizeof(call), head_dim_, k_dtype_, stream,
+  kvc_compact_call call{sizeof(call), head_dim_, k_dtype_, on(stream),
                         jobs.data(), jobs.size(),   v_dtype_};
   kvc_plugin_error error{};
   check(vtable_.compact(instance_, &call, &error), error, "compact");
@@ -180,7 +183,7 @@ void Backend::compact(const std::vector<kvc_compact_job>& jobs, void* stream) {
 
 void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_read_keys_call call{sizeof(call), head_dim_, k_dtype_, stream,
+  kvc_read_keys_call call{sizeof(call), head_dim_, k_dtype_, on(stream),
                           jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.read_keys(instance_, &call, &error), error, "read_keys");
@@ -188,7 +191,7 @@ void Backend::read_keys(const std::vector<kvc_read_keys_job>& jobs, void* stream
 
 void Backend::convert(const std::vector<kvc_convert_job>& jobs, void* stream) {
   if (jobs.empty()) return;
-  kvc_convert_call call{sizeof(call), head_dim_, stream, jobs.data(), jobs.size()};
+  kvc_convert_call call{sizeof(call), head_dim_, on(stream), jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.convert(instance_, &call, &error), error, "convert");
 }
@@ -196,21 +199,21 @@ void Backend::convert(const std::vector<kvc_convert_job>& jobs, void* stream) {
 void Backend::read_tokens(const std::vector<kvc_read_tokens_job>& jobs, void* stream) {
   if (jobs.empty()) return;
   if (!vtable_.read_tokens) {
-    for (const kvc_read_tokens_job& job : jobs) read_tokens_by_copy(job);
+    for (const kvc_read_tokens_job& job : jobs) read_tokens_by_copy(job, stream);
     return;
   }
-  kvc_read_tokens_call call{sizeof(call), stream, jobs.data(), jobs.size()};
+  kvc_read_tokens_call call{sizeof(call), on(stream), jobs.data(), jobs.size()};
   kvc_plugin_error error{};
   check(vtable_.read_tokens(instance_, &call, &error), error, "read_tokens");
 }
 
-void Backend::read_tokens_by_copy(const kvc_read_tokens_job& job) {
+void Backend::read_tokens_by_copy(const kvc_read_tokens_job& job, void* stream) {
   size_t tokens = 0;
   for (int32_t s = 0; s < job.n_segments; ++s) {
     const kvc_segment& segment = job.segments[s];
     if (job.out_pos && segment.count > 0) {
       copy(job.out_pos + tokens, segment.pos, sizeof(int32_t) * static_cast<size_t>(segment.count),
-           KVC_COPY_DEVICE_TO_HOST);
+           KVC_COPY_DEVICE_TO_HOST, stream);
     }
     tokens += static_cast<size_t>(segment.count);
   }
@@ -218,7 +221,9 @@ void Backend::read_tokens_by_copy(const kvc_read_tokens_job& job) {
                                                    {job.out_attn_last, job.stats.attn_last},
                                                    {job.out_attn_window, job.stats.attn_window}};
   for (const auto& [out, source] : stats) {
-    if (out && source && tokens > 0) copy(out, source, sizeof(float) * tokens, KVC_COPY_DEVICE_TO_HOST);
+    if (out && source && tokens > 0) {
+      copy(out, source, sizeof(float) * tokens, KVC_COPY_DEVICE_TO_HOST, stream);
+    }
   }
 }
 

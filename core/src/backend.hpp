@@ -20,12 +20,14 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   const std::string& name() const { return name_; }
+  // The stream of every call below given none (NULL): the cache's (kvc_cache_set_stream).
+  void set_default_stream(void* stream) { default_stream_ = stream; }
   // Device memory, NULL when the device is exhausted.
   void* alloc(size_t bytes) { return vtable_.alloc(instance_, bytes); }
-  // Ordered on `stream` (NULL: after all earlier work) where the backend has free_async.
+  // Ordered on the stream where the backend has free_async.
   void free(void* ptr, void* stream = nullptr);
-  // Ordered on `stream` (NULL: after all earlier work); returns once host memory on either side
-  // is read or written. A device-to-device copy on a stream may still be running.
+  // Ordered on the stream; returns once host memory on either side is read or written. A
+  // device-to-device copy on a stream may still be running.
   void copy(void* dst, const void* src, size_t bytes, kvc_copy_kind kind, void* stream = nullptr);
   // `call` holds the source tensors, their positions and the stream; its shape, formats, slots
   // and struct_size are filled in here. A backend without append_tensors (ABI < 1.4) gets
@@ -45,7 +47,8 @@ class Backend {
 
  private:
   void check(int32_t code, const kvc_plugin_error& error, const char* what) const;
-  void read_tokens_by_copy(const kvc_read_tokens_job& job);
+  void* on(void* stream) const { return stream ? stream : default_stream_; }
+  void read_tokens_by_copy(const kvc_read_tokens_job& job, void* stream);
   void append_by_jobs(const kvc_append_tensors_call& call);
 
   std::string name_;
@@ -55,6 +58,7 @@ class Backend {
   kvc_dtype k_dtype_;
   kvc_dtype v_dtype_;
   void* instance_ = nullptr;
+  void* default_stream_ = nullptr;
 };
 
 }  // namespace kvc

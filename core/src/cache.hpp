@@ -39,6 +39,9 @@ class Cache {
   Cache& operator=(const Cache&) = delete;
 
   const CacheConfig& config() const { return config_; }
+  // The stream of every backend call that names none (kvc_cache_set_stream); the caller has
+  // the cache to itself.
+  void set_stream(void* stream) { backend_.set_default_stream(stream); }
   Context& context() const { return context_; }
   // The attention statistics stored per token (kvc_stat_flags), which an export carries.
   uint32_t stored_stats() const { return geometry_.stats; }

@@ -36,7 +36,7 @@ constexpr double kDemoteKeeps[] = {0.25, 0.0, 1.0, 0.5, 1.5, -0.25};
 constexpr int32_t kSeqIds[] = {0, 1, 2, 3, 0, 1, -1, INT32_MAX};
 constexpr int32_t kTrackedIds[] = {0, 1, 2, 3, INT32_MAX};
 constexpr int kMaxCalls = 200;
-constexpr int kOps = 24;
+constexpr int kOps = 25;
 
 constexpr const char* kStoresYaml =
     "threads: 1\n"
@@ -460,9 +460,21 @@ class Program {
         return prefix_attach();
       case 23:
         return prefix_lookup();
+      case 24:
+        return set_stream();
       default:
         return query();
     }
+  }
+
+  // Streams stand in for an engine's: the cpu backend passes them on and never reads them,
+  // so every call after one is set works as before.
+  bool set_stream() {
+    static int streams[2];
+    const uint32_t k = in_.pick(3);
+    kvf::require_ok(kvc_cache_set_stream(cache_, k < 2 ? &streams[k] : nullptr),
+                    "kvc_cache_set_stream");
+    return true;
   }
 
   // ---------------------------------------------------------------- stores

@@ -105,7 +105,7 @@ void images(const std::string& dir) {
 enum Op : uint8_t { kCreate = 0, kRemove, kFork, kTruncate, kRemoveRange, kReserve, kAppend,
                     kAttend, kAppendAttend, kCompress, kReportStats, kExportImport, kQuery,
                     kOffload = 16, kRestore, kDrop, kPrefixSave, kPrefixLoad, kPrefixPublish,
-                    kPrefixAttach, kPrefixLookup };
+                    kPrefixAttach, kPrefixLookup, kSetStream };
 
 std::vector<uint8_t> program(std::vector<uint8_t> setup, const std::vector<uint8_t>& calls) {
   setup.insert(setup.end(), calls.begin(), calls.end());
@@ -140,9 +140,10 @@ void programs(const std::string& dir) {
   // Budget bit 6: a seventh setup byte demotes K and V to q4_0 (40 = 5 + 5 * 7), keep 0.25.
   write(dir + "/paged_f16_h2o_demote_q4_0",
         program({0x1B, 0x1A, 0x12, 0x46, 0x09, 0x00, 0x28}, prefill_decode));
-  // Two sequences in one batch, reported statistics, a reserve and the peak estimate.
+  // Two sequences in one batch on a stream of the cache's, reported statistics, a reserve and
+  // the peak estimate, then the backend's default stream again.
   const std::vector<uint8_t> batch_of_two = {
-      kCreate, 0, kCreate, 1,
+      kCreate, 0, kCreate, 1, kSetStream, 1,
       kAppend, 0, /*batch*/ 1, 0, 140, 0, 1, 133, 0, /*k v*/ 0, 4, 0, 5,
       kAttend, 0, 1, 0, 1, 0, 1, 1, 0, 0, 6, 0, 0, 0, 0, 7, 1,
       kReportStats, 0, 0, 0, 0, 0,
@@ -150,6 +151,7 @@ void programs(const std::string& dir) {
       kQuery, 3, 30, 8, 10,
       kQuery, 2,
       kAppendAttend, 1, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 4, 2, 2,
+      kSetStream, 2,
       kCompress, 1, 2, 2, 0, 1,
   };
   write(dir + "/two_sequences_h2o", program({0x0B, 0x00, 0x12, 0x08, 0x00, 0x00}, batch_of_two));

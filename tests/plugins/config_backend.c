@@ -1,7 +1,8 @@
 /* A backend of this header's ABI, "config_probe", that forwards to the CPU backend plugin
  * (loaded from KVC_CPU_BACKEND_PATH) and records what the ABI 1.3 and 1.4 entries receive: the
  * kvc_backend_config of its latest instance, the streams of copy_async, free_async and
- * synchronize, and the append calls (per job, and whole tensors with their slots). It
+ * synchronize, the append calls (per job, and whole tensors with their slots), and whether
+ * every call that takes a stream got the one a test watches (kvc_config_probe_watch). It
  * refuses bf16 K storage, a rotation of K (its CPU instances are made without the config),
  * and a configuration whose `backend.params` hold `refuse: <what>`, with KVC_ERR_UNSUPPORTED
  * and a message naming what it lacks. */
@@ -31,10 +32,25 @@ typedef struct config_probe_record {
   int32_t last_n_tokens, last_n_kv_heads;
   size_t last_n_slots;
   int covers_once;
+  /* Calls that take a stream, on the watched stream and on any other; the first of the others
+   * by entry name. */
+  long on_watched, elsewhere;
+  char first_elsewhere[32];
 } config_probe_record;
 
 static const kvc_backend_vtable *cpu;
 static config_probe_record record;
+static const void *watched_stream;
+
+static void note_stream(const char *entry, const void *stream) {
+  if (stream == watched_stream) {
+    ++record.on_watched;
+    return;
+  }
+  if (record.elsewhere++ == 0) {
+    snprintf(record.first_elsewhere, sizeof record.first_elsewhere, "%s", entry);
+  }
+}
 
 static int32_t load_cpu(const kvc_host_api *host, kvc_plugin_error *error) {
   if (!cpu) cpu = kvc_test_cpu_backend(host, "config_probe backend", error);
@@ -110,6 +126,7 @@ static int32_t probe_copy(void *instance, void *dst, const void *src, size_t byt
 static int32_t probe_append(void *instance, const kvc_append_call *call,
                             kvc_plugin_error *error) {
   ++record.appends;
+  note_stream("append", call->stream);
   return cpu->append(instance, call, error);
 }
 
@@ -139,6 +156,7 @@ static int covers_once(const kvc_append_tensors_call *call) {
 static int32_t probe_append_tensors(void *instance, const kvc_append_tensors_call *call,
                                     kvc_plugin_error *error) {
   ++record.appends_tensors;
+  note_stream("append_tensors", call->stream);
   record.last_src_k = call->src_k;
   record.last_src_v = call->src_v;
   record.last_n_tokens = call->n_tokens;
@@ -150,21 +168,25 @@ static int32_t probe_append_tensors(void *instance, const kvc_append_tensors_cal
 
 static int32_t probe_attend(void *instance, const kvc_attend_call *call,
                             kvc_plugin_error *error) {
+  note_stream("attend", call->stream);
   return cpu->attend(instance, call, error);
 }
 
 static int32_t probe_compact(void *instance, const kvc_compact_call *call,
                              kvc_plugin_error *error) {
+  note_stream("compact", call->stream);
   return cpu->compact(instance, call, error);
 }
 
 static int32_t probe_read_keys(void *instance, const kvc_read_keys_call *call,
                                kvc_plugin_error *error) {
+  note_stream("read_keys", call->stream);
   return cpu->read_keys(instance, call, error);
 }
 
 static int32_t probe_read_tokens(void *instance, const kvc_read_tokens_call *call,
                                  kvc_plugin_error *error) {
+  note_stream("read_tokens", call->stream);
   return cpu->read_tokens(instance, call, error);
 }
 
@@ -172,6 +194,7 @@ static int32_t probe_copy_async(void *instance, void *dst, const void *src, size
                                 kvc_copy_kind kind, void *stream, kvc_plugin_error *error) {
   ++record.copies_async;
   record.last_copy_stream = stream;
+  note_stream("copy_async", stream);
   return cpu->copy(instance, dst, src, bytes, kind, error);
 }
 
@@ -179,14 +202,15 @@ static int32_t probe_copy_async(void *instance, void *dst, const void *src, size
 static void probe_free_async(void *instance, void *ptr, void *stream) {
   ++record.frees_async;
   record.last_free_stream = stream;
+  note_stream("free_async", stream);
   cpu->free(instance, ptr);
 }
 
 static int32_t probe_synchronize(void *instance, void *stream, kvc_plugin_error *error) {
   (void)instance;
-  (void)stream;
   (void)error;
   ++record.synchronizes;
+  note_stream("synchronize", stream);
   return KVC_OK;
 }
 #endif
@@ -213,6 +237,9 @@ static const kvc_backend_vtable probe_vtable = {
 static const kvc_plugin_descriptor probe_descriptor = {
     sizeof(kvc_plugin_descriptor), KVC_PLUGIN_ABI_VERSION, KVC_PLUGIN_BACKEND, PROBE_NAME, 1,
     &probe_vtable};
+
+/* The stream whose calls on_watched counts (NULL at first). */
+KVC_PLUGIN_EXPORT void kvc_config_probe_watch(const void *stream) { watched_stream = stream; }
 
 /* Copies the record into *out and clears it. */
 KVC_PLUGIN_EXPORT void kvc_config_probe_record(config_probe_record *out) {

@@ -36,7 +36,8 @@
  *   disjoint sequences run side by side. A call that creates or removes a sequence (create,
  *   remove, fork, import, restore, prefix load, and the removal of an offload) has the
  *   sequence table to itself for a moment and waits for the calls running; a sequence removed
- *   meanwhile is NOT_FOUND to the calls after it. kvc_cache_destroy() needs exclusive access.
+ *   meanwhile is NOT_FOUND to the calls after it. kvc_cache_destroy() and
+ *   kvc_cache_set_stream() need exclusive access.
  *   A callback (logger, policy, backend, store) must not call the cache it is called from.
  *   Batch calls parallelise internally on the context's thread arena.
  * - ::kvc_status: owned by one thread at a time.
@@ -342,6 +343,20 @@ KVC_API void kvc_cache_destroy(kvc_cache *cache);
 /** @brief Reads back the shape a cache was created with (defaults filled in). */
 KVC_API kvc_status *kvc_cache_get_params(const kvc_cache *cache, kvc_cache_params *out_params);
 
+/**
+ * @brief Sets the backend stream or queue (for the CUDA backend a `cudaStream_t`) that the
+ * cache orders its work on wherever a call names none: a batch whose kvc_batch::stream is NULL,
+ * and every call that carries no stream (kvc_compress(), sequence operations such as
+ * kvc_seq_fork() and kvc_seq_truncate(), exports, imports, offloads, the prefix cache, reads of
+ * statistics). An engine that runs on a non-blocking stream sets it here, so that such a
+ * call neither reads statistics before the attention that writes them has finished nor moves
+ * rows an attention still reads. NULL (the default) is the backend's default stream. The CPU
+ * backend ignores streams. The stream must stay valid while calls of the cache may use it;
+ * kvc_cache_destroy() does not use it. Needs exclusive access to the cache, like
+ * kvc_cache_destroy(). INVALID_ARGUMENT for a NULL cache.
+ */
+KVC_API kvc_status *kvc_cache_set_stream(kvc_cache *cache, void *stream);
+
 /** @brief Memory and token counters of a cache. */
 typedef struct kvc_cache_stats {
   uint32_t struct_size;    /**< set by the caller to sizeof(kvc_cache_stats) */
@@ -530,7 +545,8 @@ typedef struct kvc_batch {
   const int32_t *positions;  /**< [sum of n_tokens] absolute positions of the new tokens */
   /** The backend stream or queue the call's work is ordered on (for the CUDA backend a
    * `cudaStream_t`), so that an engine's kernels and the cache's share one stream; NULL: the
-   * backend's default. Ignored by the CPU backend. Work on device memory may still be running
+   * cache's stream (kvc_cache_set_stream(), by default the backend's default stream). Ignored
+   * by the CPU backend. Work on device memory may still be running
    * when the call returns; host outputs are complete. */
   void *stream;
   /** [n_seqs] or NULL (none marked): a nonzero entry (1) marks sequence i's tokens in this

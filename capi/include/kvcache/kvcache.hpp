@@ -153,6 +153,10 @@ class Cache {
     handle_.reset(raw);
   }
 
+  /** @brief See kvc_cache_set_stream(): the stream of every call that names none (NULL: the
+   * backend's default); needs the cache to itself. */
+  void set_stream(void* stream) { check(kvc_cache_set_stream(get(), stream)); }
+
   /** @brief See kvc_seq_create(). */
   void create_sequence(int32_t seq_id) { check(kvc_seq_create(get(), seq_id)); }
   /** @brief See kvc_seq_remove(). */

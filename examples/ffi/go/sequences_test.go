@@ -1,6 +1,7 @@
 package kvcache_test
 
 import (
+	"errors"
 	"math/rand"
 	"path/filepath"
 	"reflect"
@@ -80,6 +81,31 @@ func TestForkTruncateRemoveRange(t *testing.T) {
 	must(t, err)
 	if stats.Sequences != 1 || stats.BytesShared != 0 {
 		t.Fatalf("after removing the fork: %d sequences, %d bytes shared", stats.Sequences, stats.BytesShared)
+	}
+}
+
+func TestAStreamReachesTheBackendWhichTheCPUOneIgnores(t *testing.T) {
+	_, withStream := open(t, "", gqaCache)
+	_, without := open(t, "", gqaCache)
+	// 0x1000 stands for an engine's stream: the CPU backend never reads it.
+	must(t, withStream.SetStream(0x1000))
+	q := random(rand.New(rand.NewSource(6)), qHeads*headDim)
+	for _, cache := range []*kvcache.Cache{withStream, without} {
+		must(t, cache.CreateSeq(0))
+		fill(t, cache, rand.New(rand.NewSource(5)), 0, 9)
+		must(t, cache.Fork(0, 1))
+		must(t, cache.Truncate(1, 5))
+	}
+	if !reflect.DeepEqual(look(t, withStream, 1, 10, q), look(t, without, 1, 10, q)) {
+		t.Fatal("a cache with a stream attends differently from one without")
+	}
+	must(t, withStream.SetStream(0))
+	if !reflect.DeepEqual(look(t, withStream, 0, 10, q), look(t, without, 0, 10, q)) {
+		t.Fatal("the default stream again attends differently")
+	}
+	must(t, withStream.Close())
+	if err := withStream.SetStream(0x1000); !errors.Is(err, kvcache.ErrClosed) {
+		t.Fatalf("SetStream on a closed cache: %v", err)
 	}
 }
 

@@ -79,6 +79,14 @@ namespace Kvcache
             });
         }
 
+        /// <summary>Sets the backend stream (for the CUDA backend a <c>cudaStream_t</c>) that the cache orders its
+        /// work on wherever a call names none; <see cref="IntPtr.Zero"/> is the backend's default. The stream must stay
+        /// valid until another is set or the cache is disposed; the CPU backend ignores it. Exclusive.</summary>
+        public void SetStream(IntPtr stream)
+        {
+            Exclusive(() => KvcacheException.Check(NativeMethods.kvc_cache_set_stream(handle, stream)));
+        }
+
         public void Dispose()
         {
             Exclusive(() => handle.Dispose());

@@ -77,6 +77,7 @@ namespace Kvcache
         internal static extern StatusHandle kvc_cache_get_params(CacheHandle cache, ref NativeCacheParams parameters);
         [DllImport(Lib)]
         internal static extern StatusHandle kvc_cache_get_stats(CacheHandle cache, ref CacheStats stats);
+        [DllImport(Lib)] internal static extern StatusHandle kvc_cache_set_stream(CacheHandle cache, IntPtr stream);
 
         // sequences
         [DllImport(Lib)] internal static extern StatusHandle kvc_seq_create(CacheHandle cache, int seq);

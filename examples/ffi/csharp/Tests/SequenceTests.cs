@@ -34,6 +34,27 @@ namespace Kvcache.Tests
         }
 
         [Test]
+        public static void AStreamReachesTheBackendWhichTheCpuOneIgnores()
+        {
+            using (var context = new Context(Fixture.CacheYaml))
+            using (Cache withStream = context.CreateCacheFromYaml())
+            using (Cache without = context.CreateCacheFromYaml()) {
+                withStream.SetStream(new System.IntPtr(0x1000)); // stands for an engine's stream
+                foreach (Cache cache in new[] { withStream, without }) {
+                    Fixture.Fill(cache, new[] { 0 }, 9, 1);
+                    cache.Fork(0, 1);
+                    cache.Truncate(1, 5);
+                }
+                Assert.Sequence(Probe(without, 1, 9), Probe(withStream, 1, 9), "a cache with a stream attends alike");
+                withStream.SetStream(System.IntPtr.Zero);
+                Assert.Sequence(Probe(without, 0, 9), Probe(withStream, 0, 9), "the default stream again");
+                withStream.Dispose();
+                Assert.Throws<System.ObjectDisposedException>(() => withStream.SetStream(System.IntPtr.Zero),
+                                                              "a disposed cache's stream");
+            }
+        }
+
+        [Test]
         public static void TruncateAndRemoveRangeDropPositions()
         {
             using (var context = new Context(Fixture.CacheYaml))

@@ -1,6 +1,6 @@
 //! `Cache`: one model shape's K/V store. Creation, sequence creation and removal, and the
 //! cache-wide reads; the per-sequence calls are written by `sequence_calls!` (seq_ops.rs).
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 use std::mem::{size_of, MaybeUninit};
 use std::path::Path;
 use std::ptr::{self, NonNull};
@@ -177,6 +177,18 @@ impl Cache {
         // SAFETY: as in estimate_peak_bytes; the request is read during the call only.
         check(unsafe { sys::kvc_cache_estimate(self.handle.raw.as_ptr(), &raw, &mut bytes) })?;
         Ok(bytes)
+    }
+
+    /// Sets the backend stream (for the CUDA backend a `cudaStream_t`) that the cache's calls
+    /// which name none are ordered on; null: the backend's default. The CPU backend ignores it.
+    ///
+    /// # Safety
+    /// `stream` must be a stream of the cache's backend (or null) and stay valid while calls
+    /// of this cache may use it, until another is set or the cache is dropped.
+    pub unsafe fn set_stream(&mut self, stream: *mut c_void) -> Result<()> {
+        // SAFETY: &mut self: exclusive access, as setting the stream requires; the caller
+        // vouches for the stream.
+        check(unsafe { sys::kvc_cache_set_stream(self.handle.raw.as_ptr(), stream) })
     }
 
     /// Creates an empty sequence (ids are chosen by the caller, >= 0).

@@ -25,6 +25,25 @@ fn probe(cache: &mut Cache, seq_id: i32) -> Vec<f32> {
 }
 
 #[test]
+fn a_stream_reaches_the_backend_which_the_cpu_one_ignores() {
+    let context = context();
+    let (mut with_stream, _) = filled(&context);
+    let (mut without, _) = filled(&context);
+    // Stands for an engine's stream.
+    let mut engine_stream = 0u8;
+    // SAFETY: the CPU backend never reads the stream; it outlives the cache.
+    unsafe { with_stream.set_stream((&mut engine_stream as *mut u8).cast()) }.unwrap();
+    for cache in [&mut with_stream, &mut without] {
+        cache.fork(0, 1).unwrap();
+        cache.truncate(1, 12).unwrap();
+    }
+    assert_eq!(probe(&mut with_stream, 1), probe(&mut without, 1));
+    // SAFETY: null is the backend's default stream.
+    unsafe { with_stream.set_stream(std::ptr::null_mut()) }.unwrap();
+    assert_eq!(probe(&mut with_stream, 0), probe(&mut without, 0));
+}
+
+#[test]
 fn create_and_remove() {
     let context = context();
     let mut cache = context.cache_from_yaml(Some(&cache_yaml("f32", ""))).unwrap();

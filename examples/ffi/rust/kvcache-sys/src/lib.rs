@@ -284,6 +284,7 @@ extern "C" {
         cache: *const kvc_cache,
         out_params: *mut kvc_cache_params,
     ) -> *mut kvc_status;
+    pub fn kvc_cache_set_stream(cache: *mut kvc_cache, stream: *mut c_void) -> *mut kvc_status;
     pub fn kvc_cache_stats_init_sized(stats: *mut kvc_cache_stats, struct_size: usize);
     pub fn kvc_cache_get_stats(cache: *const kvc_cache, out_stats: *mut kvc_cache_stats) -> *mut kvc_status;
 
