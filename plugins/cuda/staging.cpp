@@ -1,52 +1,35 @@
 #include "staging.hpp"
 
-#include <algorithm>
-
 #include "cuda_check.hpp"
 
 namespace kvc::cuda {
 namespace {
 
 constexpr size_t kAlign = 16;
-constexpr size_t kMinPinned = size_t{1} << 20;
 
 }  // namespace
 
-PinnedPool::~PinnedPool() {
-  for (Slot& slot : slots_) {
-    cudaEventSynchronize(slot.done);
-    cudaEventDestroy(slot.done);
-    cudaFreeHost(slot.data);
-  }
+void* CudaPinnedHost::alloc(size_t bytes) {
+  void* data = nullptr;
+  check_cuda(cudaMallocHost(&data, bytes), "pinned host memory");
+  return data;
 }
 
-PinnedPool::Buffer PinnedPool::acquire(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    if (slot.in_use || slot.capacity < bytes) continue;
-    const cudaError_t state = cudaEventQuery(slot.done);
-    if (state == cudaErrorNotReady) continue;
-    check_cuda(state, "waiting for a pinned buffer");
-    slot.in_use = true;
-    return {slot.data, i};
-  }
-  Slot slot{nullptr, std::max(bytes, kMinPinned), nullptr, true};
-  check_cuda(cudaMallocHost(&slot.data, slot.capacity), "pinned host memory");
-  const cudaError_t created = cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming);
-  if (created != cudaSuccess) {
-    cudaFreeHost(slot.data);
-    check_cuda(created, "creating an event");
-  }
-  slots_.push_back(slot);
-  return {slot.data, slots_.size() - 1};
+CudaPinnedHost::Event CudaPinnedHost::make_event() {
+  cudaEvent_t event = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event");
+  return event;
 }
 
-void PinnedPool::release(const Buffer& buffer, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Slot& slot = slots_[buffer.slot];
-  slot.in_use = false;
-  check_cuda(cudaEventRecord(slot.done, stream), "recording an event");
+void CudaPinnedHost::record(Event event, Stream stream) {
+  check_cuda(cudaEventRecord(event, stream), "recording an event");
+}
+
+bool CudaPinnedHost::done(Event event) {
+  const cudaError_t state = cudaEventQuery(event);
+  if (state == cudaErrorNotReady) return false;
+  check_cuda(state, "waiting for a pinned buffer");
+  return true;
 }
 
 ScratchPool::ScratchPool(int device) {

@@ -13,35 +13,46 @@
 #include <vector>
 
 #include "cuda_check.hpp"
+#include "pinned_slots.hpp"
 
 namespace kvc::cuda {
 
-// Pinned host buffers, each reusable once the copy last enqueued from or into it has run.
+// The pinned host memory and events of PinnedSlots.
+struct CudaPinnedHost {
+  using Event = cudaEvent_t;
+  using Stream = cudaStream_t;
+  void* alloc(size_t bytes);
+  void free(void* data) { cudaFreeHost(data); }
+  Event make_event();
+  void destroy(Event event) { cudaEventDestroy(event); }
+  void record(Event event, Stream stream);
+  bool done(Event event);
+  void wait(Event event) { cudaEventSynchronize(event); }
+};
+
+// Pinned host buffers, each reusable once the copy last enqueued from or into it has run
+// (pinned_slots.hpp); thread-safe.
 class PinnedPool {
  public:
-  PinnedPool() = default;
+  using Buffer = PinnedSlots<CudaPinnedHost>::Buffer;
+  PinnedPool() : slots_(CudaPinnedHost{}) {}
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
-  ~PinnedPool();
 
-  struct Buffer {
-    void* data;
-    size_t slot;
-  };
   // A buffer of at least `bytes`; throws Error when the host has no pinned memory left.
-  Buffer acquire(size_t bytes);
+  Buffer acquire(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slots_.acquire(bytes);
+  }
   // Marks the buffer free once the work enqueued on `stream` so far has run.
-  void release(const Buffer& buffer, cudaStream_t stream);
+  void release(const Buffer& buffer, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slots_.release(buffer, stream);
+  }
 
  private:
-  struct Slot {
-    void* data;
-    size_t capacity;
-    cudaEvent_t done;
-    bool in_use;
-  };
   std::mutex mutex_;
-  std::vector<Slot> slots_;
+  PinnedSlots<CudaPinnedHost> slots_;
 };
 
 // The instance's stream-ordered memory pool for call scratch: it keeps what calls gave back
