@@ -51,6 +51,9 @@ const char* const kAttentionHelp = KVC_BENCH_CACHE_SHAPE_HELP
     "pairs each cold batch pass with a read pass run just before it and gives the median of\n"
     "their ratios: on a VM whose bandwidth or core placement moves within a run, the best\n"
     "times above may come from different moments.\n"
+    "attention_<shape>_host_seconds: the warm step again with a one-key sliding window, so\n"
+    "next to no K/V is read: what a call costs whatever it reads (job and segment lists,\n"
+    "dispatch); host_share_of_warm is its share of the warm step.\n"
     "With a quantized K or V format (q8_0, q4_0) the cold batch shape also runs in f16 in the\n"
     "same run: attention_f16_batch_cold_kv_gbps, attention_f16_roofline_fraction and\n"
     "attention_decode_cold_vs_f16 (f16's cold step time over the format's: above 1, the format\n"
@@ -214,6 +217,8 @@ int run_attention(Options& opts) {
     report(prefix + "warm_seconds", t.warm_seconds);
     report(prefix + "warm_kv_gbps", warm_bps / 1e9);
     report(prefix + "warm_fraction_of_read_bw", warm_bps / bw.read_bytes_per_s);
+    report(prefix + "host_seconds", t.host_seconds);
+    report(prefix + "host_share_of_warm", t.host_seconds / t.warm_seconds);
   };
   report_decode("batch", batched);
   report_decode("single", single);

@@ -14,6 +14,9 @@ namespace kvc_bench {
 struct DecodeTimes {
   double cold_seconds = 0;  ///< one decode step over a set, the sets taken in turn (best pass)
   double warm_seconds = 0;  ///< one decode step over the same set again (best call)
+  /// One decode step over the same set with a one-key sliding window (best call): the work of
+  /// the call that does not scale with the keys read (job and segment lists, dispatch).
+  double host_seconds = 0;
   uint64_t set_bytes = 0;   ///< K and V bytes of one set
   int sets = 0;             ///< sets rotated, together at least the requested bytes
   /// With a paired read pass: the median over cold passes of the pass's K/V bytes per second

@@ -108,13 +108,13 @@ FilledCache::~FilledCache() {
   kvc_context_destroy(context_);
 }
 
-void FilledCache::attend_decode_step() {
+void FilledCache::attend_decode_step(const kvc_attention_params* params) {
   kvc_batch batch;
   kvc_batch_init(&batch, sequences_, seq_ids_.data(), n_tokens_.data(), positions_.data());
   kvc_tensor q{q_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
   kvc_tensor_mut out{out_.data(), KVC_DTYPE_F32, KVC_DEVICE_HOST, 0};
   for (int32_t layer = 0; layer < shape_.layers; ++layer) {
-    check(kvc_attend(cache_, layer, &batch, &q, nullptr, &out), "kvc_attend");
+    check(kvc_attend(cache_, layer, &batch, &q, params, &out), "kvc_attend");
   }
 }
 

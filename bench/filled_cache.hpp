@@ -64,8 +64,8 @@ class FilledCache {
 
   kvc_cache* cache() const { return cache_; }
   /// One decode step's attention (one query token of every sequence at its next position, in
-  /// one batch) on every layer, without storing anything.
-  void attend_decode_step();
+  /// one batch) on every layer, without storing anything; `params` NULL: the defaults.
+  void attend_decode_step(const kvc_attention_params* params = nullptr);
   /// Bytes of K and V the cache holds.
   uint64_t kv_bytes() const { return shape_.kv_bytes() * static_cast<uint64_t>(sequences_); }
 

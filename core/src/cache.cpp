@@ -365,12 +365,6 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
   size_t q_stride = q.row_stride ? q.row_stride : row;
   size_t out_stride = out.row_stride ? out.row_stride : row;
 
-  size_t total_segments = 0;
-  for (Sequence* seq : resolved.sequences) {
-    for (int32_t h = 0; h < kv_heads; ++h) total_segments += storage(*seq, layer, h).segments().size();
-  }
-  std::vector<kvc_segment> segments;
-  segments.reserve(total_segments);  // jobs point into it: it must not reallocate
   std::vector<kvc_attend_job> jobs;
   jobs.reserve(resolved.sequences.size() * static_cast<size_t>(kv_heads));
   const size_t q_element = element_bytes(q.dtype);
@@ -378,8 +372,7 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
     const size_t token = static_cast<size_t>(resolved.offsets[i]);
     for (int32_t h = 0; h < kv_heads; ++h) {
       const HeadStorage& head = storage(*resolved.sequences[i], layer, h);
-      const size_t first_segment = segments.size();
-      head.gather(segments, geometry_);
+      const std::vector<kvc_segment>& segments = head.attend_table(geometry_);
       const size_t head_offset = static_cast<size_t>(h) * group * d;
       kvc_attend_job job{};
       job.struct_size = sizeof(job);
@@ -392,8 +385,8 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
       job.out = static_cast<float*>(out.data) + token * out_stride + head_offset;
       job.out_stride = out_stride;
       job.out_device = out.device;
-      job.segments = segments.data() + first_segment;
-      job.n_segments = static_cast<int32_t>(segments.size() - first_segment);
+      job.segments = segments.data();
+      job.n_segments = static_cast<int32_t>(segments.size());
       job.stats = head.stats(geometry_);
       job.table_id = head.table_id();
       job.table_version = head.table_version();

@@ -206,6 +206,17 @@ void HeadStorage::gather(std::vector<kvc_segment>& out, const Geometry& g) const
   }
 }
 
+const std::vector<kvc_segment>& HeadStorage::attend_table(const Geometry& g) const {
+  if (attend_table_version_ != table_version_) {
+    attend_table_.clear();
+    gather(attend_table_, g);
+    attend_table_version_ = table_version_;
+  } else if (!attend_table_.empty()) {
+    attend_table_.back().count = segments_[attend_table_.size() - 1].count;
+  }
+  return attend_table_;
+}
+
 void HeadStorage::commit_compaction(int32_t kept, int32_t newest_position, BlockPool& pool,
                                     const Geometry& g) {
   int32_t placed = 0;

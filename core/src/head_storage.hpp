@@ -128,6 +128,11 @@ class HeadStorage {
   // list gather() gives changes other than in its counts (kvc_attend_job::table_version).
   uint64_t table_id() const { return table_id_; }
   uint64_t table_version() const { return table_version_; }
+  // gather()'s segments for attend jobs, kept between calls: rebuilt when the table version
+  // moves, and otherwise only the last segment's count is brought up to date (the one count
+  // that changes without a new version), so a decode step does not rebuild every head's list.
+  // Valid until the head next changes; the caller holds the sequence's lock.
+  const std::vector<kvc_segment>& attend_table(const Geometry& g) const;
 
   // What must be added so that `extra` more tokens fit (contiguous growth and statistics
   // grown by the schedule's factor, or exactly when `exact`); a shared segment that the
@@ -225,6 +230,8 @@ class HeadStorage {
   std::vector<Segment> segments_;
   uint64_t table_id_ = new_table_number();
   uint64_t table_version_ = new_table_number();
+  mutable std::vector<kvc_segment> attend_table_;
+  mutable uint64_t attend_table_version_ = 0;  // the version attend_table_ holds (0: none)
   float* stats_ = nullptr;  // [stat_count][stats_capacity_], backend memory
   int32_t stats_capacity_ = 0;
   int32_t length_ = 0;
