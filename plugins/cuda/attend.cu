@@ -18,6 +18,7 @@
 #include "attend_kernels.cuh"
 #include "attend_mma.hpp"
 #include "attend_plan.hpp"
+#include "attend_tables.hpp"
 #include "cuda_check.hpp"
 #include "device_types.hpp"
 #include "instance.hpp"
@@ -471,7 +472,8 @@ __global__ void __launch_bounds__(kStatKeys) stats_kernel(StatParams p) {
   if (job.stats.window) job.stats.window[key] = window;
 }
 
-void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
+// A job whose table is resident was checked segment by segment when it was stored.
+void validate(const kvc_attend_job* jobs, const kvc_attend_call& call, const AttendTables& tables) {
   check_storage(call.head_dim, call.storage_dtype, call.v_dtype);
   if (call.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", call.group_size);
@@ -490,9 +492,11 @@ void validate(const kvc_attend_job* jobs, const kvc_attend_call& call) {
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: a NULL pointer", j);
     if (int64_t(job.n_queries) * call.group_size > INT32_MAX)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: too many query rows", j);
-    count_tokens(job.segments, job.n_segments, "attend", j);
-    check_segment_formats(job.segments, job.n_segments, call.storage_dtype, call.v_dtype, true,
-                          "attend", j);
+    if (!tables.resident(j)) {
+      count_tokens(job.segments, job.n_segments, "attend", j);
+      check_segment_formats(job.segments, job.n_segments, call.storage_dtype, call.v_dtype,
+                            true, "attend", j);
+    }
     if (job.stats.attn_window && call.observation_window < 1)
       fail(KVC_ERR_INVALID_ARGUMENT,
            "attend job %zu: attn_window needs observation_window >= 1, got %d", j,
@@ -557,10 +561,11 @@ void launch_attend_dtype(int cpl, bool vector_loads, const AttendParams& params,
 }  // namespace
 
 void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend_call& call) {
-  validate(jobs, call);
   const size_t n_jobs = call.n_jobs;
-  if (n_jobs == 0) return;
   const cudaStream_t stream = stream_of(call.stream);
+  AttendTables tables(instance, jobs, n_jobs, stream);
+  validate(jobs, call, tables);
+  if (n_jobs == 0) return;
   const int32_t D = call.head_dim, G = call.group_size;
   const int dtype = int(call.storage_dtype);
   const int elems = dtype == kF32 ? 4 : 8;
@@ -573,14 +578,23 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
 
   std::vector<PlanJob> plan_jobs(n_jobs);
   std::vector<int32_t> keys(n_jobs);
-  bool vector_loads = row_bytes % 16 == 0;
+  std::vector<char> job_vector_loads(n_jobs, 1);  // its K and V rows 16-byte aligned
   for (size_t j = 0; j < n_jobs; ++j) {
-    keys[j] = count_tokens(jobs[j].segments, jobs[j].n_segments, "attend", j);
-    plan_jobs[j] = {jobs[j].n_queries * G, keys[j]};
-    for (int32_t s = 0; s < jobs[j].n_segments; ++s)
-      vector_loads = vector_loads && reinterpret_cast<uintptr_t>(jobs[j].segments[s].k) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(jobs[j].segments[s].v) % 16 == 0;
+    const kvc_attend_job& job = jobs[j];
+    if (const AttendTables::Table* table = tables.resident(j)) {
+      keys[j] = tables.resident_keys(job, j);
+      job_vector_loads[j] = table->vector_loads;
+    } else {
+      keys[j] = count_tokens(job.segments, job.n_segments, "attend", j);
+      for (int32_t s = 0; s < job.n_segments && job_vector_loads[j]; ++s)
+        job_vector_loads[j] = reinterpret_cast<uintptr_t>(job.segments[s].k) % 16 == 0 &&
+                              reinterpret_cast<uintptr_t>(job.segments[s].v) % 16 == 0;
+    }
+    plan_jobs[j] = {job.n_queries * G, keys[j]};
   }
+  const bool vector_loads =
+      row_bytes % 16 == 0 &&
+      std::all_of(job_vector_loads.begin(), job_vector_loads.end(), [](char v) { return v != 0; });
   const bool mma = mma_allowed() && mma_applies(dtype, D, vector_loads);
   int32_t max_job_rows = 0;
   for (const PlanJob& job : plan_jobs) max_job_rows = std::max(max_job_rows, job.n_rows);
@@ -633,17 +647,15 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
       upload.link(at + offsetof(DevAttendJob, q), q_at);
     }
     upload.link(at + offsetof(DevAttendJob, q_pos), upload.add_array(job.q_pos, n));
-    size_t segments_at = 0, begins_at = 0;
-    add_segments(upload, job.segments, job.n_segments, segments_at, begins_at);
-    upload.link(at + offsetof(DevAttendJob, segments), segments_at);
-    upload.link(at + offsetof(DevAttendJob, segment_begins), begins_at);
     *upload.at<DevAttendJob>(at) = d;
+    tables.place(upload, at, job, j, job_vector_loads[j] != 0);
     if (has_stats(job) && n > 0)
       for (int32_t k = 0; k < keys[j]; k += kStatKeys) tiles.push_back({int32_t(j), k});
   }
   const size_t tiles_at = upload.add_array(tiles.data(), tiles.size());
   const DeviceScratch memory(instance.scratch, upload.size(), stream);
   upload.send(instance.pinned, memory);
+  tables.fill(memory);
   const auto* dev_jobs = reinterpret_cast<const DevAttendJob*>(memory.data() + table);
 
   const AttendParams params{dev_jobs,

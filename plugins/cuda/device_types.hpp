@@ -9,12 +9,13 @@
 namespace kvc::cuda {
 
 // One segment of a job's stored tokens. Jobs list their segments in an array of these and
-// their first key indices in a parallel int64 array (for find_range).
+// their first key indices in a parallel int64 array (for find_range); a segment's count is
+// the next one's first key (the job's key count for the last), so a table kept between calls
+// (resident_tables.hpp) stays right while its last segment fills.
 struct DevSegment {
   const void* k;
   const void* v;
   const int32_t* pos;
-  int32_t count;
 };
 
 struct DevStats {

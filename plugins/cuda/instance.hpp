@@ -1,18 +1,25 @@
 // One CUDA backend instance (one cache): its device, the pool its blocks come from, pinned
-// staging, and what the launchers need to size their grids.
+// staging, resident segment tables, and what the launchers need to size their grids.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
+
 #include "device_pool.hpp"
 #include "kvcache/kvcache_plugin.h"
+#include "resident_memory.hpp"
 #include "staging.hpp"
 
 namespace kvc::cuda {
 
 struct Instance {
   Instance(const kvc_host_api* host_api, int device_id, int sms)
-      : host(host_api), device(device_id), multiprocessors(sms), scratch(device_id) {}
+      : host(host_api),
+        device(device_id),
+        multiprocessors(sms),
+        scratch(device_id),
+        tables(ResidentMemory{scratch.get()}) {}
 
   const kvc_host_api* host;
   int device;
@@ -20,6 +27,8 @@ struct Instance {
   DevicePool pool;
   ScratchPool scratch;
   PinnedPool pinned;
+  std::mutex tables_mutex;
+  DeviceTables tables;  // attend jobs' segment tables; freed before the scratch pool
 };
 
 // Makes the instance's device current for the scope and restores the caller's.

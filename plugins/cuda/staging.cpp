@@ -3,11 +3,6 @@
 #include "cuda_check.hpp"
 
 namespace kvc::cuda {
-namespace {
-
-constexpr size_t kAlign = 16;
-
-}  // namespace
 
 void* CudaPinnedHost::alloc(size_t bytes) {
   void* data = nullptr;

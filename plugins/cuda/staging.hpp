@@ -99,6 +99,7 @@ struct ScratchLayout {
 // set to device addresses inside the upload once its device memory is known.
 class Upload {
  public:
+  static constexpr size_t kAlign = 16;
   // Appends n elements (zeroed when data is NULL); returns their offset.
   size_t add(const void* data, size_t n_bytes);
   template <class T>
