@@ -388,8 +388,12 @@ void Cache::attend_locked(int32_t layer, const kvc_batch& batch, const ResolvedB
       job.segments = segments.data();
       job.n_segments = static_cast<int32_t>(segments.size());
       job.stats = head.stats(geometry_);
-      job.table_id = head.table_id();
-      job.table_version = head.table_version();
+      // A demoted tier's blocks hold another count than the cache's: no promise of equal
+      // counts, so no table id (kvcache_plugin.h, "Resident segment tables").
+      if (head.demoted_length() == 0) {
+        job.table_id = head.table_id();
+        job.table_version = head.table_version();
+      }
       jobs.push_back(job);
     }
   }

@@ -8,6 +8,20 @@
 
 namespace kvc::cuda {
 
+namespace {
+
+// Whether the job's counts are as the promise of kvc_attend_job::table_version says (every
+// segment but the last as full as the first, the last at most as full), which resident_keys
+// relies on: a table is stored only then.
+bool keeps_promise(const kvc_attend_job& job) {
+  const int32_t first = job.segments[0].count;
+  for (int32_t s = 1; s + 1 < job.n_segments; ++s)
+    if (job.segments[s].count != first) return false;
+  return job.segments[job.n_segments - 1].count <= first;
+}
+
+}  // namespace
+
 AttendTables::AttendTables(Instance& instance, const kvc_attend_job* jobs, size_t n_jobs,
                            cudaStream_t stream)
     : instance_(instance), stream_(stream), mark_(DeviceTables::new_mark()), found_(n_jobs) {
@@ -17,7 +31,8 @@ AttendTables::AttendTables(Instance& instance, const kvc_attend_job* jobs, size_
   const std::lock_guard<std::mutex> lock(instance_.tables_mutex);
   for (size_t j = 0; j < n_jobs; ++j) {
     if (jobs[j].table_id == 0 || jobs[j].n_segments <= 0) continue;
-    found_[j] = instance_.tables.find(jobs[j].table_id, jobs[j].table_version, jobs[j].n_segments);
+    found_[j] = instance_.tables.find(jobs[j].table_id, jobs[j].table_version,
+                                      jobs[j].n_segments, stream_);
     if (!found_[j]) continue;
     held_.push_back(found_[j]);
     filled_.push_back(true);
@@ -58,7 +73,7 @@ void AttendTables::place(Upload& upload, size_t at, const kvc_attend_job& job, s
   add_segments(upload, job.segments, job.n_segments, segments_at, begins_at);
   upload.link(at + offsetof(DevAttendJob, segments), segments_at);
   upload.link(at + offsetof(DevAttendJob, segment_begins), begins_at);
-  if (job.table_id == 0 || n == 0) return;
+  if (job.table_id == 0 || n == 0 || !keeps_promise(job)) return;
   const std::lock_guard<std::mutex> lock(instance_.tables_mutex);
   const Table* table = instance_.tables.store(job.table_id, job.table_version, job.n_segments,
                                               table_bytes(n), vector_loads, stream_);

@@ -83,7 +83,7 @@ class CudaBackend {
     int multiprocessors = 0;
     check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute");
-    auto* backend = new CudaBackend(&host, device, multiprocessors);
+    auto* backend = new CudaBackend(&host, device, multiprocessors, resident_table_budget(config));
     if (host.log) {
       cudaDeviceProp prop{};
       char message[320];
@@ -176,8 +176,8 @@ class CudaBackend {
   }
 
  private:
-  CudaBackend(const kvc_host_api* host, int device, int multiprocessors)
-      : owned_(std::make_unique<Instance>(host, device, multiprocessors)) {}
+  CudaBackend(const kvc_host_api* host, int device, int multiprocessors, size_t table_budget)
+      : owned_(std::make_unique<Instance>(host, device, multiprocessors, table_budget)) {}
 
   std::unique_ptr<Instance> owned_;
   Instance& self_ = *owned_;

@@ -14,12 +14,12 @@
 namespace kvc::cuda {
 
 struct Instance {
-  Instance(const kvc_host_api* host_api, int device_id, int sms)
+  Instance(const kvc_host_api* host_api, int device_id, int sms, size_t table_budget)
       : host(host_api),
         device(device_id),
         multiprocessors(sms),
         scratch(device_id),
-        tables(ResidentMemory{scratch.get()}) {}
+        tables(ResidentMemory{scratch.get()}, table_budget) {}
 
   const kvc_host_api* host;
   int device;

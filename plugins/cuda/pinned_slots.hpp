@@ -61,11 +61,12 @@ class PinnedSlots {
     return {slot.data, best};
   }
 
-  // The buffer is free again once the work enqueued on `stream` so far has run.
+  // The buffer is free again once the work enqueued on `stream` so far has run (if that
+  // cannot be recorded, it stays taken).
   void release(const Buffer& buffer, Stream stream) {
     Slot& slot = slots_[buffer.slot];
-    slot.taken = false;
     provider_.record(slot.done, stream);
+    slot.taken = false;
   }
 
   size_t bytes_held() const {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "kvcache/kvcache_plugin.h"
 #include "resident_tables.hpp"
 
 namespace kvc::cuda {
@@ -36,9 +37,17 @@ struct ResidentMemory {
   cudaMemPool_t pool;
   void* alloc(size_t bytes, Stream stream) const;
   Mark mark(Stream stream) const noexcept;
+  void wait(Stream stream, const Mark& mark) const noexcept;
   void free(void* memory, Stream stream, const Mark* after) const noexcept;
 };
 
 using DeviceTables = ResidentTables<ResidentMemory>;
+
+// The bytes a cache's stored tables may take: four times the tables of every block its memory
+// limit holds (32 bytes a block), so that the tables of every live head fit with room for
+// those of heads gone (a bound below that would drop, least recently used first, tables that
+// the next layer's call needs), and at least 64 MiB. Without a config:
+// DeviceTables::kDefaultBudget.
+size_t resident_table_budget(const kvc_backend_config* config);
 
 }  // namespace kvc::cuda

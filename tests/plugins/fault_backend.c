@@ -2,12 +2,17 @@
  * KVC_CPU_BACKEND_PATH) and fails one chosen call, for tests that a failed backend call leaves
  * the cache as it was. kvc_fault_arm(entry, nth, code, message) makes the nth call of `entry`
  * from then on fail with `code` and `message` without forwarding it (alloc returns NULL);
- * later calls forward again. The state is global: one armed fault for every instance. */
+ * later calls forward again. The state is global: one armed fault for every instance. Being
+ * the one test backend with convert, it also checks every attend call's segment tables as a
+ * backend keeping them resident would rely on them (resident_tables.h), demoted heads
+ * included. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_forward.h"
 #include "kvcache/kvcache_plugin.h"
+#include "resident_tables.h"
 
 /* The entries a fault can be armed on, as kvc_fault_arm() numbers them. */
 enum { F_COPY, F_APPEND, F_ATTEND, F_COMPACT, F_READ_KEYS, F_READ_TOKENS, F_ALLOC, F_CONVERT, F_COUNT };
@@ -19,6 +24,10 @@ static long armed_nth;
 static int32_t armed_code;
 static char armed_message[128];
 static int fired;
+static kvc_test_tables *tables; /* made at the first attend; one for every instance */
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void make_tables(void) { tables = kvc_test_tables_create(); }
 
 
 /* Counts a call of `entry`; nonzero when it is the armed one. */
@@ -74,7 +83,15 @@ static int32_t fault_append_tensors(void *instance, const kvc_append_tensors_cal
 
 static int32_t fault_attend(void *instance, const kvc_attend_call *call,
                             kvc_plugin_error *error) {
-  return fails(F_ATTEND) ? fail(error) : cpu->attend(instance, call, error);
+  int32_t code;
+  if (fails(F_ATTEND)) return fail(error);
+  pthread_once(&tables_once, make_tables);
+  if (!tables) {
+    kvc_test_set_error(error, "fault backend: no memory for the table checks");
+    return KVC_ERR_OUT_OF_MEMORY;
+  }
+  code = kvc_test_tables_check(tables, call, error);
+  return code != KVC_OK ? code : cpu->attend(instance, call, error);
 }
 
 static int32_t fault_compact(void *instance, const kvc_compact_call *call,

@@ -95,6 +95,16 @@ static int32_t check_job(kvc_test_tables *tables, const kvc_attend_job *job, siz
       return KVC_ERR_INTERNAL;
     }
   }
+  if (job->n_segments > 1) {
+    const kvc_segment *first = KVC_PLUGIN_AT(const kvc_segment, job->segments, 0);
+    const kvc_segment *last = KVC_PLUGIN_AT(const kvc_segment, job->segments, job->n_segments - 1);
+    if (last->count > first->count) {
+      snprintf(error->message, sizeof error->message,
+               "resident tables: attend job %zu: the last segment holds %d tokens, the first %d",
+               j, (int)last->count, (int)first->count);
+      return KVC_ERR_INTERNAL;
+    }
+  }
   t = slot_of(tables, job->table_id);
   if (t->id == job->table_id && t->version == job->table_version) {
     if (!same_segments(t, job)) {

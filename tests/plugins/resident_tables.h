@@ -14,8 +14,8 @@ kvc_test_tables *kvc_test_tables_create(void);
 void kvc_test_tables_destroy(kvc_test_tables *tables);
 
 /* Checks each job of an attend call that gives a table id: a (table_id, table_version) seen
- * before lists the same segments as then (counts aside), and every segment but the last holds
- * as many tokens as the first. Keeps the table of each new version, as an upload would.
+ * before lists the same segments as then (counts aside), every segment but the last holds as
+ * many tokens as the first, and the last at most as many. Keeps the table of each new version, as an upload would.
  * KVC_ERR_INTERNAL with a message naming the job when one fails. */
 int32_t kvc_test_tables_check(kvc_test_tables *tables, const kvc_attend_call *call,
                               kvc_plugin_error *error);

@@ -74,8 +74,8 @@
  * job but the last holds as many tokens as the first (a paged head's full blocks; a
  * contiguous head has one segment), so they follow from their sum. Ids are never reused while
  * the library is loaded, and the host does not say when a head is gone: a resident copy is a
- * cache the backend bounds itself. A job without them (0, an older host) gives no such
- * promise.
+ * cache the backend bounds itself. A job without them (0, an older host, or a head holding a
+ * demoted tier, whose blocks hold another count) gives no such promise.
  *
  * Errors: plugin functions return a ::kvc_status_code and, on failure, write a message into
  * the ::kvc_plugin_error they are given. No C++ exception may leave a plugin function.
