@@ -49,7 +49,9 @@ class ResidentTables {
   ResidentTables(const ResidentTables&) = delete;
   ResidentTables& operator=(const ResidentTables&) = delete;
   ~ResidentTables() {
-    for (const Entry& entry : entries_) provider_.free(entry.table.memory, Stream{}, entry.mark.get());
+    for (const Entry& entry : entries_) {
+      provider_.free(entry.table.memory, Stream{}, entry.mark.get());
+    }
   }
 
   // Table `id` at `version` with `n_segments` segments for a call on `stream`, held until

@@ -29,6 +29,9 @@ static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void make_tables(void) { tables = kvc_test_tables_create(); }
 
+/* When the plugin is unloaded. */
+__attribute__((destructor)) static void destroy_tables(void) { kvc_test_tables_destroy(tables); }
+
 
 /* Counts a call of `entry`; nonzero when it is the armed one. */
 static int fails(int entry) {
