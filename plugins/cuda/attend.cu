@@ -472,12 +472,15 @@ __global__ void __launch_bounds__(kStatKeys) stats_kernel(StatParams p) {
   if (job.stats.window) job.stats.window[key] = window;
 }
 
-// A job whose table is resident was checked segment by segment when it was stored.
-void validate(const kvc_attend_job* jobs, const kvc_attend_call& call, const AttendTables& tables) {
+// Checks the call and gives each job's key count. A job whose table is resident was checked
+// segment by segment when it was stored: its count follows from its first and last counts.
+std::vector<int32_t> validate(const kvc_attend_job* jobs, const kvc_attend_call& call,
+                              const AttendTables& tables) {
   check_storage(call.head_dim, call.storage_dtype, call.v_dtype);
   if (call.group_size <= 0)
     fail(KVC_ERR_INVALID_ARGUMENT, "group_size must be > 0, got %d", call.group_size);
   if (!(call.scale > 0.0f)) fail(KVC_ERR_INVALID_ARGUMENT, "scale must be > 0");
+  std::vector<int32_t> keys(call.n_jobs);
   for (size_t j = 0; j < call.n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (job.q_dtype != call.storage_dtype && job.q_dtype != KVC_DTYPE_F32)
@@ -492,8 +495,10 @@ void validate(const kvc_attend_job* jobs, const kvc_attend_call& call, const Att
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: a NULL pointer", j);
     if (int64_t(job.n_queries) * call.group_size > INT32_MAX)
       fail(KVC_ERR_INVALID_ARGUMENT, "attend job %zu: too many query rows", j);
-    if (!tables.resident(j)) {
-      count_tokens(job.segments, job.n_segments, "attend", j);
+    if (tables.resident(j)) {
+      keys[j] = tables.resident_keys(job, j);
+    } else {
+      keys[j] = count_tokens(job.segments, job.n_segments, "attend", j);
       check_segment_formats(job.segments, job.n_segments, call.storage_dtype, call.v_dtype,
                             true, "attend", j);
     }
@@ -502,6 +507,7 @@ void validate(const kvc_attend_job* jobs, const kvc_attend_call& call, const Att
            "attend job %zu: attn_window needs observation_window >= 1, got %d", j,
            call.observation_window);
   }
+  return keys;
 }
 
 bool has_stats(const kvc_attend_job& job) {
@@ -564,7 +570,7 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   const size_t n_jobs = call.n_jobs;
   const cudaStream_t stream = stream_of(call.stream);
   AttendTables tables(instance, jobs, n_jobs, stream);
-  validate(jobs, call, tables);
+  const std::vector<int32_t> keys = validate(jobs, call, tables);
   if (n_jobs == 0) return;
   const int32_t D = call.head_dim, G = call.group_size;
   const int dtype = int(call.storage_dtype);
@@ -577,15 +583,12 @@ void run_attend(Instance& instance, const kvc_attend_job* jobs, const kvc_attend
   const size_t row_bytes = kvc_format_row_bytes(dtype, size_t(D));
 
   std::vector<PlanJob> plan_jobs(n_jobs);
-  std::vector<int32_t> keys(n_jobs);
   std::vector<char> job_vector_loads(n_jobs, 1);  // its K and V rows 16-byte aligned
   for (size_t j = 0; j < n_jobs; ++j) {
     const kvc_attend_job& job = jobs[j];
     if (const AttendTables::Table* table = tables.resident(j)) {
-      keys[j] = tables.resident_keys(job, j);
       job_vector_loads[j] = table->vector_loads;
     } else {
-      keys[j] = count_tokens(job.segments, job.n_segments, "attend", j);
       for (int32_t s = 0; s < job.n_segments && job_vector_loads[j]; ++s)
         job_vector_loads[j] = reinterpret_cast<uintptr_t>(job.segments[s].k) % 16 == 0 &&
                               reinterpret_cast<uintptr_t>(job.segments[s].v) % 16 == 0;
